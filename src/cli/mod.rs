@@ -1,0 +1,393 @@
+//! The `ckpt` command line: parses arguments (clap), turns user input into validated requests,
+//! calls the provider, and reports results as human text or JSON Lines with the contract's exit
+//! codes (0 ok, 1 failed, 2 usage, 3 partial, 4 refused). It holds no engine logic and never
+//! touches a repository itself.
+
+mod demo;
+mod output;
+
+use std::ffi::OsString;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::json;
+
+use crate::provider::scan::DEFAULT_MAX_FILE_SIZE;
+use crate::provider::target::{self, ResolveError, Target};
+use crate::provider::{self, CkptError, Confirmation, Provider, Selection, SnapshotRequest};
+use crate::records::{validate_label, Kind, Record};
+use output::Output;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ckpt",
+    version,
+    about = "Checkpoints of a working directory before every agent mutation, restorable exactly, without touching your git state"
+)]
+struct Cli {
+    /// Run as if started in DIR (like git -C)
+    #[arg(short = 'C', global = true, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// JSON Lines on stdout (one object per line, each with "v":1 and "type"); human text on stderr
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Take a checkpoint of the workspace now
+    Snapshot(SnapshotArgs),
+    /// List checkpoints, oldest first
+    List {
+        /// Only this session's checkpoints
+        #[arg(long)]
+        session: Option<String>,
+        /// Every worktree of this repository, not only this one
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show one checkpoint's record
+    Show(TargetArgs),
+    /// Show what restoring a checkpoint would change (read-only)
+    Preview(RestoreArgs),
+    /// Put the workspace (or some paths) back as a checkpoint had it; takes a guard checkpoint first
+    Restore {
+        #[command(flatten)]
+        args: RestoreArgs,
+        /// Confirm without asking
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// A guided run in a scratch repository: snapshot, agent-like edits, preview, restore, undo
+    Demo {
+        /// Keep the scratch repository and print its path
+        #[arg(long)]
+        keep: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+struct SnapshotArgs {
+    #[arg(long)]
+    session: Option<String>,
+    #[arg(long)]
+    turn: Option<u64>,
+    #[arg(long)]
+    step: Option<u64>,
+    /// What is about to mutate the workspace (e.g. the tool name)
+    #[arg(long)]
+    trigger: Option<String>,
+    /// auto, manual or guard
+    #[arg(long, default_value = "manual", value_parser = ["auto", "manual", "guard"])]
+    kind: String,
+    /// Files larger than this many bytes are skipped and reported
+    #[arg(long, default_value_t = DEFAULT_MAX_FILE_SIZE)]
+    max_file_size: u64,
+}
+
+#[derive(Args, Debug)]
+struct TargetArgs {
+    /// `latest`, an id prefix, `turn:T` or `turn:T.S`
+    target: String,
+    /// Session for `turn:` targets and `latest`
+    #[arg(long)]
+    session: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct RestoreArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Also remove files created after the checkpoint (only ones the guard captured)
+    #[arg(long)]
+    exact: bool,
+    /// Files larger than this many bytes are not captured by the guard
+    #[arg(long, default_value_t = DEFAULT_MAX_FILE_SIZE)]
+    max_file_size: u64,
+    /// Only these paths (files or directories), after `--`
+    #[arg(last = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+}
+
+/// Runs the CLI with the process arguments and returns the exit code.
+pub fn run() -> i32 {
+    run_with(std::env::args_os().collect())
+}
+
+pub fn run_with(args: Vec<OsString>) -> i32 {
+    let wants_json = args.iter().any(|a| a == "--json");
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(error) => {
+            use clap::error::ErrorKind;
+            if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = error.print();
+                return 0;
+            }
+            if wants_json {
+                let out = Output { json: true };
+                out.record("error", json!({"code": "usage", "message": error.to_string().trim()}));
+            }
+            let _ = error.print();
+            return 2;
+        }
+    };
+    let out = Output { json: cli.json };
+    match execute(&cli, &out) {
+        Ok(code) => code,
+        Err(error) => {
+            out.record("error", json!({"code": error.code(), "message": error.to_string()}));
+            eprintln!("ckpt: error: {error}");
+            error.exit_code()
+        }
+    }
+}
+
+fn working_dir(cli: &Cli) -> Result<PathBuf, CkptError> {
+    let base = std::env::current_dir().map_err(|source| CkptError::Io {
+        path: PathBuf::from("."),
+        source,
+    })?;
+    let dir = match &cli.dir {
+        Some(dir) => base.join(dir),
+        None => base,
+    };
+    dir.canonicalize().map_err(|source| CkptError::Io { path: dir, source })
+}
+
+fn check_label(what: &str, value: &Option<String>) -> Result<(), CkptError> {
+    match value {
+        Some(text) => validate_label(what, text).map_err(CkptError::InvalidInput),
+        None => Ok(()),
+    }
+}
+
+fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
+    if let Command::Demo { keep } = &cli.command {
+        return demo::run(*keep, out);
+    }
+    let cwd = working_dir(cli)?;
+    let provider = provider::open(&cwd)?;
+    match &cli.command {
+        Command::Snapshot(args) => snapshot(provider.as_ref(), args, out),
+        Command::List { session, all } => list(provider.as_ref(), session.as_deref(), *all, out),
+        Command::Show(args) => show(provider.as_ref(), args, out),
+        Command::Preview(args) => preview(provider.as_ref(), &cwd, args, out),
+        Command::Restore { args, yes } => restore(provider.as_ref(), &cwd, args, *yes, out),
+        Command::Demo { .. } => Ok(0),
+    }
+}
+
+fn snapshot(provider: &dyn Provider, args: &SnapshotArgs, out: &Output) -> Result<i32, CkptError> {
+    check_label("session", &args.session)?;
+    check_label("trigger", &args.trigger)?;
+    let request = SnapshotRequest {
+        session: args.session.clone(),
+        turn: args.turn,
+        step: args.step,
+        trigger: args.trigger.clone(),
+        kind: Kind::parse(&args.kind).unwrap_or(Kind::Manual),
+        max_file_size: args.max_file_size,
+    };
+    let outcome = provider.snapshot(&request)?;
+    for warning in &outcome.warnings {
+        eprintln!("ckpt: warning: {warning}");
+    }
+    let record = &outcome.record;
+    let skipped: Vec<_> = record
+        .skipped
+        .iter()
+        .map(|s| json!({"path": s.path, "reason": s.reason}))
+        .collect();
+    out.record(
+        "snapshot",
+        json!({
+            "id": record.id,
+            "short": record.short(),
+            "created": outcome.created,
+            "provider": record.provider,
+            "commit": record.commit,
+            "kind": record.kind.as_str(),
+            "files": record.files,
+            "total_files": record.total_files,
+            "bytes": record.bytes,
+            "skipped": skipped,
+        }),
+    );
+    if outcome.created {
+        out.human(&format!(
+            "checkpoint {} taken: {} file(s) changed, {} new, {} file(s) protected",
+            record.short(),
+            record.files,
+            output::human_bytes(record.bytes),
+            record.total_files
+        ));
+    } else {
+        out.human(&format!(
+            "nothing changed since checkpoint {}; no new checkpoint was needed",
+            record.short()
+        ));
+    }
+    for skipped in &record.skipped {
+        let path = skipped
+            .path
+            .to_repo_path()
+            .map(|p| output::human_path(&p))
+            .unwrap_or_default();
+        out.human(&format!("  not protected: {path}  [{}]", skipped.reason));
+    }
+    Ok(0)
+}
+
+fn list(provider: &dyn Provider, session: Option<&str>, all: bool, out: &Output) -> Result<i32, CkptError> {
+    let records: Vec<Record> = provider
+        .checkpoints(all)?
+        .into_iter()
+        .filter(|r| session.is_none_or(|s| r.session.as_deref() == Some(s)))
+        .collect();
+    for record in &records {
+        out.record("checkpoint", output::checkpoint_json(record));
+    }
+    if !out.json {
+        if records.is_empty() {
+            out.human("no checkpoints yet (take one with: ckpt snapshot)");
+        } else {
+            out.human(&output::list_header());
+            for record in &records {
+                out.human(&output::list_line(record));
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn resolve(provider: &dyn Provider, args: &TargetArgs) -> Result<Record, CkptError> {
+    check_label("session", &args.session)?;
+    let records = provider.checkpoints(false)?;
+    let parsed = Target::parse(&args.target).map_err(|e| resolve_error(&args.target, e))?;
+    target::resolve(&records, &parsed, args.session.as_deref())
+        .cloned()
+        .map_err(|e| resolve_error(&args.target, e))
+}
+
+fn resolve_error(text: &str, error: ResolveError) -> CkptError {
+    match error {
+        ResolveError::Invalid(message) => CkptError::InvalidInput(message),
+        ResolveError::NotFound(message) => CkptError::NotFound(message),
+        ResolveError::Ambiguous(candidates) => CkptError::Ambiguous {
+            target: text.to_owned(),
+            candidates,
+        },
+    }
+}
+
+fn show(provider: &dyn Provider, args: &TargetArgs, out: &Output) -> Result<i32, CkptError> {
+    let record = resolve(provider, args)?;
+    let mut value = output::checkpoint_json(&record);
+    if let serde_json::Value::Object(map) = &mut value {
+        map.insert("tree".into(), json!(record.tree));
+        map.insert("workspace".into(), json!(record.workspace));
+        map.insert(
+            "skipped".into(),
+            json!(record
+                .skipped
+                .iter()
+                .map(|s| json!({"path": s.path, "reason": s.reason}))
+                .collect::<Vec<_>>()),
+        );
+    }
+    out.record("checkpoint", value);
+    if !out.json {
+        let mut text = format!(
+            "checkpoint {}\n  provider  {}\n  kind      {}\n  time      {}\n  session   {}\n  turn      {}\n  trigger   {}\n  files     {} changed, {} protected\n  bytes     {} new\n  tree      {}\n",
+            record.id,
+            record.provider,
+            record.kind.as_str(),
+            output::human_time(&record),
+            record.session.as_deref().unwrap_or("-"),
+            output::turn_step(&record),
+            record.trigger.as_deref().unwrap_or("-"),
+            record.files,
+            record.total_files,
+            output::human_bytes(record.bytes),
+            record.tree
+        );
+        for skipped in &record.skipped {
+            let path = skipped
+                .path
+                .to_repo_path()
+                .map(|p| output::human_path(&p))
+                .unwrap_or_default();
+            text.push_str(&format!("  not protected: {path}  [{}]\n", skipped.reason));
+        }
+        out.human(text.trim_end());
+    }
+    Ok(0)
+}
+
+fn selection(provider: &dyn Provider, cwd: &Path, args: &RestoreArgs) -> Result<Selection, CkptError> {
+    let paths = args
+        .paths
+        .iter()
+        .map(|arg| provider::repo_path_from_user(provider.workdir(), cwd, arg))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Selection {
+        paths,
+        exact: args.exact,
+    })
+}
+
+fn preview(provider: &dyn Provider, cwd: &Path, args: &RestoreArgs, out: &Output) -> Result<i32, CkptError> {
+    let record = resolve(provider, &args.target)?;
+    let selection = selection(provider, cwd, args)?;
+    let preview = provider.preview(&record, &selection, args.max_file_size)?;
+    out.record("preview", output::preview_json(&preview));
+    out.human(output::preview_text(&preview, &record).trim_end());
+    Ok(0)
+}
+
+fn ask_on_terminal(record: &Record) -> impl FnMut(&provider::Preview) -> bool + '_ {
+    move |preview| {
+        eprint!("{}", output::preview_text(preview, record));
+        eprint!("Restore these paths? A guard checkpoint is taken first. [y/N] ");
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        if std::io::stdin().lock().read_line(&mut answer).is_err() {
+            return false;
+        }
+        matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes")
+    }
+}
+
+fn restore(provider: &dyn Provider, cwd: &Path, args: &RestoreArgs, yes: bool, out: &Output) -> Result<i32, CkptError> {
+    let record = resolve(provider, &args.target)?;
+    let selection = selection(provider, cwd, args)?;
+    let request = SnapshotRequest {
+        session: args.target.session.clone(),
+        turn: None,
+        step: None,
+        trigger: Some("restore".into()),
+        kind: Kind::Guard,
+        max_file_size: args.max_file_size,
+    };
+    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let mut ask = ask_on_terminal(&record);
+    let confirmation = if yes {
+        Confirmation::Given
+    } else if interactive {
+        Confirmation::Ask(&mut ask)
+    } else {
+        return Err(CkptError::Refused(format!(
+            "restore of {} needs confirmation: pass --yes (see what it would do with: ckpt preview {}); nothing was changed",
+            record.short(),
+            record.short()
+        )));
+    };
+    let report = provider.restore(&record, &selection, &request, confirmation)?;
+    out.record("restore", output::restore_json(&report));
+    out.human(output::restore_text(&report).trim_end());
+    Ok(if report.failed.is_empty() { 0 } else { 3 })
+}

@@ -1,0 +1,254 @@
+//! How answers are printed: JSON Lines on stdout (each object with `"v":1` and a `"type"`) when
+//! `--json` is given, human text otherwise. In JSON mode human text goes to stderr, so stdout
+//! stays machine-readable. Nothing here decides what a command does.
+
+use std::io::Write;
+
+use serde_json::{json, Value};
+
+use crate::provider::{Preview, RestoreReport};
+use crate::records::{Record, WirePath};
+use crate::verbs::RepoPath;
+
+pub struct Output {
+    pub json: bool,
+}
+
+impl Output {
+    /// Emits one JSON Lines object (JSON mode only).
+    pub fn record(&self, kind: &str, mut value: Value) {
+        if !self.json {
+            return;
+        }
+        if let Value::Object(map) = &mut value {
+            map.insert("v".into(), json!(1));
+            map.insert("type".into(), json!(kind));
+        }
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{value}");
+        let _ = stdout.flush();
+    }
+
+    /// Human text: stdout normally, stderr in JSON mode.
+    pub fn human(&self, text: &str) {
+        if self.json {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    }
+}
+
+pub fn wire(path: &RepoPath) -> Value {
+    json!(WirePath::from_repo_path(path))
+}
+
+pub fn wire_list(paths: &[RepoPath]) -> Value {
+    Value::Array(paths.iter().map(wire).collect())
+}
+
+pub fn wire_reasons(entries: &[(RepoPath, String)], key: &str) -> Value {
+    Value::Array(
+        entries
+            .iter()
+            .map(|(path, reason)| json!({"path": wire(path), key: reason}))
+            .collect(),
+    )
+}
+
+/// A path for people: as is when it is printable UTF-8, otherwise quoted with escapes.
+pub fn human_path(path: &RepoPath) -> String {
+    match std::str::from_utf8(path.as_bytes()) {
+        Ok(text) if !text.chars().any(char::is_control) => text.to_owned(),
+        _ => format!("\"{}\"", path.as_bytes().escape_ascii()),
+    }
+}
+
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+fn relative_age(seconds: i64) -> String {
+    match seconds {
+        s if s < 60 => format!("{s}s ago"),
+        s if s < 3600 => format!("{} min ago", s / 60),
+        s if s < 86400 => format!("{} h ago", s / 3600),
+        s => format!("{} d ago", s / 86400),
+    }
+}
+
+/// Local time and age, e.g. `2026-11-30 06:12:03 (5 min ago)`.
+pub fn human_time(record: &Record) -> String {
+    match chrono::DateTime::parse_from_rfc3339(&record.time) {
+        Ok(time) => {
+            let local = time.with_timezone(&chrono::Local);
+            let age = chrono::Utc::now().timestamp() - time.timestamp();
+            format!("{} ({})", local.format("%Y-%m-%d %H:%M:%S"), relative_age(age.max(0)))
+        }
+        Err(_) => record.time.clone(),
+    }
+}
+
+pub fn turn_step(record: &Record) -> String {
+    match (record.turn, record.step) {
+        (Some(turn), Some(step)) => format!("{turn}.{step}"),
+        (Some(turn), None) => turn.to_string(),
+        _ => "-".into(),
+    }
+}
+
+pub fn checkpoint_json(record: &Record) -> Value {
+    json!({
+        "id": record.id,
+        "short": record.short(),
+        "provider": record.provider,
+        "commit": record.commit,
+        "time": record.time,
+        "session": record.session,
+        "turn": record.turn,
+        "step": record.step,
+        "trigger": record.trigger,
+        "kind": record.kind.as_str(),
+        "files": record.files,
+        "total_files": record.total_files,
+        "bytes": record.bytes,
+    })
+}
+
+pub fn list_header() -> String {
+    format!(
+        "{:<8}  {:<8}  {:<7}  {:<32}  {:<12}  {:>6}  {:>10}  {}",
+        "ID", "PROVIDER", "TURN", "TIME", "TRIGGER", "FILES", "BYTES", "KIND"
+    )
+}
+
+pub fn list_line(record: &Record) -> String {
+    format!(
+        "{:<8}  {:<8}  {:<7}  {:<32}  {:<12}  {:>6}  {:>10}  {}",
+        record.short(),
+        record.provider,
+        turn_step(record),
+        human_time(record),
+        record.trigger.as_deref().unwrap_or("-"),
+        record.files,
+        human_bytes(record.bytes),
+        record.kind.as_str(),
+    )
+}
+
+fn push_paths(text: &mut String, title: &str, paths: &[RepoPath]) {
+    if paths.is_empty() {
+        return;
+    }
+    text.push_str(&format!("  {title} ({}):\n", paths.len()));
+    for path in paths {
+        text.push_str(&format!("    {}\n", human_path(path)));
+    }
+}
+
+fn push_reasons(text: &mut String, title: &str, entries: &[(RepoPath, String)]) {
+    if entries.is_empty() {
+        return;
+    }
+    text.push_str(&format!("  {title} ({}):\n", entries.len()));
+    for (path, reason) in entries {
+        text.push_str(&format!("    {}  [{reason}]\n", human_path(path)));
+    }
+}
+
+pub fn preview_json(preview: &Preview) -> Value {
+    json!({
+        "id": preview.id,
+        "overwrite": wire_list(&preview.overwrite),
+        "unchanged": preview.unchanged,
+        "created_after": wire_list(&preview.created_after),
+        "delete": wire_list(&preview.delete),
+        "conflicts": wire_reasons(&preview.conflicts, "reason"),
+        "not_protected": wire_reasons(&preview.not_protected, "reason"),
+        "exact": preview.exact,
+    })
+}
+
+pub fn preview_text(preview: &Preview, record: &Record) -> String {
+    let mut text = format!(
+        "Restoring {} ({}, turn {}, {}) would:\n",
+        record.short(),
+        record.kind.as_str(),
+        turn_step(record),
+        human_time(record)
+    );
+    push_paths(&mut text, "overwrite or recreate", &preview.overwrite);
+    push_paths(&mut text, "delete", &preview.delete);
+    let left: Vec<RepoPath> = preview
+        .created_after
+        .iter()
+        .filter(|p| !preview.delete.contains(p))
+        .cloned()
+        .collect();
+    push_paths(
+        &mut text,
+        "leave in place, created after the checkpoint (--exact removes them)",
+        &left,
+    );
+    push_reasons(&mut text, "skip, conflicts", &preview.conflicts);
+    push_reasons(&mut text, "not protected, never touched", &preview.not_protected);
+    text.push_str(&format!("  {} path(s) already match\n", preview.unchanged));
+    if preview.overwrite.is_empty() && preview.delete.is_empty() {
+        text.push_str("  nothing to change: the worktree already matches this checkpoint\n");
+    }
+    text
+}
+
+pub fn restore_json(report: &RestoreReport) -> Value {
+    json!({
+        "id": report.id,
+        "guard": report.guard,
+        "guard_created": report.guard_created,
+        "written": wire_list(&report.written),
+        "deleted": wire_list(&report.deleted),
+        "left": wire_list(&report.left),
+        "unchanged": report.unchanged,
+        "failed": wire_reasons(&report.failed, "error"),
+        "verified": report.verified,
+    })
+}
+
+pub fn restore_text(report: &RestoreReport) -> String {
+    let short = &report.id[..8.min(report.id.len())];
+    let mut text = format!("Restored {short}:\n");
+    push_paths(&mut text, "written", &report.written);
+    push_paths(&mut text, "deleted", &report.deleted);
+    push_paths(&mut text, "left in place (created after the checkpoint)", &report.left);
+    push_reasons(&mut text, "FAILED", &report.failed);
+    text.push_str(&format!("  {} path(s) already matched\n", report.unchanged));
+    if report.written.is_empty() && report.deleted.is_empty() && report.failed.is_empty() {
+        text.push_str("  nothing needed changing: the worktree already matched\n");
+    }
+    text.push_str(&format!(
+        "  verified: {}\n",
+        if report.verified {
+            "yes, every written path matches the checkpoint"
+        } else {
+            "NO"
+        }
+    ));
+    if let Some(guard) = &report.guard {
+        text.push_str(&format!(
+            "  guard checkpoint {} holds the state before this restore; undo with: ckpt restore {} --yes\n",
+            &guard[..8.min(guard.len())],
+            guard
+        ));
+    }
+    text
+}

@@ -1,0 +1,498 @@
+//! The git provider: each checkpoint is a commit in the repository's own object database whose
+//! tree is the captured worktree, pinned by `refs/ckpt/<workspace>/<id>` and described by a
+//! registry record. The user's index, HEAD, branches, reflogs, config and hooks are never written:
+//! all repository access goes through `crate::verbs`, and only `refs/ckpt/` is ever edited.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use crate::provider::plan::{self, PlanInput};
+use crate::provider::scan::{self, BlobSink, Capture};
+use crate::provider::{
+    CkptError, Confirmation, Preview, Provider, RestoreReport, Selection, SnapshotOutcome, SnapshotRequest,
+};
+use crate::records::{Record, Registry, RegistryLock, Skipped, WirePath};
+use crate::verbs::{NewTreeEntry, ObjectId, PinRef, RepoPath, RestoreOp, TreeItem, Vault, WorkspaceKey};
+
+pub struct GitProvider {
+    vault: Vault,
+    workdir: PathBuf,
+    workspace: WorkspaceKey,
+    state_root: PathBuf,
+}
+
+/// The state directory of all workspaces of a repository: `<git-common-dir>/ckpt`.
+fn state_root(vault: &Vault) -> PathBuf {
+    vault.common_dir().join("ckpt")
+}
+
+fn now_rfc3339() -> (i64, String) {
+    let now = chrono::Utc::now();
+    (now.timestamp(), now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+}
+
+impl GitProvider {
+    pub fn open(dir: &Path) -> Result<Self, CkptError> {
+        let Some(vault) = Vault::discover(dir)? else {
+            return Err(CkptError::NoProvider(format!(
+                "{} is not inside a git repository with a worktree; the copy provider for plain directories is not available yet",
+                dir.display()
+            )));
+        };
+        if vault.head_commit()?.is_none() {
+            return Err(CkptError::NoProvider(format!(
+                "the repository at {} has no commit yet (unborn HEAD); the copy provider that covers this case is not available yet",
+                vault.workdir().display()
+            )));
+        }
+        let workdir = vault.workdir().canonicalize().map_err(|source| CkptError::Io {
+            path: vault.workdir().to_path_buf(),
+            source,
+        })?;
+        let workspace = vault.workspace_key()?;
+        let state_root = state_root(&vault);
+        Ok(GitProvider {
+            vault,
+            workdir,
+            workspace,
+            state_root,
+        })
+    }
+
+    fn registry(&self) -> Result<Registry, CkptError> {
+        Ok(Registry::open(&self.state_root.join(self.workspace.as_str()))?)
+    }
+
+    fn records(&self) -> Result<Vec<Record>, CkptError> {
+        match Registry::open_existing(&self.state_root.join(self.workspace.as_str())) {
+            Some(registry) => Ok(registry.load()?),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Writes the nested trees for `files` bottom-up and returns the root tree id.
+    fn write_trees(&self, files: &BTreeMap<RepoPath, TreeItem>) -> Result<ObjectId, CkptError> {
+        #[derive(Default)]
+        struct Dir {
+            files: Vec<(Vec<u8>, TreeItem)>,
+            dirs: BTreeMap<Vec<u8>, Dir>,
+        }
+        let mut root = Dir::default();
+        for (path, item) in files {
+            let components: Vec<&[u8]> = path.components().collect();
+            let mut dir = &mut root;
+            for component in &components[..components.len() - 1] {
+                dir = dir.dirs.entry(component.to_vec()).or_default();
+            }
+            dir.files.push((components[components.len() - 1].to_vec(), *item));
+        }
+        fn write(vault: &Vault, dir: Dir) -> Result<ObjectId, CkptError> {
+            let mut entries = Vec::with_capacity(dir.files.len() + dir.dirs.len());
+            for (name, item) in dir.files {
+                entries.push(NewTreeEntry::new(&name, Some(item.kind), item.id)?);
+            }
+            for (name, sub) in dir.dirs {
+                let id = write(vault, sub)?;
+                entries.push(NewTreeEntry::new(&name, None, id)?);
+            }
+            Ok(vault.write_tree(entries)?)
+        }
+        write(&self.vault, root)
+    }
+
+    fn commit_message(
+        &self,
+        request: &SnapshotRequest,
+        time: &str,
+        files: u64,
+        bytes: u64,
+        skipped: &[Skipped],
+    ) -> String {
+        let mut text = format!("ckpt: {} checkpoint", request.kind.as_str());
+        if let Some(trigger) = &request.trigger {
+            text.push_str(&format!(" before {trigger}"));
+        }
+        text.push_str("\n\n");
+        let mut trailer = |key: &str, value: &str| text.push_str(&format!("Ckpt-{key}: {value}\n"));
+        trailer("Format", "1");
+        trailer("Workspace", self.workspace.as_str());
+        trailer("Kind", request.kind.as_str());
+        trailer("Time", time);
+        if let Some(session) = &request.session {
+            trailer("Session", session);
+        }
+        if let Some(turn) = request.turn {
+            trailer("Turn", &turn.to_string());
+        }
+        if let Some(step) = request.step {
+            trailer("Step", &step.to_string());
+        }
+        if let Some(trigger) = &request.trigger {
+            trailer("Trigger", trigger);
+        }
+        trailer("Files", &files.to_string());
+        trailer("Bytes", &bytes.to_string());
+        for entry in skipped {
+            let json = serde_json::to_string(entry).unwrap_or_default();
+            trailer("Skipped", &json);
+        }
+        text
+    }
+
+    /// The snapshot transaction; the caller holds the workspace lock. All or nothing: the record
+    /// is the last step, and a failure to save it removes the ref it just pinned.
+    fn snapshot_locked(
+        &self,
+        registry: &Registry,
+        lock: &RegistryLock,
+        request: &SnapshotRequest,
+    ) -> Result<(SnapshotOutcome, Capture), CkptError> {
+        let mut records = registry.load()?;
+        let head = self.vault.head_commit()?;
+        let capture = scan::capture(&self.vault, request.max_file_size, BlobSink::Store)?;
+        let tree = self.write_trees(&capture.items())?;
+        let warnings = capture.warnings.clone();
+
+        if let Some(previous) = records.last() {
+            if previous.tree_id().ok() == Some(tree) {
+                let outcome = SnapshotOutcome {
+                    record: previous.clone(),
+                    created: false,
+                    warnings,
+                };
+                return Ok((outcome, capture));
+            }
+        }
+
+        let base_tree = match records.last() {
+            Some(previous) => Some(previous.tree_id().map_err(CkptError::InvalidInput)?),
+            None => match head {
+                Some(head) => Some(self.vault.read_commit(&head)?.tree),
+                None => None,
+            },
+        };
+        let changes = self.vault.diff_trees(base_tree.as_ref(), Some(&tree))?;
+        let old_blobs: HashSet<ObjectId> = changes.iter().filter_map(|c| c.old.map(|i| i.id)).collect();
+        let mut counted: HashSet<ObjectId> = HashSet::new();
+        let mut bytes = 0u64;
+        for change in &changes {
+            if let Some(new) = change.new {
+                if !old_blobs.contains(&new.id) && counted.insert(new.id) {
+                    bytes += capture.files.get(&change.path).map(|f| f.size).unwrap_or(0);
+                }
+            }
+        }
+        let files = changes.len() as u64;
+        let skipped: Vec<Skipped> = capture
+            .skipped
+            .iter()
+            .map(|(path, reason)| Skipped {
+                path: WirePath::from_repo_path(path),
+                reason: reason.clone(),
+            })
+            .collect();
+
+        let (unix, time) = now_rfc3339();
+        let message = self.commit_message(request, &time, files, bytes, &skipped);
+        let commit = self.vault.write_commit(&tree, head.as_ref(), &message, unix)?;
+        crate::fault::point("snapshot:after-commit");
+        let pin = PinRef::for_checkpoint(&self.workspace, &commit);
+        self.vault.pin(&pin, &commit, None)?;
+        crate::fault::point("snapshot:after-pin");
+
+        let record = Record {
+            id: commit.to_hex(),
+            provider: "git".into(),
+            commit: Some(commit.to_hex()),
+            tree: tree.to_hex(),
+            workspace: WirePath::from_bytes(self.workdir.as_os_str().as_encoded_bytes()),
+            session: request.session.clone(),
+            turn: request.turn,
+            step: request.step,
+            trigger: request.trigger.clone(),
+            kind: request.kind,
+            time,
+            files,
+            total_files: capture.files.len() as u64,
+            bytes,
+            skipped,
+        };
+        records.push(record.clone());
+        if let Err(error) = registry.save(&records, lock) {
+            self.vault.unpin(&pin, &commit).ok();
+            return Err(error.into());
+        }
+        Ok((
+            SnapshotOutcome {
+                record,
+                created: true,
+                warnings,
+            },
+            capture,
+        ))
+    }
+
+    /// Reads a checkpoint's tree, failing loudly if its objects are gone.
+    fn checkpoint_tree(&self, record: &Record) -> Result<BTreeMap<RepoPath, TreeItem>, CkptError> {
+        record.validate().map_err(CkptError::InvalidInput)?;
+        let commit = record
+            .commit_id()
+            .map_err(CkptError::InvalidInput)?
+            .ok_or_else(|| CkptError::InvalidInput(format!("record {} names no commit", record.id)))?;
+        let pin = PinRef::for_checkpoint(&self.workspace, &commit);
+        if self.vault.read_pin(&pin)? != Some(commit) {
+            return Err(CkptError::NotFound(format!(
+                "checkpoint {} is not pinned at {} (pruned or tampered); refusing to use it",
+                record.short(),
+                pin.as_str()
+            )));
+        }
+        let info = self.vault.read_commit(&commit)?;
+        if info.tree.to_hex() != record.tree {
+            return Err(CkptError::InvalidInput(format!(
+                "record {} says tree {} but its commit has tree {}",
+                record.short(),
+                record.tree,
+                info.tree
+            )));
+        }
+        Ok(self.vault.read_tree(&info.tree)?)
+    }
+
+    fn not_protected(record: &Record, capture: &Capture, selection: &Selection) -> Vec<(RepoPath, String)> {
+        let in_scope = |p: &RepoPath| {
+            selection.paths.is_empty() || selection.paths.iter().any(|f| p.is_within(f) || f.is_within(p))
+        };
+        let mut out: Vec<(RepoPath, String)> = capture.unprotected().into_iter().filter(|(p, _)| in_scope(p)).collect();
+        for skipped in &record.skipped {
+            if let Ok(path) = skipped.path.to_repo_path() {
+                if in_scope(&path) {
+                    out.push((path, format!("not in checkpoint: {}", skipped.reason)));
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    fn make_plan(
+        target: &BTreeMap<RepoPath, TreeItem>,
+        current: &BTreeMap<RepoPath, TreeItem>,
+        unprotected: &[(RepoPath, String)],
+        selection: &Selection,
+    ) -> Result<plan::Plan, CkptError> {
+        let plan = plan::plan(&PlanInput {
+            target,
+            current,
+            unprotected,
+            filter: &selection.paths,
+            exact: selection.exact,
+        });
+        if let Some(unmatched) = plan.unmatched_filter.first() {
+            return Err(CkptError::NotFound(format!(
+                "path {} is neither in the checkpoint nor in the worktree",
+                unmatched.display()
+            )));
+        }
+        Ok(plan)
+    }
+
+    fn preview_from(
+        record: &Record,
+        plan: &plan::Plan,
+        not_protected: Vec<(RepoPath, String)>,
+        exact: bool,
+    ) -> Preview {
+        Preview {
+            id: record.id.clone(),
+            overwrite: plan.overwrite.clone(),
+            unchanged: plan.unchanged,
+            created_after: plan.created_after.clone(),
+            delete: plan.delete.clone(),
+            conflicts: plan.conflicts.clone(),
+            not_protected,
+            exact,
+        }
+    }
+
+    fn ensure_blobs_present(&self, ops: &[RestoreOp]) -> Result<(), CkptError> {
+        for op in ops {
+            if let RestoreOp::Write { item, path, .. } = op {
+                if !self.vault.has_object(&item.id) {
+                    return Err(CkptError::Verb(crate::verbs::VerbError::Worktree {
+                        path: path.display(),
+                        message: format!(
+                            "content {} is missing from the object database; the checkpoint cannot be restored and nothing was written",
+                            item.id
+                        ),
+                    }));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn journal(record: &Record, guard: &Record, ops: &[RestoreOp]) -> serde_json::Value {
+    let ops: Vec<serde_json::Value> = ops
+        .iter()
+        .map(|op| {
+            let (name, path) = match op {
+                RestoreOp::Remove { path, .. } => ("remove", path),
+                RestoreOp::RemoveEmptyDir { path } => ("remove_dir", path),
+                RestoreOp::PruneEmptyDir { path } => ("prune_dir", path),
+                RestoreOp::Write { path, .. } => ("write", path),
+            };
+            serde_json::json!({"op": name, "path": WirePath::from_repo_path(path)})
+        })
+        .collect();
+    serde_json::json!({
+        "format": "ckpt-restore-journal",
+        "version": 1,
+        "target": record.id,
+        "guard": guard.id,
+        "started": now_rfc3339().1,
+        "pid": std::process::id(),
+        "ops": ops,
+    })
+}
+
+impl Provider for GitProvider {
+    fn name(&self) -> &'static str {
+        "git"
+    }
+
+    fn workdir(&self) -> &Path {
+        &self.workdir
+    }
+
+    fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {
+        let registry = self.registry()?;
+        let lock = registry.lock()?;
+        Ok(self.snapshot_locked(&registry, &lock, request)?.0)
+    }
+
+    fn checkpoints(&self, all_workspaces: bool) -> Result<Vec<Record>, CkptError> {
+        if !all_workspaces {
+            return self.records();
+        }
+        let mut all = Vec::new();
+        let entries = match std::fs::read_dir(&self.state_root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(all),
+            Err(source) => {
+                return Err(CkptError::Io {
+                    path: self.state_root.clone(),
+                    source,
+                })
+            }
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if WorkspaceKey::new(&name.to_string_lossy()).is_err() {
+                continue;
+            }
+            if let Some(registry) = Registry::open_existing(&entry.path()) {
+                all.extend(registry.load()?);
+            }
+        }
+        all.sort_by(|a, b| a.time.cmp(&b.time));
+        Ok(all)
+    }
+
+    fn preview(&self, record: &Record, selection: &Selection, max_file_size: u64) -> Result<Preview, CkptError> {
+        let target = self.checkpoint_tree(record)?;
+        let capture = scan::capture(&self.vault, max_file_size, BlobSink::HashOnly)?;
+        let current = capture.items();
+        let plan = Self::make_plan(&target, &current, &capture.unprotected(), selection)?;
+        let not_protected = Self::not_protected(record, &capture, selection);
+        Ok(Self::preview_from(record, &plan, not_protected, selection.exact))
+    }
+
+    fn restore(
+        &self,
+        record: &Record,
+        selection: &Selection,
+        request: &SnapshotRequest,
+        confirmation: Confirmation<'_>,
+    ) -> Result<RestoreReport, CkptError> {
+        let target = self.checkpoint_tree(record)?;
+        if let Confirmation::Ask(ask) = confirmation {
+            let preview = self.preview(record, selection, request.max_file_size)?;
+            if !ask(&preview) {
+                return Err(CkptError::Refused("restore not confirmed; nothing was changed".into()));
+            }
+        }
+        let registry = self.registry()?;
+        let lock = registry.lock()?;
+        if let Some(stale) = registry.read_journal()? {
+            eprintln!(
+                "ckpt: warning: an earlier restore was interrupted (journal: {}); its guard {} still holds the state before it",
+                registry.dir().join("restore-journal.json").display(),
+                stale.get("guard").and_then(|g| g.as_str()).unwrap_or("?")
+            );
+        }
+
+        let (guard, capture) = self.snapshot_locked(&registry, &lock, request)?;
+        let current = capture.items();
+        let plan = Self::make_plan(&target, &current, &capture.unprotected(), selection)?;
+        self.ensure_blobs_present(&plan.ops)?;
+
+        registry.write_journal(&journal(record, &guard.record, &plan.ops), &lock)?;
+        crate::fault::point("restore:after-journal");
+        let results = self.vault.restore_paths(&plan.ops);
+
+        let mut report = RestoreReport {
+            id: record.id.clone(),
+            guard: Some(guard.record.id.clone()),
+            guard_created: guard.created,
+            written: Vec::new(),
+            deleted: Vec::new(),
+            left: if selection.exact {
+                Vec::new()
+            } else {
+                plan.created_after.clone()
+            },
+            unchanged: plan.unchanged,
+            failed: plan
+                .conflicts
+                .iter()
+                .map(|(p, why)| (p.clone(), format!("conflict: {why}")))
+                .collect(),
+            verified: false,
+        };
+        for (op, result) in plan.ops.iter().zip(results) {
+            match (op, result) {
+                (RestoreOp::Write { path, .. }, Ok(())) => report.written.push(path.clone()),
+                (RestoreOp::Remove { path, .. }, Ok(())) => report.deleted.push(path.clone()),
+                (_, Ok(())) => {}
+                (op, Err(error)) => report.failed.push((op.path().clone(), error.to_string())),
+            }
+        }
+
+        let mut verified = report.failed.is_empty();
+        for op in &plan.ops {
+            let expected = match op {
+                RestoreOp::Write { path, item, .. } => Some((path, Some(item))),
+                RestoreOp::Remove { path, .. } => Some((path, None)),
+                _ => None,
+            };
+            if let Some((path, item)) = expected {
+                if report.failed.iter().any(|(p, _)| p == path) {
+                    continue;
+                }
+                if !self.vault.verify_path(path, item)? {
+                    verified = false;
+                    report.failed.push((
+                        path.clone(),
+                        "verification failed: content differs after restore".into(),
+                    ));
+                }
+            }
+        }
+        report.verified = verified;
+        registry.clear_journal(&lock)?;
+        Ok(report)
+    }
+}

@@ -1,0 +1,214 @@
+//! Providers: what a checkpoint is made of and how it is put back. Owns the snapshot and restore
+//! transactions (capture → tree → commit → pin → record; preview → confirm → guard → journal →
+//! write → verify) and the error vocabulary the CLI reports. It never writes to a repository or
+//! the worktree except through `crate::verbs`, and never decides how results are printed.
+
+pub mod git;
+pub mod plan;
+pub mod scan;
+pub mod target;
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::records::{Kind, Record, RecordsError};
+use crate::verbs::{InvalidInput, RepoPath, VerbError};
+
+/// Every failure a command can report, with its JSON `code` and exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum CkptError {
+    #[error("{0}")]
+    NoProvider(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("target {target:?} is ambiguous; candidates:\n  {}", candidates.join("\n  "))]
+    Ambiguous { target: String, candidates: Vec<String> },
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0}")]
+    InvalidInput(String),
+    #[error(transparent)]
+    Records(#[from] RecordsError),
+    #[error(transparent)]
+    Verb(#[from] VerbError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<InvalidInput> for CkptError {
+    fn from(e: InvalidInput) -> Self {
+        CkptError::InvalidInput(e.to_string())
+    }
+}
+
+impl CkptError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            CkptError::NoProvider(_) => "no_provider",
+            CkptError::NotFound(_) => "not_found",
+            CkptError::Ambiguous { .. } => "ambiguous",
+            CkptError::Refused(_) => "refused",
+            CkptError::InvalidInput(_) => "invalid_input",
+            CkptError::Records(RecordsError::Corrupt { .. }) => "corrupt_registry",
+            CkptError::Records(RecordsError::UnsupportedVersion { .. }) => "unsupported_version",
+            CkptError::Records(RecordsError::Io { .. }) => "io",
+            CkptError::Verb(VerbError::Invalid(_)) => "invalid_input",
+            CkptError::Verb(VerbError::MissingObject { .. }) => "missing_object",
+            CkptError::Verb(VerbError::RefConflict { .. }) => "ref_conflict",
+            CkptError::Verb(VerbError::Worktree { .. }) => "worktree",
+            CkptError::Verb(VerbError::Git { .. }) => "git",
+            CkptError::Io { .. } => "io",
+        }
+    }
+
+    /// 1 failed, 2 usage, 4 refused (see the CLI contract).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CkptError::Ambiguous { .. } | CkptError::Refused(_) => 4,
+            CkptError::InvalidInput(_) | CkptError::Verb(VerbError::Invalid(_)) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Metadata for one snapshot.
+#[derive(Debug, Clone)]
+pub struct SnapshotRequest {
+    pub session: Option<String>,
+    pub turn: Option<u64>,
+    pub step: Option<u64>,
+    pub trigger: Option<String>,
+    pub kind: Kind,
+    pub max_file_size: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SnapshotOutcome {
+    pub record: Record,
+    pub created: bool,
+    pub warnings: Vec<String>,
+}
+
+/// Which paths a preview or restore covers.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    pub paths: Vec<RepoPath>,
+    pub exact: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Preview {
+    pub id: String,
+    pub overwrite: Vec<RepoPath>,
+    pub unchanged: usize,
+    pub created_after: Vec<RepoPath>,
+    pub delete: Vec<RepoPath>,
+    pub conflicts: Vec<(RepoPath, String)>,
+    pub not_protected: Vec<(RepoPath, String)>,
+    pub exact: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct RestoreReport {
+    pub id: String,
+    pub guard: Option<String>,
+    pub guard_created: bool,
+    pub written: Vec<RepoPath>,
+    pub deleted: Vec<RepoPath>,
+    pub left: Vec<RepoPath>,
+    pub unchanged: usize,
+    pub failed: Vec<(RepoPath, String)>,
+    pub verified: bool,
+}
+
+/// How a restore is confirmed: already (`--yes`), or by asking after showing the preview.
+pub enum Confirmation<'a> {
+    Given,
+    Ask(&'a mut dyn FnMut(&Preview) -> bool),
+}
+
+/// The operations every provider offers.
+pub trait Provider {
+    fn name(&self) -> &'static str;
+    fn workdir(&self) -> &Path;
+    fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError>;
+    /// This workspace's checkpoints (or every workspace's), oldest first.
+    fn checkpoints(&self, all_workspaces: bool) -> Result<Vec<Record>, CkptError>;
+    fn preview(&self, record: &Record, selection: &Selection, max_file_size: u64) -> Result<Preview, CkptError>;
+    fn restore(
+        &self,
+        record: &Record,
+        selection: &Selection,
+        request: &SnapshotRequest,
+        confirmation: Confirmation<'_>,
+    ) -> Result<RestoreReport, CkptError>;
+}
+
+/// Picks the provider for `dir`. Only the git provider exists so far.
+pub fn open(dir: &Path) -> Result<Box<dyn Provider>, CkptError> {
+    Ok(Box::new(git::GitProvider::open(dir)?))
+}
+
+/// Turns a path the user typed (relative to `cwd`, or absolute) into a repository path,
+/// lexically, refusing anything outside `workdir`.
+pub fn repo_path_from_user(workdir: &Path, cwd: &Path, arg: &Path) -> Result<RepoPath, CkptError> {
+    use std::os::unix::ffi::OsStrExt;
+    let joined = if arg.is_absolute() {
+        arg.to_path_buf()
+    } else {
+        cwd.join(arg)
+    };
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for component in joined.components() {
+        match component {
+            Component::RootDir | Component::Prefix(_) => parts.clear(),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop();
+            }
+            Component::Normal(name) => parts.push(name),
+        }
+    }
+    let mut normalized = PathBuf::from("/");
+    normalized.extend(parts);
+    let outside = || {
+        CkptError::InvalidInput(format!(
+            "path {} is outside the workspace {}",
+            arg.display(),
+            workdir.display()
+        ))
+    };
+    let relative = normalized.strip_prefix(workdir).map_err(|_| outside())?;
+    if relative.as_os_str().is_empty() {
+        return Err(CkptError::InvalidInput(format!(
+            "path {} is the whole workspace; omit the path to restore everything",
+            arg.display()
+        )));
+    }
+    RepoPath::new(relative.as_os_str().as_bytes().to_vec()).map_err(|e| CkptError::InvalidInput(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_paths_are_anchored_and_confined() {
+        let root = Path::new("/repo");
+        let cwd = Path::new("/repo/sub");
+        let ok = |arg: &str| repo_path_from_user(root, cwd, Path::new(arg)).map(|p| p.display()).ok();
+        assert_eq!(ok("a.txt").as_deref(), Some("sub/a.txt"));
+        assert_eq!(ok("../top.txt").as_deref(), Some("top.txt"));
+        assert_eq!(ok("./x/../y").as_deref(), Some("sub/y"));
+        assert_eq!(ok("/repo/z").as_deref(), Some("z"));
+        assert_eq!(ok("-leading").as_deref(), Some("sub/-leading"));
+        assert_eq!(ok("../../etc/passwd"), None);
+        assert_eq!(ok("/etc/passwd"), None);
+        assert_eq!(ok(".."), None);
+        assert_eq!(ok("../.git/config"), None);
+        assert_eq!(ok("/repository/x"), None);
+    }
+}

@@ -1,0 +1,455 @@
+//! The checkpoint registry: one validated record per checkpoint, stored as versioned JSON in the
+//! workspace's private state directory, rewritten atomically (temp + fsync + rename) under a
+//! cross-process lock, plus the restore journal beside it. It owns only files inside that state
+//! directory; it must never touch the worktree or any repository file.
+
+mod wire;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::verbs::{ObjectId, RepoPath};
+pub use wire::WirePath;
+
+pub const FORMAT: &str = "ckpt-records";
+pub const FORMAT_VERSION: u32 = 1;
+const RECORDS_FILE: &str = "records.json";
+const JOURNAL_FILE: &str = "restore-journal.json";
+const LOCK_FILE: &str = "lock";
+/// Longest session or trigger label accepted.
+pub const MAX_LABEL_LEN: usize = 200;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordsError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("checkpoint registry {path} is corrupt: {why} (it was left as it is; nothing was reset)")]
+    Corrupt { path: PathBuf, why: String },
+    #[error("checkpoint registry {path} has format version {found}, this ckpt reads version {FORMAT_VERSION}")]
+    UnsupportedVersion { path: PathBuf, found: u64 },
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RecordsError + '_ {
+    move |source| RecordsError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Why a checkpoint was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Auto,
+    Manual,
+    Guard,
+}
+
+impl Kind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Kind::Auto => "auto",
+            Kind::Manual => "manual",
+            Kind::Guard => "guard",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Kind> {
+        match text {
+            "auto" => Some(Kind::Auto),
+            "manual" => Some(Kind::Manual),
+            "guard" => Some(Kind::Guard),
+            _ => None,
+        }
+    }
+}
+
+/// A path that a checkpoint did not protect, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Skipped {
+    pub path: WirePath,
+    pub reason: String,
+}
+
+/// One checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    /// Full hex id; for the git provider, the pinned commit's id.
+    pub id: String,
+    pub provider: String,
+    pub commit: Option<String>,
+    pub tree: String,
+    pub workspace: WirePath,
+    pub session: Option<String>,
+    pub turn: Option<u64>,
+    pub step: Option<u64>,
+    pub trigger: Option<String>,
+    pub kind: Kind,
+    /// RFC 3339, UTC.
+    pub time: String,
+    /// Paths that differ from the previous checkpoint (from HEAD's tree for the first one).
+    pub files: u64,
+    /// Files and links the checkpoint holds in all.
+    pub total_files: u64,
+    /// Bytes of blobs new relative to the previous checkpoint.
+    pub bytes: u64,
+    pub skipped: Vec<Skipped>,
+}
+
+/// Checks a free-text label (session, trigger): one line, printable, bounded.
+pub fn validate_label(what: &str, text: &str) -> Result<(), String> {
+    if text.is_empty() {
+        return Err(format!("{what} must not be empty"));
+    }
+    if text.len() > MAX_LABEL_LEN {
+        return Err(format!("{what} is longer than {MAX_LABEL_LEN} bytes"));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(format!("{what} must not contain control characters or newlines"));
+    }
+    Ok(())
+}
+
+impl Record {
+    pub fn object_id(&self) -> Result<ObjectId, String> {
+        ObjectId::from_hex(&self.id).map_err(|e| e.to_string())
+    }
+
+    pub fn short(&self) -> &str {
+        &self.id[..8.min(self.id.len())]
+    }
+
+    pub fn tree_id(&self) -> Result<ObjectId, String> {
+        ObjectId::from_hex(&self.tree).map_err(|e| e.to_string())
+    }
+
+    pub fn commit_id(&self) -> Result<Option<ObjectId>, String> {
+        self.commit
+            .as_deref()
+            .map(|hex| ObjectId::from_hex(hex).map_err(|e| e.to_string()))
+            .transpose()
+    }
+
+    pub fn unix_time(&self) -> Result<i64, String> {
+        chrono::DateTime::parse_from_rfc3339(&self.time)
+            .map(|t| t.timestamp())
+            .map_err(|e| format!("bad time {:?}: {e}", self.time))
+    }
+
+    /// Every field that later code trusts is checked here, so a tampered registry is refused
+    /// before anything acts on it.
+    pub fn validate(&self) -> Result<(), String> {
+        let id = self.object_id().map_err(|e| format!("record id: {e}"))?;
+        self.tree_id().map_err(|e| format!("record {}: tree: {e}", self.id))?;
+        match self.provider.as_str() {
+            "git" => {
+                let commit = self
+                    .commit_id()
+                    .map_err(|e| format!("record {}: commit: {e}", self.id))?;
+                if commit != Some(id) {
+                    return Err(format!("record {}: a git checkpoint's id must be its commit", self.id));
+                }
+            }
+            other => return Err(format!("record {}: unknown provider {other:?}", self.id)),
+        }
+        self.unix_time().map_err(|e| format!("record {}: {e}", self.id))?;
+        if let Some(session) = &self.session {
+            validate_label("session", session).map_err(|e| format!("record {}: {e}", self.id))?;
+        }
+        if let Some(trigger) = &self.trigger {
+            validate_label("trigger", trigger).map_err(|e| format!("record {}: {e}", self.id))?;
+        }
+        self.workspace
+            .to_bytes()
+            .map_err(|e| format!("record {}: workspace: {e}", self.id))?;
+        for skipped in &self.skipped {
+            skipped
+                .path
+                .to_repo_path()
+                .map_err(|e| format!("record {}: skipped path: {e}", self.id))?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordsFile {
+    format: String,
+    version: u64,
+    records: Vec<Record>,
+}
+
+/// A held cross-process lock on one workspace's registry; released on drop.
+pub struct RegistryLock {
+    _file: File,
+}
+
+/// One workspace's state directory.
+pub struct Registry {
+    dir: PathBuf,
+}
+
+impl Registry {
+    /// Opens (creating if needed) the state directory `dir`.
+    pub fn open(dir: &Path) -> Result<Self, RecordsError> {
+        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        Ok(Registry { dir: dir.to_path_buf() })
+    }
+
+    /// Opens without creating anything; `None` if no state exists yet.
+    pub fn open_existing(dir: &Path) -> Option<Self> {
+        dir.is_dir().then(|| Registry { dir: dir.to_path_buf() })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Blocks until this process holds the workspace lock.
+    pub fn lock(&self) -> Result<RegistryLock, RecordsError> {
+        let path = self.dir.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        fs4::fs_std::FileExt::lock_exclusive(&file).map_err(io_error(&path))?;
+        Ok(RegistryLock { _file: file })
+    }
+
+    fn records_path(&self) -> PathBuf {
+        self.dir.join(RECORDS_FILE)
+    }
+
+    /// Loads and validates every record, oldest first. A missing file is an empty registry; a
+    /// malformed one is an error, never silently reset.
+    pub fn load(&self) -> Result<Vec<Record>, RecordsError> {
+        let path = self.records_path();
+        let text = match fs::read(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error(&path)(e)),
+        };
+        parse_records(&text).map_err(|failure| match failure {
+            ParseFailure::Version(found) => RecordsError::UnsupportedVersion {
+                path: path.clone(),
+                found,
+            },
+            ParseFailure::Corrupt(why) => RecordsError::Corrupt {
+                path: path.clone(),
+                why,
+            },
+        })
+    }
+
+    /// Replaces the registry with `records`. Requires the lock.
+    pub fn save(&self, records: &[Record], _lock: &RegistryLock) -> Result<(), RecordsError> {
+        let file = RecordsFile {
+            format: FORMAT.to_owned(),
+            version: u64::from(FORMAT_VERSION),
+            records: records.to_vec(),
+        };
+        let mut text = serde_json::to_vec_pretty(&file).map_err(|e| RecordsError::Corrupt {
+            path: self.records_path(),
+            why: e.to_string(),
+        })?;
+        text.push(b'\n');
+        write_atomically(&self.records_path(), &text)
+    }
+
+    fn journal_path(&self) -> PathBuf {
+        self.dir.join(JOURNAL_FILE)
+    }
+
+    /// Writes the restore journal (before the first worktree write).
+    pub fn write_journal(&self, journal: &serde_json::Value, _lock: &RegistryLock) -> Result<(), RecordsError> {
+        let mut text = serde_json::to_vec_pretty(journal).map_err(|e| RecordsError::Corrupt {
+            path: self.journal_path(),
+            why: e.to_string(),
+        })?;
+        text.push(b'\n');
+        write_atomically(&self.journal_path(), &text)
+    }
+
+    /// The journal of an interrupted restore, if one is present.
+    pub fn read_journal(&self) -> Result<Option<serde_json::Value>, RecordsError> {
+        let path = self.journal_path();
+        match fs::read(&path) {
+            Ok(text) => serde_json::from_slice(&text)
+                .map(Some)
+                .map_err(|e| RecordsError::Corrupt {
+                    path: path.clone(),
+                    why: e.to_string(),
+                }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_error(&path)(e)),
+        }
+    }
+
+    pub fn clear_journal(&self, _lock: &RegistryLock) -> Result<(), RecordsError> {
+        let path = self.journal_path();
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error(&path)(e)),
+        }
+    }
+}
+
+enum ParseFailure {
+    Version(u64),
+    Corrupt(String),
+}
+
+fn parse_records(text: &[u8]) -> Result<Vec<Record>, ParseFailure> {
+    let value: serde_json::Value =
+        serde_json::from_slice(text).map_err(|e| ParseFailure::Corrupt(format!("not JSON: {e}")))?;
+    if value.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
+        return Err(ParseFailure::Corrupt(format!("missing \"format\": \"{FORMAT}\"")));
+    }
+    let version = value
+        .get("version")
+        .and_then(|v| v.as_u64())
+        .ok_or_else(|| ParseFailure::Corrupt("missing numeric \"version\"".into()))?;
+    if version != u64::from(FORMAT_VERSION) {
+        return Err(ParseFailure::Version(version));
+    }
+    let file: RecordsFile = serde_json::from_value(value).map_err(|e| ParseFailure::Corrupt(e.to_string()))?;
+    let mut seen = std::collections::HashSet::new();
+    for record in &file.records {
+        record.validate().map_err(ParseFailure::Corrupt)?;
+        if !seen.insert(record.id.clone()) {
+            return Err(ParseFailure::Corrupt(format!("record {} appears twice", record.id)));
+        }
+    }
+    Ok(file.records)
+}
+
+/// temp file in the same directory + fsync + rename + fsync of the directory.
+fn write_atomically(path: &Path, content: &[u8]) -> Result<(), RecordsError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let temp = dir.join(format!(
+        ".{}.{}.tmp",
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&temp)?;
+        file.write_all(content)?;
+        file.sync_all()?;
+        fs::rename(&temp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        fs::remove_file(&temp).ok();
+    }
+    result.map_err(io_error(path))
+}
+
+/// Converts a checked skipped path back to a repository path.
+pub fn skipped_path(skipped: &Skipped) -> Option<RepoPath> {
+    skipped.path.to_repo_path().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str) -> Record {
+        Record {
+            id: id.to_owned(),
+            provider: "git".into(),
+            commit: Some(id.to_owned()),
+            tree: "4b825dc642cb6eb9a060e54bf8d69288fbee4904".into(),
+            workspace: WirePath::from_bytes(b"/tmp/ws"),
+            session: Some("s1".into()),
+            turn: Some(1),
+            step: Some(2),
+            trigger: Some("bash".into()),
+            kind: Kind::Auto,
+            time: "2026-01-02T03:04:05Z".into(),
+            files: 1,
+            total_files: 3,
+            bytes: 10,
+            skipped: vec![Skipped {
+                path: WirePath::from_bytes(b"big.bin"),
+                reason: "too_large".into(),
+            }],
+        }
+    }
+
+    const ID: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    fn file_with(records: Vec<Record>) -> Vec<u8> {
+        serde_json::to_vec(&RecordsFile {
+            format: FORMAT.into(),
+            version: 1,
+            records,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn round_trip_validates() {
+        let parsed = parse_records(&file_with(vec![record(ID)])).ok().unwrap();
+        assert_eq!(parsed, vec![record(ID)]);
+    }
+
+    #[test]
+    fn tampered_records_are_refused() {
+        let mut bad_id = record("../../etc/passwd");
+        bad_id.commit = Some("../../etc/passwd".into());
+        let mut traversal = record(ID);
+        traversal.skipped[0].path = WirePath::from_bytes(b"../outside");
+        let mut mismatched = record(ID);
+        mismatched.commit = Some("1123456789abcdef0123456789abcdef01234567".into());
+        let mut newline_session = record(ID);
+        newline_session.session = Some("a\nCkpt-Kind: guard".into());
+        let mut bad_time = record(ID);
+        bad_time.time = "yesterday".into();
+        for bad in [bad_id, traversal, mismatched, newline_session, bad_time] {
+            assert!(
+                matches!(
+                    parse_records(&file_with(vec![bad.clone()])),
+                    Err(ParseFailure::Corrupt(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            parse_records(&file_with(vec![record(ID), record(ID)])),
+            Err(ParseFailure::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn unknown_version_and_garbage_are_errors() {
+        let v2 = br#"{"format":"ckpt-records","version":2,"records":[]}"#;
+        assert!(matches!(parse_records(v2), Err(ParseFailure::Version(2))));
+        assert!(matches!(parse_records(b"{"), Err(ParseFailure::Corrupt(_))));
+        assert!(matches!(parse_records(b"[]"), Err(ParseFailure::Corrupt(_))));
+        let extra = br#"{"format":"ckpt-records","version":1,"records":[],"x":1}"#;
+        assert!(matches!(parse_records(extra), Err(ParseFailure::Corrupt(_))));
+    }
+
+    #[test]
+    fn labels_must_be_single_line() {
+        assert!(validate_label("session", "abc-123 turn").is_ok());
+        assert!(validate_label("session", "").is_err());
+        assert!(validate_label("session", "a\nb").is_err());
+        assert!(validate_label("session", &"x".repeat(MAX_LABEL_LEN + 1)).is_err());
+    }
+}

@@ -1,0 +1,55 @@
+//! The safe-verb sandbox: the only module that can write to a repository or its worktree.
+//!
+//! It owns the open `gix` repository handle and exposes a closed set of primitives — write blob,
+//! tree and commit; pin and unpin a ref under `refs/ckpt/` with compare-and-swap; read a tree, a
+//! commit or a blob; diff two trees; list the worktree read-only; restore a batch of paths into
+//! the worktree. Every input is a validated type from [`types`]. It must never offer a way to run
+//! git with caller-chosen arguments, write the index, HEAD, any ref outside `refs/ckpt/`, a
+//! reflog, config or hooks, and never write a worktree file through a symlink or outside the root.
+
+mod repo;
+mod types;
+mod worktree;
+
+pub use repo::{CommitInfo, NewTreeEntry, TreeChange, Vault, WorktreeListing, CKPT_EMAIL, CKPT_NAME};
+pub use types::{EntryKind, ObjectId, PinRef, RepoPath, TreeItem, WorkspaceKey, PIN_NAMESPACE};
+pub use worktree::{DiskItem, RestoreOp};
+
+/// A value that failed validation before reaching a verb.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidInput {
+    #[error("not a full lowercase hex object id: {0:?}")]
+    ObjectId(String),
+    #[error("not a ref inside refs/ckpt/<workspace>/<id>: {0:?}")]
+    PinRef(String),
+    #[error("not a valid workspace key: {0:?}")]
+    WorkspaceKey(String),
+    #[error("invalid repository path {path:?}: {why}")]
+    Path { path: String, why: &'static str },
+    #[error("invalid tree entry name {name:?}: {why}")]
+    TreeName { name: String, why: &'static str },
+}
+
+/// A verb that could not be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum VerbError {
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+    #[error("{action}: {message}")]
+    Git { action: String, message: String },
+    #[error("object {id} is missing from the object database ({what})")]
+    MissingObject { id: ObjectId, what: &'static str },
+    #[error("ref {name} changed concurrently: {message}")]
+    RefConflict { name: String, message: String },
+    #[error("{path}: {message}")]
+    Worktree { path: String, message: String },
+}
+
+impl VerbError {
+    fn git(action: impl Into<String>, error: impl std::fmt::Display) -> Self {
+        VerbError::Git {
+            action: action.into(),
+            message: error.to_string(),
+        }
+    }
+}

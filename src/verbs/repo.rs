@@ -1,0 +1,584 @@
+//! `Vault`: the repository handle and the object/ref verbs. The `gix::Repository` inside never
+//! leaves this file, so no other module can reach a write API. Ref edits are confined to
+//! [`PinRef`]s, always compare-and-swap, and never write a reflog.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use gix::bstr::{BStr, ByteSlice};
+use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
+use gix::refs::Target;
+
+use super::types::{EntryKind, ObjectId, PinRef, RepoPath, TreeItem, WorkspaceKey};
+use super::{InvalidInput, VerbError};
+
+/// Settings applied in memory only (never written to any config file): ckpt refs get no reflog,
+/// and ckpt never needs the user's identity.
+const CONFIG_OVERRIDES: [&str; 5] = [
+    "core.logAllRefUpdates=false",
+    "user.name=ckpt",
+    "user.email=ckpt@localhost",
+    "gc.auto=0",
+    "core.fsync=all",
+];
+
+/// The identity every checkpoint commit is written with, so users need no git identity.
+pub const CKPT_NAME: &str = "ckpt";
+pub const CKPT_EMAIL: &str = "ckpt@localhost";
+
+/// An open repository with a worktree, as ckpt is allowed to use it.
+pub struct Vault {
+    repo: gix::Repository,
+    workdir: PathBuf,
+}
+
+/// Valid pins with their targets, and names under `refs/ckpt/` that are not valid pins.
+pub type PinListing = (Vec<(PinRef, ObjectId)>, Vec<String>);
+
+/// One entry of one tree level: name, kind (`None` for a subtree), id.
+type LevelEntry = (Vec<u8>, Option<EntryKind>, ObjectId);
+
+/// What a commit says, decoded.
+#[derive(Debug, Clone)]
+pub struct CommitInfo {
+    pub tree: ObjectId,
+    pub parents: Vec<ObjectId>,
+    pub message: Vec<u8>,
+}
+
+/// One path whose entry differs between two trees (`None` = absent on that side).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeChange {
+    pub path: RepoPath,
+    pub old: Option<TreeItem>,
+    pub new: Option<TreeItem>,
+}
+
+/// The worktree as git sees it, listed read-only: the user's index entries, plus what a
+/// directory walk with git's ignore rules finds that the index does not track.
+#[derive(Debug, Default)]
+pub struct WorktreeListing {
+    /// Index entries (stage merged), with the kind and id the index records.
+    pub tracked: Vec<(RepoPath, TreeItem)>,
+    /// Untracked, not ignored, non-directory paths (files, symlinks, special files).
+    pub untracked: Vec<RepoPath>,
+    /// Ignored paths; `true` when the entry stands for a whole ignored directory.
+    pub ignored: Vec<(RepoPath, bool)>,
+    /// Untracked nested repositories (never entered).
+    pub nested_repos: Vec<RepoPath>,
+    /// Names git could not represent as a repository path, with the reason.
+    pub unrepresentable: Vec<(String, String)>,
+}
+
+fn entry_kind(mode: gix::objs::tree::EntryMode) -> Option<EntryKind> {
+    use gix::objs::tree::EntryKind as K;
+    match mode.kind() {
+        K::Blob => Some(EntryKind::File),
+        K::BlobExecutable => Some(EntryKind::Executable),
+        K::Link => Some(EntryKind::Symlink),
+        K::Commit => Some(EntryKind::Gitlink),
+        K::Tree => None,
+    }
+}
+
+fn tree_mode(kind: EntryKind) -> gix::objs::tree::EntryMode {
+    use gix::objs::tree::EntryKind as K;
+    match kind {
+        EntryKind::File => K::Blob.into(),
+        EntryKind::Executable => K::BlobExecutable.into(),
+        EntryKind::Symlink => K::Link.into(),
+        EntryKind::Gitlink => K::Commit.into(),
+    }
+}
+
+/// One entry of a tree being written: a single validated name pointing at a blob, link,
+/// gitlink or subtree.
+#[derive(Debug, Clone)]
+pub struct NewTreeEntry {
+    pub name: Vec<u8>,
+    pub kind: Option<EntryKind>,
+    pub id: ObjectId,
+}
+
+impl NewTreeEntry {
+    /// `kind: None` marks a subtree.
+    pub fn new(name: &[u8], kind: Option<EntryKind>, id: ObjectId) -> Result<Self, InvalidInput> {
+        let why = if name.is_empty() {
+            Some("empty")
+        } else if name.contains(&b'/') || name.contains(&0) {
+            Some("contains `/` or NUL")
+        } else if name == b"." || name == b".." || name.eq_ignore_ascii_case(b".git") {
+            Some("reserved name")
+        } else {
+            None
+        };
+        match why {
+            Some(why) => Err(InvalidInput::TreeName {
+                name: String::from_utf8_lossy(name).into_owned(),
+                why,
+            }),
+            None => Ok(NewTreeEntry {
+                name: name.to_vec(),
+                kind,
+                id,
+            }),
+        }
+    }
+}
+
+impl Vault {
+    /// Finds the repository containing `dir` (searching upwards). `Ok(None)` when `dir` is not
+    /// inside a repository with a worktree.
+    pub fn discover(dir: &Path) -> Result<Option<Vault>, VerbError> {
+        let open_options = gix::open::Options::default().config_overrides(CONFIG_OVERRIDES);
+        let repo = match gix::discover_opts(dir, Default::default(), open_options) {
+            Ok(repo) => repo,
+            Err(error) if error.is_not_found() => return Ok(None),
+            Err(error) => {
+                let text = error.to_string();
+                if text.contains("not a git repository") || text.contains("Could not find a git repository") {
+                    return Ok(None);
+                }
+                return Err(VerbError::git(
+                    format!("opening the repository at {}", dir.display()),
+                    error,
+                ));
+            }
+        };
+        let Some(workdir) = repo.workdir().map(Path::to_path_buf) else {
+            return Ok(None);
+        };
+        Ok(Some(Vault { repo, workdir }))
+    }
+
+    /// The worktree root.
+    pub fn workdir(&self) -> &Path {
+        &self.workdir
+    }
+
+    /// The directory shared by all worktrees of this repository.
+    pub fn common_dir(&self) -> &Path {
+        self.repo.common_dir()
+    }
+
+    /// `main` for the main worktree, `wt-<name>` for a linked one.
+    pub fn workspace_key(&self) -> Result<WorkspaceKey, VerbError> {
+        let git_dir = self.repo.git_dir();
+        let is_linked = git_dir.canonicalize().ok() != self.repo.common_dir().canonicalize().ok();
+        if !is_linked {
+            return Ok(WorkspaceKey::new("main")?);
+        }
+        let name = git_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let sanitized: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        Ok(WorkspaceKey::new(&format!("wt-{sanitized}"))?)
+    }
+
+    /// The commit HEAD points at, or `None` while HEAD is unborn.
+    pub fn head_commit(&self) -> Result<Option<ObjectId>, VerbError> {
+        let head = self.repo.head().map_err(|e| VerbError::git("reading HEAD", e))?;
+        Ok(head.id().map(|id| ObjectId(id.detach())))
+    }
+
+    pub fn has_object(&self, id: &ObjectId) -> bool {
+        self.repo.has_object(id.0)
+    }
+
+    /// Hashes `bytes` as a blob without writing anything.
+    pub fn hash_blob(&self, bytes: &[u8]) -> Result<ObjectId, VerbError> {
+        gix::objs::compute_hash(self.repo.object_hash(), gix::objs::Kind::Blob, bytes)
+            .map(ObjectId)
+            .map_err(|e| VerbError::git("hashing a blob", e))
+    }
+
+    /// Writes `bytes` as a blob (no filters: the bytes are stored exactly).
+    pub fn write_blob(&self, bytes: &[u8]) -> Result<ObjectId, VerbError> {
+        self.repo
+            .write_blob(bytes)
+            .map(|id| ObjectId(id.detach()))
+            .map_err(|e| VerbError::git("writing a blob", e))
+    }
+
+    /// Writes one tree from validated entries, sorted the way git requires.
+    pub fn write_tree(&self, entries: Vec<NewTreeEntry>) -> Result<ObjectId, VerbError> {
+        let mut tree = gix::objs::Tree {
+            entries: entries
+                .into_iter()
+                .map(|entry| gix::objs::tree::Entry {
+                    mode: match entry.kind {
+                        Some(kind) => tree_mode(kind),
+                        None => gix::objs::tree::EntryKind::Tree.into(),
+                    },
+                    filename: entry.name.into(),
+                    oid: entry.id.0,
+                })
+                .collect(),
+        };
+        tree.entries.sort();
+        if let Some(pair) = tree
+            .entries
+            .windows(2)
+            .find(|pair| pair[0].filename == pair[1].filename)
+        {
+            return Err(InvalidInput::TreeName {
+                name: pair[0].filename.to_string(),
+                why: "duplicate name in one tree",
+            }
+            .into());
+        }
+        self.repo
+            .write_object(&tree)
+            .map(|id| ObjectId(id.detach()))
+            .map_err(|e| VerbError::git("writing a tree", e))
+    }
+
+    /// Writes a commit with ckpt's own fixed identity. It is not attached to any branch.
+    pub fn write_commit(
+        &self,
+        tree: &ObjectId,
+        parent: Option<&ObjectId>,
+        message: &str,
+        unix_seconds: i64,
+    ) -> Result<ObjectId, VerbError> {
+        let signature = gix::actor::Signature {
+            name: CKPT_NAME.into(),
+            email: CKPT_EMAIL.into(),
+            time: gix::date::Time {
+                seconds: unix_seconds,
+                offset: 0,
+            },
+        };
+        let commit = gix::objs::Commit {
+            tree: tree.0,
+            parents: parent.map(|p| p.0).into_iter().collect(),
+            author: signature.clone(),
+            committer: signature,
+            encoding: None,
+            message: message.into(),
+            extra_headers: Vec::new(),
+        };
+        self.repo
+            .write_object(&commit)
+            .map(|id| ObjectId(id.detach()))
+            .map_err(|e| VerbError::git("writing a commit", e))
+    }
+
+    /// Creates `pin` pointing at `commit`; with `expected_old`, replaces only that value.
+    pub fn pin(&self, pin: &PinRef, commit: &ObjectId, expected_old: Option<&ObjectId>) -> Result<(), VerbError> {
+        let kind = self
+            .repo
+            .find_header(commit.0)
+            .map_err(|_| VerbError::MissingObject {
+                id: *commit,
+                what: "commit to pin",
+            })?
+            .kind();
+        if kind != gix::objs::Kind::Commit {
+            return Err(VerbError::Git {
+                action: format!("pinning {}", pin.as_str()),
+                message: format!("{commit} is a {kind}, only commits may be pinned"),
+            });
+        }
+        let expected = match expected_old {
+            Some(old) => PreviousValue::MustExistAndMatch(Target::Object(old.0)),
+            None => PreviousValue::MustNotExist,
+        };
+        self.edit_pin(
+            pin,
+            Change::Update {
+                log: LogChange {
+                    mode: RefLog::AndReference,
+                    force_create_reflog: false,
+                    message: "ckpt: pin".into(),
+                },
+                expected,
+                new: Target::Object(commit.0),
+            },
+        )
+    }
+
+    /// Deletes `pin`, only if it still points at `expected`.
+    pub fn unpin(&self, pin: &PinRef, expected: &ObjectId) -> Result<(), VerbError> {
+        self.edit_pin(
+            pin,
+            Change::Delete {
+                expected: PreviousValue::MustExistAndMatch(Target::Object(expected.0)),
+                log: RefLog::AndReference,
+            },
+        )
+    }
+
+    fn edit_pin(&self, pin: &PinRef, change: Change) -> Result<(), VerbError> {
+        let name = pin
+            .as_str()
+            .try_into()
+            .map_err(|e| VerbError::git(format!("naming {}", pin.as_str()), e))?;
+        let edit = RefEdit {
+            change,
+            name,
+            deref: false,
+        };
+        self.repo
+            .edit_references_as(Some(edit), None)
+            .map(|_| ())
+            .map_err(|e| VerbError::RefConflict {
+                name: pin.as_str().to_owned(),
+                message: e.to_string(),
+            })
+    }
+
+    /// Every ref under `refs/ckpt/`, with the object it points at. Names that are not valid pin
+    /// refs are returned separately so callers can report them.
+    pub fn list_pins(&self) -> Result<PinListing, VerbError> {
+        let platform = self.repo.references().map_err(|e| VerbError::git("listing refs", e))?;
+        let iter = platform
+            .prefixed("refs/ckpt/")
+            .map_err(|e| VerbError::git("listing refs/ckpt/", e))?;
+        let mut pins = Vec::new();
+        let mut foreign = Vec::new();
+        for reference in iter {
+            let reference = reference.map_err(|e| VerbError::git("reading a ref under refs/ckpt/", e))?;
+            let name = reference.name().as_bstr().to_str_lossy().into_owned();
+            match (PinRef::parse(&name), reference.target().try_id()) {
+                (Ok(pin), Some(id)) => pins.push((pin, ObjectId(id.to_owned()))),
+                _ => foreign.push(name),
+            }
+        }
+        Ok((pins, foreign))
+    }
+
+    /// The object a pin ref points at now, if it exists.
+    pub fn read_pin(&self, pin: &PinRef) -> Result<Option<ObjectId>, VerbError> {
+        let found = self
+            .repo
+            .try_find_reference(pin.as_str())
+            .map_err(|e| VerbError::git(format!("reading {}", pin.as_str()), e))?;
+        Ok(found.and_then(|r| r.target().try_id().map(|id| ObjectId(id.to_owned()))))
+    }
+
+    pub fn read_commit(&self, id: &ObjectId) -> Result<CommitInfo, VerbError> {
+        let commit = self.repo.find_commit(id.0).map_err(|_| VerbError::MissingObject {
+            id: *id,
+            what: "commit",
+        })?;
+        let decoded = commit
+            .decode()
+            .map_err(|e| VerbError::git(format!("decoding commit {id}"), e))?;
+        Ok(CommitInfo {
+            tree: ObjectId(decoded.tree()),
+            parents: decoded.parents().map(ObjectId).collect(),
+            message: decoded.message.to_vec(),
+        })
+    }
+
+    /// One level of a tree: `(name, kind, id)` with `kind: None` for subtrees.
+    fn read_tree_level(&self, id: &ObjectId) -> Result<Vec<LevelEntry>, VerbError> {
+        let tree = self
+            .repo
+            .find_tree(id.0)
+            .map_err(|_| VerbError::MissingObject { id: *id, what: "tree" })?;
+        let decoded = tree
+            .decode()
+            .map_err(|e| VerbError::git(format!("decoding tree {id}"), e))?;
+        Ok(decoded
+            .entries
+            .iter()
+            .map(|e| (e.filename.to_vec(), entry_kind(e.mode), ObjectId(e.oid.to_owned())))
+            .collect())
+    }
+
+    fn child_path(parent: Option<&RepoPath>, name: &[u8]) -> Result<RepoPath, VerbError> {
+        Ok(match parent {
+            Some(parent) => parent.join(name)?,
+            None => RepoPath::new(name.to_vec())?,
+        })
+    }
+
+    /// Every non-tree entry below `tree`, like `ls-tree -r`. A hostile name in the tree (`..`,
+    /// `.git`, `/`) is an error, never a path.
+    pub fn read_tree(&self, tree: &ObjectId) -> Result<BTreeMap<RepoPath, TreeItem>, VerbError> {
+        let mut out = BTreeMap::new();
+        let mut pending: Vec<(Option<RepoPath>, ObjectId)> = vec![(None, *tree)];
+        while let Some((prefix, id)) = pending.pop() {
+            for (name, kind, child) in self.read_tree_level(&id)? {
+                let path = Self::child_path(prefix.as_ref(), &name)?;
+                match kind {
+                    Some(kind) => {
+                        out.insert(path, TreeItem { kind, id: child });
+                    }
+                    None => pending.push((Some(path), child)),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The paths whose entries differ between `old` and `new`, descending only into subtrees
+    /// whose ids differ, so the cost follows the size of the change.
+    pub fn diff_trees(&self, old: Option<&ObjectId>, new: Option<&ObjectId>) -> Result<Vec<TreeChange>, VerbError> {
+        let mut changes = Vec::new();
+        self.diff_level(None, old.copied(), new.copied(), &mut changes)?;
+        changes.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(changes)
+    }
+
+    fn diff_level(
+        &self,
+        prefix: Option<&RepoPath>,
+        old: Option<ObjectId>,
+        new: Option<ObjectId>,
+        out: &mut Vec<TreeChange>,
+    ) -> Result<(), VerbError> {
+        if old == new {
+            return Ok(());
+        }
+        type Side = (Option<EntryKind>, ObjectId);
+        let mut merged: BTreeMap<Vec<u8>, (Option<Side>, Option<Side>)> = BTreeMap::new();
+        if let Some(old) = old {
+            for (name, kind, id) in self.read_tree_level(&old)? {
+                merged.entry(name).or_default().0 = Some((kind, id));
+            }
+        }
+        if let Some(new) = new {
+            for (name, kind, id) in self.read_tree_level(&new)? {
+                merged.entry(name).or_default().1 = Some((kind, id));
+            }
+        }
+        for (name, (a, b)) in merged {
+            if a == b {
+                continue;
+            }
+            let path = Self::child_path(prefix, &name)?;
+            let (a_item, a_tree) = split_side(a);
+            let (b_item, b_tree) = split_side(b);
+            if a_item != b_item {
+                out.push(TreeChange {
+                    path: path.clone(),
+                    old: a_item,
+                    new: b_item,
+                });
+            }
+            if a_tree.is_some() || b_tree.is_some() {
+                self.diff_level(Some(&path), a_tree, b_tree, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn read_blob(&self, id: &ObjectId) -> Result<Vec<u8>, VerbError> {
+        let mut blob = self
+            .repo
+            .find_blob(id.0)
+            .map_err(|_| VerbError::MissingObject { id: *id, what: "blob" })?;
+        Ok(blob.take_data())
+    }
+
+    /// Lists the worktree read-only: index entries and a directory walk that applies git's
+    /// ignore rules, never entering ignored directories or nested repositories.
+    pub fn list_worktree(&self) -> Result<WorktreeListing, VerbError> {
+        let index = self
+            .repo
+            .index_or_empty()
+            .map_err(|e| VerbError::git("reading the index (read-only)", e))?;
+        let mut listing = WorktreeListing::default();
+        let mut last: Option<RepoPath> = None;
+        for entry in index.entries() {
+            let raw_path = entry.path(&index);
+            let Some(kind) = index_entry_kind(entry.mode) else {
+                continue;
+            };
+            match RepoPath::new(raw_path.to_vec()) {
+                Ok(path) => {
+                    // Unmerged paths appear once per stage; keep one.
+                    if last.as_ref() == Some(&path) {
+                        continue;
+                    }
+                    last = Some(path.clone());
+                    listing.tracked.push((
+                        path,
+                        TreeItem {
+                            kind,
+                            id: ObjectId(entry.id),
+                        },
+                    ));
+                }
+                Err(e) => listing.unrepresentable.push((raw_path.to_string(), e.to_string())),
+            }
+        }
+
+        let options = self
+            .repo
+            .dirwalk_options()
+            .map_err(|e| VerbError::git("preparing the worktree walk", e))?
+            .emit_tracked(false)
+            .emit_untracked(gix::dir::walk::EmissionMode::Matching)
+            .emit_ignored(Some(gix::dir::walk::EmissionMode::CollapseDirectory))
+            .emit_pruned(false)
+            .emit_empty_directories(false)
+            .recurse_repositories(false)
+            .classify_untracked_bare_repositories(true)
+            .symlinks_to_directories_are_ignored_like_directories(false);
+        let mut collect = gix::dir::walk::delegate::Collect::default();
+        let interrupt = std::sync::atomic::AtomicBool::new(false);
+        let no_patterns: [&BStr; 0] = [];
+        self.repo
+            .dirwalk(&index, no_patterns, &interrupt, options, &mut collect)
+            .map_err(|e| VerbError::git("walking the worktree", e))?;
+        for (entry, _) in collect.into_entries_by_path() {
+            use gix::dir::entry::{Kind, Status};
+            let raw = entry.rela_path;
+            if raw.is_empty() {
+                continue;
+            }
+            let path = match RepoPath::new(raw.to_vec()) {
+                Ok(path) => path,
+                Err(e) => {
+                    listing.unrepresentable.push((raw.to_string(), e.to_string()));
+                    continue;
+                }
+            };
+            match (entry.status, entry.disk_kind) {
+                (Status::Ignored(_), kind) => listing.ignored.push((path, matches!(kind, Some(Kind::Directory)))),
+                (Status::Untracked, Some(Kind::Repository)) => listing.nested_repos.push(path),
+                (Status::Untracked, Some(Kind::Directory)) => {}
+                (Status::Untracked, _) => listing.untracked.push(path),
+                _ => {}
+            }
+        }
+        Ok(listing)
+    }
+}
+
+fn split_side(side: Option<(Option<EntryKind>, ObjectId)>) -> (Option<TreeItem>, Option<ObjectId>) {
+    match side {
+        Some((Some(kind), id)) => (Some(TreeItem { kind, id }), None),
+        Some((None, id)) => (None, Some(id)),
+        None => (None, None),
+    }
+}
+
+fn index_entry_kind(mode: gix::index::entry::Mode) -> Option<EntryKind> {
+    use gix::index::entry::Mode;
+    if mode == Mode::FILE {
+        Some(EntryKind::File)
+    } else if mode == Mode::FILE_EXECUTABLE {
+        Some(EntryKind::Executable)
+    } else if mode == Mode::SYMLINK {
+        Some(EntryKind::Symlink)
+    } else if mode == Mode::COMMIT {
+        Some(EntryKind::Gitlink)
+    } else {
+        None
+    }
+}

@@ -1,0 +1,356 @@
+//! Validated value types that cross the verbs boundary: object ids, pin refs, workspace keys and
+//! repo-relative paths. Each type can only hold a value that passed its validator, so a verb never
+//! has to re-check its inputs. Nothing here touches the filesystem or a repository.
+
+use std::fmt;
+
+use crate::verbs::InvalidInput;
+
+/// A git object id (SHA-1 or SHA-256), constructible only from validated lowercase hex or from an
+/// id the object database itself produced.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectId(pub(in crate::verbs) gix::ObjectId);
+
+impl ObjectId {
+    /// Parses a full 40-hex (SHA-1) or 64-hex (SHA-256) lowercase object id.
+    pub fn from_hex(text: &str) -> Result<Self, InvalidInput> {
+        let bytes = text.as_bytes();
+        if bytes.len() != 40 && bytes.len() != 64 {
+            return Err(InvalidInput::ObjectId(text.to_owned()));
+        }
+        if !bytes.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(InvalidInput::ObjectId(text.to_owned()));
+        }
+        gix::ObjectId::from_hex(bytes)
+            .map(ObjectId)
+            .map_err(|_| InvalidInput::ObjectId(text.to_owned()))
+    }
+
+    pub fn to_hex(&self) -> String {
+        self.0.to_hex().to_string()
+    }
+
+    /// The first `len` hex digits, as shown to people.
+    pub fn short(&self, len: usize) -> String {
+        let hex = self.to_hex();
+        hex[..len.min(hex.len())].to_owned()
+    }
+}
+
+impl fmt::Debug for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ObjectId({})", self.to_hex())
+    }
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+/// Is `text` usable as one component of a ref name under `refs/ckpt/`? Deliberately narrower than
+/// git's own rules: ASCII letters, digits, `-`, `_` and non-leading `.`, no `..`, no `.lock` suffix.
+fn is_safe_ref_component(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 128
+        && !text.starts_with('.')
+        && !text.ends_with('.')
+        && !text.ends_with(".lock")
+        && !text.contains("..")
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Names one workspace (a worktree of a repository) inside `refs/ckpt/` and the state directory.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkspaceKey(String);
+
+impl WorkspaceKey {
+    pub fn new(text: &str) -> Result<Self, InvalidInput> {
+        if is_safe_ref_component(text) {
+            Ok(WorkspaceKey(text.to_owned()))
+        } else {
+            Err(InvalidInput::WorkspaceKey(text.to_owned()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+pub const PIN_NAMESPACE: &str = "refs/ckpt/";
+
+/// A full ref name that is guaranteed to live under `refs/ckpt/<workspace>/<commit-hex>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PinRef(String);
+
+impl PinRef {
+    pub fn for_checkpoint(workspace: &WorkspaceKey, commit: &ObjectId) -> Self {
+        PinRef(format!("{PIN_NAMESPACE}{}/{}", workspace.as_str(), commit.to_hex()))
+    }
+
+    /// Parses a full ref name, accepting only `refs/ckpt/<workspace>/<hex id>`.
+    pub fn parse(full: &str) -> Result<Self, InvalidInput> {
+        let rest = full
+            .strip_prefix(PIN_NAMESPACE)
+            .ok_or_else(|| InvalidInput::PinRef(full.to_owned()))?;
+        let mut parts = rest.split('/');
+        let (Some(workspace), Some(id), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(InvalidInput::PinRef(full.to_owned()));
+        };
+        WorkspaceKey::new(workspace).map_err(|_| InvalidInput::PinRef(full.to_owned()))?;
+        ObjectId::from_hex(id).map_err(|_| InvalidInput::PinRef(full.to_owned()))?;
+        Ok(PinRef(full.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The workspace component of the ref name.
+    pub fn workspace(&self) -> WorkspaceKey {
+        let rest = &self.0[PIN_NAMESPACE.len()..];
+        let workspace = rest.split('/').next().unwrap_or_default();
+        WorkspaceKey(workspace.to_owned())
+    }
+
+    /// The checkpoint id the ref name carries (the pinned commit, by construction).
+    pub fn checkpoint_id(&self) -> Option<ObjectId> {
+        self.0.rsplit('/').next().and_then(|hex| ObjectId::from_hex(hex).ok())
+    }
+}
+
+/// A repository-relative path with `/` separators, held as bytes. It is never empty, never
+/// absolute, and has no empty, `.`, `..` or `.git` component; names like `notes..old.txt` are fine.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RepoPath(Vec<u8>);
+
+impl RepoPath {
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self, InvalidInput> {
+        let bytes = bytes.into();
+        let reject = |why: &'static str| InvalidInput::Path {
+            path: String::from_utf8_lossy(&bytes).into_owned(),
+            why,
+        };
+        if bytes.is_empty() {
+            return Err(reject("empty path"));
+        }
+        if bytes.contains(&0) {
+            return Err(reject("contains a NUL byte"));
+        }
+        if bytes[0] == b'/' {
+            return Err(reject("absolute path"));
+        }
+        for component in bytes.split(|b| *b == b'/') {
+            match component {
+                b"" => return Err(reject("empty path component")),
+                b"." | b".." => return Err(reject("`.` or `..` component")),
+                c if c.eq_ignore_ascii_case(b".git") => return Err(reject("`.git` component")),
+                _ => {}
+            }
+        }
+        Ok(RepoPath(bytes))
+    }
+
+    /// Joins a validated parent with one more validated component.
+    pub fn join(&self, name: &[u8]) -> Result<Self, InvalidInput> {
+        let mut bytes = self.0.clone();
+        bytes.push(b'/');
+        bytes.extend_from_slice(name);
+        RepoPath::new(bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn components(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.split(|b| *b == b'/')
+    }
+
+    /// The parent directory, or `None` at the top level.
+    pub fn parent(&self) -> Option<RepoPath> {
+        let cut = self.0.iter().rposition(|b| *b == b'/')?;
+        Some(RepoPath(self.0[..cut].to_vec()))
+    }
+
+    /// Every proper ancestor directory, shallowest first.
+    pub fn ancestors(&self) -> Vec<RepoPath> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'/')
+            .map(|(i, _)| RepoPath(self.0[..i].to_vec()))
+            .collect()
+    }
+
+    /// True if `self` is `other` or lies below it.
+    pub fn is_within(&self, other: &RepoPath) -> bool {
+        self.0 == other.0 || (self.0.starts_with(&other.0) && self.0.get(other.0.len()) == Some(&b'/'))
+    }
+
+    /// The path as an OS path fragment (bytes as they are, on Unix).
+    pub fn to_os_path(&self) -> std::path::PathBuf {
+        use std::os::unix::ffi::OsStrExt;
+        std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&self.0))
+    }
+
+    /// Lossy text for messages meant for people.
+    pub fn display(&self) -> String {
+        String::from_utf8_lossy(&self.0).into_owned()
+    }
+}
+
+impl fmt::Debug for RepoPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RepoPath({:?})", self.display())
+    }
+}
+
+/// What a captured worktree entry is, as git records it in a tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EntryKind {
+    File,
+    Executable,
+    Symlink,
+    /// A submodule or nested repository, recorded as a pointer only; never restored.
+    Gitlink,
+}
+
+impl EntryKind {
+    pub fn label(&self) -> &'static str {
+        match self {
+            EntryKind::File => "file",
+            EntryKind::Executable => "executable",
+            EntryKind::Symlink => "symlink",
+            EntryKind::Gitlink => "gitlink",
+        }
+    }
+}
+
+/// One non-directory entry of a flattened tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TreeItem {
+    pub kind: EntryKind,
+    pub id: ObjectId,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_id_accepts_sha1_and_sha256_hex() {
+        let sha1 = "0123456789abcdef0123456789abcdef01234567";
+        assert_eq!(
+            ObjectId::from_hex(sha1).map(|id| id.to_hex()).ok().as_deref(),
+            Some(sha1)
+        );
+        let sha256 = "0123456789abcdef".repeat(4);
+        assert_eq!(ObjectId::from_hex(&sha256).map(|id| id.to_hex()).ok(), Some(sha256));
+    }
+
+    #[test]
+    fn object_id_rejects_everything_else() {
+        for bad in [
+            "",
+            "abc",
+            "0123456789abcdef0123456789abcdef0123456",
+            "0123456789abcdef0123456789abcdef012345678",
+            "0123456789ABCDEF0123456789abcdef01234567",
+            "0123456789abcdef0123456789abcdef0123456g",
+            "../../../../../../../../../../etc/passwd",
+            "-0123456789abcdef0123456789abcdef0123456",
+        ] {
+            assert!(ObjectId::from_hex(bad).is_err(), "{bad:?} must be rejected");
+        }
+    }
+
+    #[test]
+    fn repo_path_accepts_odd_but_legal_names() {
+        for good in [
+            &b"notes..old.txt"[..],
+            b"a b/c d",
+            b"new\nline",
+            b"colon:name",
+            b"glob*?[x]",
+            b"-leading-dash",
+            b"\xff\xfe latin",
+            b".gitignore",
+            b"dir/.github/x",
+            b"...",
+        ] {
+            assert!(
+                RepoPath::new(good.to_vec()).is_ok(),
+                "{:?}",
+                String::from_utf8_lossy(good)
+            );
+        }
+    }
+
+    #[test]
+    fn repo_path_rejects_traversal_and_git_dir() {
+        for bad in [
+            &b""[..],
+            b"/etc/passwd",
+            b"../x",
+            b"a/../b",
+            b"a/./b",
+            b".",
+            b"a//b",
+            b"a/",
+            b".git",
+            b".git/config",
+            b"sub/.GIT/hooks/x",
+            b"a\0b",
+        ] {
+            assert!(
+                RepoPath::new(bad.to_vec()).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn repo_path_relations() {
+        let p = RepoPath::new(b"a/b/c".to_vec()).unwrap();
+        let a = RepoPath::new(b"a".to_vec()).unwrap();
+        let ab = RepoPath::new(b"a/b".to_vec()).unwrap();
+        let abc_d = RepoPath::new(b"a/bc".to_vec()).unwrap();
+        assert!(p.is_within(&a));
+        assert!(p.is_within(&ab));
+        assert!(p.is_within(&p));
+        assert!(!abc_d.is_within(&ab));
+        assert_eq!(p.ancestors(), vec![a, ab.clone()]);
+        assert_eq!(p.parent(), Some(ab));
+    }
+
+    #[test]
+    fn pin_refs_stay_inside_the_namespace() {
+        let id = ObjectId::from_hex("0123456789abcdef0123456789abcdef01234567").unwrap();
+        let ws = WorkspaceKey::new("main").unwrap();
+        let pin = PinRef::for_checkpoint(&ws, &id);
+        assert_eq!(pin.as_str(), "refs/ckpt/main/0123456789abcdef0123456789abcdef01234567");
+        assert_eq!(PinRef::parse(pin.as_str()), Ok(pin.clone()));
+        assert_eq!(pin.checkpoint_id(), Some(id));
+        for bad in [
+            "refs/heads/main",
+            "refs/ckpt/main",
+            "refs/ckpt/../heads/0123456789abcdef0123456789abcdef01234567",
+            "refs/ckpt/main/x/0123456789abcdef0123456789abcdef01234567",
+            "refs/ckpt/.hidden/0123456789abcdef0123456789abcdef01234567",
+            "refs/ckpt/a.lock/0123456789abcdef0123456789abcdef01234567",
+            "refs/ckpt/main/HEAD",
+            "HEAD",
+        ] {
+            assert!(PinRef::parse(bad).is_err(), "{bad}");
+        }
+        for bad_key in ["", "a/b", "..", ".x", "x.lock", "a b", "a..b", "x."] {
+            assert!(WorkspaceKey::new(bad_key).is_err(), "{bad_key}");
+        }
+    }
+}

@@ -1,0 +1,369 @@
+//! Worktree reads and writes confined to the worktree root: every path is walked one component at
+//! a time with `openat(O_NOFOLLOW)`, so no read or write ever passes through a symlinked ancestor
+//! or leaves the root. Writes are temp file + fsync + rename in the same directory. Before a path
+//! is overwritten or removed, what is on disk must still match what the caller has evidence of;
+//! anything else is refused for that path.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+use super::repo::Vault;
+use super::types::{EntryKind, RepoPath, TreeItem};
+use super::VerbError;
+
+/// What occupies a worktree path right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiskItem {
+    Missing,
+    Directory,
+    /// A file or symlink, hashed as git would store it (no filters).
+    Entry(TreeItem),
+    /// A socket, fifo or device.
+    Special,
+    /// An ancestor is a symlink or not a directory, so the path cannot be reached safely.
+    Unreachable(String),
+}
+
+/// One step of a path-batched restore. `expect` is what the caller's evidence (the guard
+/// checkpoint) says is on disk now; the step is refused if the disk disagrees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreOp {
+    /// Remove a file or symlink that the evidence says is there.
+    Remove { path: RepoPath, expect: TreeItem },
+    /// Remove a directory that must be empty by now.
+    RemoveEmptyDir { path: RepoPath },
+    /// Remove a directory if it is empty; a directory that still holds anything stays, silently.
+    PruneEmptyDir { path: RepoPath },
+    /// Write `item` at `path`; `expect: None` means nothing may be there.
+    Write {
+        path: RepoPath,
+        item: TreeItem,
+        expect: Option<TreeItem>,
+    },
+}
+
+impl RestoreOp {
+    pub fn path(&self) -> &RepoPath {
+        match self {
+            RestoreOp::Remove { path, .. }
+            | RestoreOp::RemoveEmptyDir { path }
+            | RestoreOp::PruneEmptyDir { path }
+            | RestoreOp::Write { path, .. } => path,
+        }
+    }
+}
+
+fn errno_text(errno: Errno) -> String {
+    std::io::Error::from(errno).to_string()
+}
+
+fn worktree_error(path: &RepoPath, message: impl Into<String>) -> VerbError {
+    VerbError::Worktree {
+        path: path.display(),
+        message: message.into(),
+    }
+}
+
+/// Process-unique temp names so concurrent restores never share one.
+fn temp_name() -> Vec<u8> {
+    let mut random = [0u8; 8];
+    let suffix = match getrandom::fill(&mut random) {
+        Ok(()) => random.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        Err(_) => format!(
+            "{:x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ),
+    };
+    format!(".ckpt-{}-{suffix}.tmp", std::process::id()).into_bytes()
+}
+
+impl Vault {
+    fn open_root(&self) -> Result<OwnedFd, VerbError> {
+        rustix::fs::open(
+            self.workdir(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| VerbError::Worktree {
+            path: self.workdir().display().to_string(),
+            message: format!("cannot open the worktree root: {}", errno_text(e)),
+        })
+    }
+
+    /// Opens the directory that holds `path`, refusing symlinked or non-directory ancestors.
+    /// With `create`, missing ancestors are made. `Ok(None)`: an ancestor is missing.
+    fn open_parent(&self, path: &RepoPath, create: bool) -> Result<Option<OwnedFd>, VerbError> {
+        let mut dir = self.open_root()?;
+        let components: Vec<&[u8]> = path.components().collect();
+        let mut walked = Vec::new();
+        for component in &components[..components.len() - 1] {
+            if !walked.is_empty() {
+                walked.push(b'/');
+            }
+            walked.extend_from_slice(component);
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let next = match rustix::fs::openat(&dir, *component, flags, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) if create => {
+                    match rustix::fs::mkdirat(&dir, *component, Mode::from_raw_mode(0o777)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => {
+                            return Err(worktree_error(
+                                path,
+                                format!(
+                                    "cannot create directory {}: {}",
+                                    String::from_utf8_lossy(&walked),
+                                    errno_text(e)
+                                ),
+                            ))
+                        }
+                    }
+                    rustix::fs::openat(&dir, *component, flags, Mode::empty()).map_err(|e| {
+                        worktree_error(
+                            path,
+                            format!("cannot open {}: {}", String::from_utf8_lossy(&walked), errno_text(e)),
+                        )
+                    })?
+                }
+                Err(Errno::NOENT) => return Ok(None),
+                Err(Errno::LOOP) | Err(Errno::NOTDIR) => {
+                    return Err(worktree_error(
+                        path,
+                        format!(
+                            "ancestor {} is a symlink or not a directory; refusing to go through it",
+                            String::from_utf8_lossy(&walked)
+                        ),
+                    ))
+                }
+                Err(e) => {
+                    return Err(worktree_error(
+                        path,
+                        format!("cannot open {}: {}", String::from_utf8_lossy(&walked), errno_text(e)),
+                    ))
+                }
+            };
+            dir = next;
+        }
+        Ok(Some(dir))
+    }
+
+    fn leaf(path: &RepoPath) -> &[u8] {
+        path.components().last().unwrap_or_default()
+    }
+
+    /// Reads what is at `path` now, without following any symlink, and hashes it as a blob.
+    pub fn read_worktree_item(&self, path: &RepoPath) -> Result<DiskItem, VerbError> {
+        let parent = match self.open_parent(path, false) {
+            Ok(Some(parent)) => parent,
+            Ok(None) => return Ok(DiskItem::Missing),
+            Err(VerbError::Worktree { message, .. }) if message.contains("symlink or not a directory") => {
+                return Ok(DiskItem::Unreachable(message))
+            }
+            Err(e) => return Err(e),
+        };
+        self.read_item_at(&parent, path)
+    }
+
+    fn read_item_at(&self, parent: &OwnedFd, path: &RepoPath) -> Result<DiskItem, VerbError> {
+        let leaf = Self::leaf(path);
+        let stat = match rustix::fs::statat(parent, leaf, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            Err(Errno::NOENT) => return Ok(DiskItem::Missing),
+            Err(e) => return Err(worktree_error(path, format!("cannot stat: {}", errno_text(e)))),
+        };
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory => Ok(DiskItem::Directory),
+            FileType::Symlink => {
+                let target = rustix::fs::readlinkat(parent, leaf, Vec::new())
+                    .map_err(|e| worktree_error(path, format!("cannot read symlink: {}", errno_text(e))))?;
+                let id = self.hash_blob(target.as_bytes())?;
+                Ok(DiskItem::Entry(TreeItem {
+                    kind: EntryKind::Symlink,
+                    id,
+                }))
+            }
+            FileType::RegularFile => {
+                let fd = rustix::fs::openat(
+                    parent,
+                    leaf,
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| worktree_error(path, format!("cannot open for reading: {}", errno_text(e))))?;
+                let mut content = Vec::new();
+                std::fs::File::from(fd)
+                    .read_to_end(&mut content)
+                    .map_err(|e| worktree_error(path, format!("cannot read: {e}")))?;
+                let kind = if stat.st_mode & 0o100 != 0 {
+                    EntryKind::Executable
+                } else {
+                    EntryKind::File
+                };
+                Ok(DiskItem::Entry(TreeItem {
+                    kind,
+                    id: self.hash_blob(&content)?,
+                }))
+            }
+            _ => Ok(DiskItem::Special),
+        }
+    }
+
+    /// Applies `ops` in order. Each op succeeds or fails on its own; a failed op leaves its path
+    /// as it was (the temp file is removed). Returns one result per op.
+    pub fn restore_paths(&self, ops: &[RestoreOp]) -> Vec<Result<(), VerbError>> {
+        ops.iter().map(|op| self.apply(op)).collect()
+    }
+
+    fn apply(&self, op: &RestoreOp) -> Result<(), VerbError> {
+        let path = op.path();
+        let create = matches!(op, RestoreOp::Write { .. });
+        let Some(parent) = self.open_parent(path, create)? else {
+            return match op {
+                RestoreOp::Write { .. } => Err(worktree_error(path, "parent directory vanished")),
+                RestoreOp::Remove { .. } => Err(worktree_error(path, "expected a file here, found nothing")),
+                RestoreOp::RemoveEmptyDir { .. } | RestoreOp::PruneEmptyDir { .. } => Ok(()),
+            };
+        };
+        let leaf = Self::leaf(path);
+        let now = self.read_item_at(&parent, path)?;
+        match op {
+            RestoreOp::Remove { expect, .. } => {
+                if now != DiskItem::Entry(*expect) {
+                    return Err(changed_since_guard(path, &now));
+                }
+                rustix::fs::unlinkat(&parent, leaf, AtFlags::empty())
+                    .map_err(|e| worktree_error(path, format!("cannot remove: {}", errno_text(e))))?;
+                rustix::fs::fsync(&parent).ok();
+                Ok(())
+            }
+            RestoreOp::RemoveEmptyDir { .. } => match now {
+                DiskItem::Missing => Ok(()),
+                DiskItem::Directory => rustix::fs::unlinkat(&parent, leaf, AtFlags::REMOVEDIR).map_err(|e| {
+                    let why = if e == Errno::NOTEMPTY {
+                        "directory still holds files ckpt has no evidence about (ignored or unprotected); left in place"
+                            .to_owned()
+                    } else {
+                        format!("cannot remove directory: {}", errno_text(e))
+                    };
+                    worktree_error(path, why)
+                }),
+                other => Err(changed_since_guard(path, &other)),
+            },
+            RestoreOp::PruneEmptyDir { .. } => match now {
+                DiskItem::Directory => match rustix::fs::unlinkat(&parent, leaf, AtFlags::REMOVEDIR) {
+                    Ok(()) | Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => Ok(()),
+                    Err(e) => Err(worktree_error(
+                        path,
+                        format!("cannot remove empty directory: {}", errno_text(e)),
+                    )),
+                },
+                _ => Ok(()),
+            },
+            RestoreOp::Write { item, expect, .. } => {
+                let expected_now = match expect {
+                    Some(expect) => DiskItem::Entry(*expect),
+                    None => DiskItem::Missing,
+                };
+                if now != expected_now {
+                    return Err(changed_since_guard(path, &now));
+                }
+                self.write_item(&parent, path, item)?;
+                match self.read_item_at(&parent, path)? {
+                    DiskItem::Entry(written) if written == *item => Ok(()),
+                    other => Err(worktree_error(
+                        path,
+                        format!("verification failed after write: found {}", describe(&other)),
+                    )),
+                }
+            }
+        }
+    }
+
+    fn write_item(&self, parent: &OwnedFd, path: &RepoPath, item: &TreeItem) -> Result<(), VerbError> {
+        let content = self.read_blob(&item.id)?;
+        let temp = temp_name();
+        let created = match item.kind {
+            EntryKind::Symlink => rustix::fs::symlinkat(content.as_slice(), parent, temp.as_slice())
+                .map_err(|e| worktree_error(path, format!("cannot create symlink: {}", errno_text(e)))),
+            EntryKind::File | EntryKind::Executable => self.write_temp_file(parent, &temp, &content, item.kind, path),
+            EntryKind::Gitlink => Err(worktree_error(path, "submodule pointers are never restored")),
+        };
+        created?;
+        if let Err(e) = rustix::fs::renameat(parent, temp.as_slice(), parent, Self::leaf(path)) {
+            rustix::fs::unlinkat(parent, temp.as_slice(), AtFlags::empty()).ok();
+            return Err(worktree_error(
+                path,
+                format!("cannot move the new content into place: {}", errno_text(e)),
+            ));
+        }
+        rustix::fs::fsync(parent).ok();
+        Ok(())
+    }
+
+    fn write_temp_file(
+        &self,
+        parent: &OwnedFd,
+        temp: &[u8],
+        content: &[u8],
+        kind: EntryKind,
+        path: &RepoPath,
+    ) -> Result<(), VerbError> {
+        let mode = if kind == EntryKind::Executable { 0o777 } else { 0o666 };
+        let fd = rustix::fs::openat(
+            parent,
+            temp,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode),
+        )
+        .map_err(|e| worktree_error(path, format!("cannot create a temp file beside it: {}", errno_text(e))))?;
+        let mut file = std::fs::File::from(fd);
+        let written = file.write_all(content).and_then(|()| file.sync_all());
+        if let Err(e) = written {
+            rustix::fs::unlinkat(parent, temp, AtFlags::empty()).ok();
+            return Err(worktree_error(path, format!("cannot write content: {e}")));
+        }
+        // The umask may have dropped the owner's exec bit; git tracks exactly that bit.
+        if kind == EntryKind::Executable {
+            let stat = rustix::fs::fstat(file.as_fd()).map_err(|e| worktree_error(path, errno_text(e)))?;
+            if stat.st_mode & 0o100 == 0 {
+                rustix::fs::fchmod(file.as_fd(), Mode::from_raw_mode((stat.st_mode & 0o777) | 0o100)).ok();
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that `path` holds `item` (or nothing, for `None`).
+    pub fn verify_path(&self, path: &RepoPath, item: Option<&TreeItem>) -> Result<bool, VerbError> {
+        let now = self.read_worktree_item(path)?;
+        Ok(match item {
+            Some(item) => now == DiskItem::Entry(*item),
+            None => !matches!(now, DiskItem::Entry(_)),
+        })
+    }
+}
+
+fn describe(item: &DiskItem) -> String {
+    match item {
+        DiskItem::Missing => "nothing".into(),
+        DiskItem::Directory => "a directory".into(),
+        DiskItem::Entry(entry) => format!("a {} with content {}", entry.kind.label(), entry.id.short(8)),
+        DiskItem::Special => "a special file".into(),
+        DiskItem::Unreachable(why) => why.clone(),
+    }
+}
+
+fn changed_since_guard(path: &RepoPath, now: &DiskItem) -> VerbError {
+    worktree_error(
+        path,
+        format!(
+            "changed on disk after the guard checkpoint was taken (now {}); left untouched",
+            describe(now)
+        ),
+    )
+}
