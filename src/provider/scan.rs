@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::provider::CkptError;
@@ -85,10 +85,7 @@ enum Read_ {
 }
 
 fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path)?;
+    let mut file = crate::verbs::open_no_follow(path)?;
     let mut content = Vec::new();
     file.read_to_end(&mut content)?;
     Ok(content)

@@ -399,6 +399,13 @@ impl Vault {
     }
 
     fn child_path(parent: Option<&RepoPath>, name: &[u8]) -> Result<RepoPath, VerbError> {
+        if name.contains(&b'/') {
+            return Err(InvalidInput::TreeName {
+                name: String::from_utf8_lossy(name).into_owned(),
+                why: "a tree entry name must not contain `/`",
+            }
+            .into());
+        }
         Ok(match parent {
             Some(parent) => parent.join(name)?,
             None => RepoPath::new(name.to_vec())?,

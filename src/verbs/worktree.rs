@@ -56,6 +56,13 @@ impl RestoreOp {
     }
 }
 
+/// Opens a file for reading without following a symlink at its last component (read-only; used
+/// by the capture so a file swapped for a link between listing and reading is not followed).
+pub fn open_no_follow(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    Ok(std::fs::File::from(fd))
+}
+
 fn errno_text(errno: Errno) -> String {
     std::io::Error::from(errno).to_string()
 }

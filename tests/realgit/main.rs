@@ -1,1 +1,8 @@
+//! Integration tests on real repositories made with the real git binary: every ckpt command is
+//! checked against a fingerprint of the user's git state, and every restore byte-for-byte.
 
+mod common;
+mod hostile;
+mod restore;
+mod sandbox;
+mod snapshot;

@@ -1,0 +1,399 @@
+//! Test harness for real repositories: builds them with the real `git` binary in isolated temp
+//! dirs (no global or system config, no identity unless a test sets one), runs the `ckpt` binary,
+//! and fingerprints everything of the user's git state that ckpt must never change.
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+pub const CKPT: &str = env!("CARGO_BIN_EXE_ckpt");
+
+pub struct TestRepo {
+    _tmp: tempfile::TempDir,
+    pub root: PathBuf,
+    pub home: PathBuf,
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub json: Vec<Value>,
+}
+
+impl Run {
+    pub fn one(&self, kind: &str) -> &Value {
+        let found: Vec<&Value> = self.json.iter().filter(|v| v["type"] == kind).collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "expected one {kind} record in {:?}\nstderr: {}",
+            self.json,
+            self.stderr
+        );
+        found[0]
+    }
+}
+
+fn isolate(cmd: &mut Command, home: &Path) {
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", home.join(".gitconfig"))
+        .env("LC_ALL", "C")
+        .env("TZ", "UTC");
+}
+
+/// A path given as bytes, for names that are not UTF-8.
+pub fn bpath(bytes: &[u8]) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(bytes))
+}
+
+impl TestRepo {
+    /// An empty temp dir with an isolated HOME, not yet a repository.
+    pub fn bare_dir() -> TestRepo {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("work");
+        let home = tmp.path().join("home");
+        std::fs::create_dir_all(&root).expect("mkdir work");
+        std::fs::create_dir_all(&home).expect("mkdir home");
+        TestRepo { _tmp: tmp, root, home }
+    }
+
+    /// A repository with one commit of a few files and an identity only for the setup commits.
+    pub fn new() -> TestRepo {
+        let repo = TestRepo::bare_dir();
+        repo.git(&["init", "-q", "-b", "main"]);
+        repo.write("README.md", b"# project\n");
+        repo.write("src/lib.rs", b"pub fn answer() -> u32 { 42 }\n");
+        repo.write("src/util/mod.rs", b"// util\n");
+        repo.write(".gitignore", b"target/\n*.log\n");
+        repo.commit_all("initial");
+        repo
+    }
+
+    pub fn path(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    pub fn git_in(&self, dir: &Path, args: &[&str]) -> String {
+        let mut cmd = Command::new("git");
+        isolate(&mut cmd, &self.home);
+        cmd.current_dir(dir).args(args);
+        let out = cmd.output().expect("run git");
+        assert!(
+            out.status.success(),
+            "git {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn git(&self, args: &[&str]) -> String {
+        self.git_in(&self.root, args)
+    }
+
+    pub fn git_raw(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new("git");
+        isolate(&mut cmd, &self.home);
+        cmd.current_dir(&self.root).args(args);
+        cmd.output().expect("run git")
+    }
+
+    /// Commits everything with a one-off identity (the repo itself keeps none).
+    pub fn commit_all(&self, message: &str) {
+        self.git(&["add", "-A"]);
+        self.git(&[
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.invalid",
+            "commit",
+            "-q",
+            "-m",
+            message,
+        ]);
+    }
+
+    pub fn ckpt_in(&self, dir: &Path, args: &[&OsStr]) -> Run {
+        let mut cmd = Command::new(CKPT);
+        isolate(&mut cmd, &self.home);
+        cmd.current_dir(dir).args(args);
+        let out = cmd.output().expect("run ckpt");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let json = stdout
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+            .collect();
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            json,
+        }
+    }
+
+    pub fn ckpt(&self, args: &[&str]) -> Run {
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        self.ckpt_in(&self.root, &args)
+    }
+
+    /// `ckpt --json ARGS`, asserting exit code `code`.
+    pub fn ckpt_json(&self, args: &[&str], code: i32) -> Run {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        let run = self.ckpt(&full);
+        assert_eq!(
+            run.code, code,
+            "ckpt {args:?}\nstdout: {}\nstderr: {}",
+            run.stdout, run.stderr
+        );
+        for line in &run.json {
+            assert_eq!(line["v"], 1, "every JSON line carries v:1: {line}");
+            assert!(line["type"].is_string(), "every JSON line has a type: {line}");
+        }
+        run
+    }
+
+    /// Takes a snapshot and returns its full id.
+    pub fn snapshot(&self, extra: &[&str]) -> String {
+        let mut args = vec!["snapshot"];
+        args.extend_from_slice(extra);
+        let run = self.ckpt_json(&args, 0);
+        run.one("snapshot")["id"].as_str().expect("id").to_owned()
+    }
+
+    pub fn write(&self, rel: impl AsRef<Path>, content: &[u8]) {
+        let path = self.root.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(&path, content).expect("write");
+    }
+
+    pub fn read(&self, rel: impl AsRef<Path>) -> Vec<u8> {
+        std::fs::read(self.root.join(rel)).expect("read")
+    }
+
+    pub fn symlink(&self, target: impl AsRef<Path>, rel: impl AsRef<Path>) {
+        std::os::unix::fs::symlink(target, self.root.join(rel)).expect("symlink");
+    }
+
+    pub fn chmod(&self, rel: impl AsRef<Path>, mode: u32) {
+        std::fs::set_permissions(self.root.join(rel), std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+
+    pub fn remove(&self, rel: impl AsRef<Path>) {
+        let path = self.root.join(rel);
+        let meta = std::fs::symlink_metadata(&path).expect("lstat");
+        if meta.is_dir() {
+            std::fs::remove_dir_all(&path).expect("rm -r");
+        } else {
+            std::fs::remove_file(&path).expect("rm");
+        }
+    }
+
+    pub fn git_dir(&self) -> PathBuf {
+        PathBuf::from(self.git(&["rev-parse", "--absolute-git-dir"]).trim())
+    }
+
+    pub fn common_dir(&self) -> PathBuf {
+        let text = self.git(&["rev-parse", "--git-common-dir"]);
+        let path = PathBuf::from(text.trim());
+        if path.is_absolute() {
+            path
+        } else {
+            self.root.join(path)
+        }
+    }
+
+    pub fn fingerprint(&self) -> Fingerprint {
+        fingerprint_of(self, &self.root)
+    }
+
+    /// Every entry under the worktree except `.git`, byte-exact, ignored files included.
+    pub fn worktree(&self) -> BTreeMap<Vec<u8>, Entry> {
+        worktree_state(&self.root)
+    }
+
+    pub fn ckpt_refs(&self) -> Vec<String> {
+        self.git(&["for-each-ref", "--format=%(refname)", "refs/ckpt/"])
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    File { content: Vec<u8>, exec: bool },
+    Link(Vec<u8>),
+    Dir,
+}
+
+pub fn worktree_state(root: &Path) -> BTreeMap<Vec<u8>, Entry> {
+    let mut out = BTreeMap::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read_dir") {
+            let entry = entry.expect("dir entry");
+            let path = entry.path();
+            let rel = path
+                .strip_prefix(root)
+                .expect("under root")
+                .as_os_str()
+                .as_bytes()
+                .to_vec();
+            if rel == b".git" {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&path).expect("lstat");
+            let value = if meta.file_type().is_symlink() {
+                Entry::Link(
+                    std::fs::read_link(&path)
+                        .expect("readlink")
+                        .as_os_str()
+                        .as_bytes()
+                        .to_vec(),
+                )
+            } else if meta.is_dir() {
+                pending.push(path.clone());
+                Entry::Dir
+            } else {
+                Entry::File {
+                    content: std::fs::read(&path).expect("read"),
+                    exec: meta.permissions().mode() & 0o100 != 0,
+                }
+            };
+            out.insert(rel, value);
+        }
+    }
+    out
+}
+
+/// The user's git state: anything here changing after a ckpt command is a bug.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprint {
+    pub head_file: Vec<u8>,
+    pub head: String,
+    pub index: Option<Vec<u8>>,
+    pub refs: String,
+    pub reflogs: BTreeMap<PathBuf, Vec<u8>>,
+    pub stash: String,
+    pub config: Vec<u8>,
+    pub hooks: BTreeMap<PathBuf, Vec<u8>>,
+    pub status: Vec<u8>,
+}
+
+fn files_under(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    if !dir.exists() {
+        return out;
+    }
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        for entry in std::fs::read_dir(&current).expect("read_dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                out.insert(
+                    path.strip_prefix(dir).expect("prefix").to_path_buf(),
+                    std::fs::read(&path).expect("read"),
+                );
+            }
+        }
+    }
+    out
+}
+
+pub fn fingerprint_of(repo: &TestRepo, worktree: &Path) -> Fingerprint {
+    let git_dir = PathBuf::from(repo.git_in(worktree, &["rev-parse", "--absolute-git-dir"]).trim());
+    let common = {
+        let text = repo.git_in(worktree, &["rev-parse", "--git-common-dir"]);
+        let path = PathBuf::from(text.trim());
+        if path.is_absolute() {
+            path
+        } else {
+            worktree.join(path)
+        }
+    };
+    let refs = repo
+        .git_in(
+            worktree,
+            &["for-each-ref", "--format=%(refname) %(objectname) %(symref)"],
+        )
+        .lines()
+        .filter(|l| !l.starts_with("refs/ckpt/"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut status_cmd = Command::new("git");
+    isolate(&mut status_cmd, &repo.home);
+    // GIT_OPTIONAL_LOCKS=0 keeps `git status` itself from refreshing (writing) the index.
+    status_cmd.current_dir(worktree).env("GIT_OPTIONAL_LOCKS", "0").args([
+        "status",
+        "--porcelain=v2",
+        "-z",
+        "--untracked-files=all",
+    ]);
+    let status = status_cmd.output().expect("git status").stdout;
+    let mut reflogs = files_under(&common.join("logs"));
+    reflogs.extend(
+        files_under(&git_dir.join("logs"))
+            .into_iter()
+            .map(|(p, v)| (PathBuf::from("wt").join(p), v)),
+    );
+    Fingerprint {
+        head_file: std::fs::read(git_dir.join("HEAD")).expect("HEAD"),
+        head: repo.git_in(worktree, &["rev-parse", "HEAD"]).trim().to_owned(),
+        index: std::fs::read(git_dir.join("index")).ok(),
+        refs,
+        reflogs,
+        stash: repo.git_in(worktree, &["stash", "list"]),
+        config: std::fs::read(common.join("config")).expect("config"),
+        hooks: files_under(&common.join("hooks")),
+        status,
+    }
+}
+
+impl Fingerprint {
+    /// Everything but the worktree status (which a restore is allowed to change).
+    pub fn without_status(&self) -> Fingerprint {
+        Fingerprint {
+            status: Vec::new(),
+            ..self.clone()
+        }
+    }
+}
+
+pub fn ids(run: &Run, kind: &str, key: &str) -> Vec<String> {
+    run.json
+        .iter()
+        .filter(|v| v["type"] == kind)
+        .map(|v| v[key].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Decodes a JSON path (string or {"bytes_b64"}) to bytes.
+pub fn json_path(value: &Value) -> Vec<u8> {
+    use base64::Engine as _;
+    match value {
+        Value::String(s) => s.as_bytes().to_vec(),
+        Value::Object(map) => base64::engine::general_purpose::STANDARD
+            .decode(map["bytes_b64"].as_str().expect("bytes_b64"))
+            .expect("base64"),
+        other => panic!("not a path: {other}"),
+    }
+}
+
+pub fn json_paths(value: &Value) -> Vec<Vec<u8>> {
+    value.as_array().expect("array").iter().map(json_path).collect()
+}

@@ -1,0 +1,224 @@
+//! Bad input: tampered registries, hostile trees, missing objects, bad ids. Each must be refused
+//! with a clear error and must write nothing.
+
+use std::io::Write;
+use std::process::Stdio;
+
+use serde_json::{json, Value};
+
+use crate::common::*;
+
+fn records_path(repo: &TestRepo) -> std::path::PathBuf {
+    repo.common_dir().join("ckpt/main/records.json")
+}
+
+fn load_records(repo: &TestRepo) -> Value {
+    serde_json::from_slice(&std::fs::read(records_path(repo)).unwrap()).unwrap()
+}
+
+fn save_records(repo: &TestRepo, value: &Value) {
+    std::fs::write(records_path(repo), serde_json::to_vec_pretty(value).unwrap()).unwrap();
+}
+
+fn git_stdin(repo: &TestRepo, args: &[&str], input: &[u8]) -> String {
+    let mut child = std::process::Command::new("git")
+        .current_dir(&repo.root)
+        .env("HOME", &repo.home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "git {args:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// State that must not change when ckpt refuses something.
+fn everything(
+    repo: &TestRepo,
+) -> (
+    Fingerprint,
+    std::collections::BTreeMap<Vec<u8>, Entry>,
+    Vec<String>,
+    Vec<u8>,
+) {
+    (
+        repo.fingerprint(),
+        repo.worktree(),
+        repo.ckpt_refs(),
+        std::fs::read(records_path(repo)).unwrap(),
+    )
+}
+
+#[test]
+fn tampered_records_are_refused_and_nothing_is_written() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    repo.write("README.md", b"edited");
+    let pristine = load_records(&repo);
+
+    let mut cases = Vec::new();
+    let mut bad_id = pristine.clone();
+    bad_id["records"][0]["id"] = json!("../../../../etc/passwd");
+    cases.push(("non-hex id", bad_id));
+    let mut traversal = pristine.clone();
+    traversal["records"][0]["skipped"] = json!([{"path": "../outside", "reason": "too_large"}]);
+    cases.push(("traversal path", traversal));
+    let mut git_dir_path = pristine.clone();
+    git_dir_path["records"][0]["skipped"] = json!([{"path": ".git/hooks/pre-commit", "reason": "x"}]);
+    cases.push((".git path", git_dir_path));
+    let mut version = pristine.clone();
+    version["version"] = json!(99);
+    cases.push(("future version", version));
+    let mut bad_tree = pristine.clone();
+    bad_tree["records"][0]["tree"] = json!("HEAD");
+    cases.push(("non-hex tree", bad_tree));
+
+    for (what, tampered) in cases {
+        save_records(&repo, &tampered);
+        let before = everything(&repo);
+        for args in [
+            &["list"][..],
+            &["snapshot"],
+            &["restore", "latest", "--yes"],
+            &["preview", "latest"],
+        ] {
+            let run = repo.ckpt(&[&["--json"][..], args].concat());
+            assert_eq!(run.code, 1, "{what}: ckpt {args:?} must fail: {}", run.stdout);
+            let code = run.one("error")["code"].as_str().unwrap().to_owned();
+            assert!(
+                code == "corrupt_registry" || code == "unsupported_version",
+                "{what}: {code}"
+            );
+            assert!(
+                run.stderr.contains("records.json"),
+                "{what}: the error names the file: {}",
+                run.stderr
+            );
+            assert_eq!(everything(&repo), before, "{what}: ckpt {args:?} wrote something");
+        }
+    }
+}
+
+#[test]
+fn ambiguous_prefix_lists_candidates_and_refuses() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let mut records = load_records(&repo);
+    let template = records["records"][0].clone();
+    let mut fakes = Vec::new();
+    for tail in ["1111", "2222"] {
+        let id = format!("abcd{tail}{}", "0".repeat(32));
+        let mut fake = template.clone();
+        fake["id"] = json!(id);
+        fake["commit"] = json!(id);
+        fakes.push(fake);
+    }
+    records["records"] = Value::Array(fakes);
+    save_records(&repo, &records);
+    let before = everything(&repo);
+    let run = repo.ckpt_json(&["restore", "abcd", "--yes"], 4);
+    let error = run.one("error");
+    assert_eq!(error["code"], "ambiguous");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("abcd1111") && message.contains("abcd2222"),
+        "{message}"
+    );
+    assert_eq!(everything(&repo), before);
+    // A unique prefix of a record whose ref is missing is refused, not trusted.
+    let run = repo.ckpt_json(&["restore", "abcd1", "--yes"], 1);
+    assert_eq!(run.one("error")["code"], "not_found");
+    assert_eq!(everything(&repo), before);
+}
+
+#[test]
+fn hostile_tree_names_are_refused_before_any_write() {
+    let repo = TestRepo::new();
+    let real = repo.snapshot(&[]);
+    let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"pwned\n");
+    for name in [&b".."[..], b".git", b"a/b"] {
+        let mut tree = Vec::new();
+        tree.extend_from_slice(b"100644 ");
+        tree.extend_from_slice(name);
+        tree.push(0);
+        tree.extend((0..20).map(|i| u8::from_str_radix(&blob[i * 2..i * 2 + 2], 16).unwrap()));
+        let tree_id = git_stdin(
+            &repo,
+            &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
+            &tree,
+        );
+        let commit = git_stdin(
+            &repo,
+            &[
+                "-c",
+                "user.name=x",
+                "-c",
+                "user.email=x@x",
+                "commit-tree",
+                &tree_id,
+                "-m",
+                "hostile",
+            ],
+            b"",
+        );
+        repo.git(&["update-ref", &format!("refs/ckpt/main/{commit}"), &commit]);
+        let mut records = load_records(&repo);
+        let mut hostile = records["records"][0].clone();
+        hostile["id"] = json!(commit);
+        hostile["commit"] = json!(commit);
+        hostile["tree"] = json!(tree_id);
+        records["records"].as_array_mut().unwrap().push(hostile);
+        save_records(&repo, &records);
+
+        repo.write("README.md", b"user edit that must survive");
+        let before = everything(&repo);
+        let run = repo.ckpt_json(&["restore", &commit, "--yes", "--exact"], 2);
+        assert_eq!(run.one("error")["code"], "invalid_input", "{:?}", run.json);
+        assert_eq!(everything(&repo), before, "a hostile tree must not cause any write");
+        assert!(!repo.root.parent().unwrap().join("pwned").exists());
+        let run = repo.ckpt_json(&["preview", &commit], 2);
+        assert_eq!(run.one("error")["code"], "invalid_input");
+    }
+    let _ = real;
+}
+
+#[test]
+fn missing_objects_fail_loudly_never_restored_zero_files() {
+    let repo = TestRepo::new();
+    repo.write("only-here.txt", b"content that exists only in the checkpoint\n");
+    let id = repo.snapshot(&[]);
+    repo.remove("only-here.txt");
+    let blob = repo
+        .git(&["rev-parse", &format!("{id}:only-here.txt")])
+        .trim()
+        .to_owned();
+    let object = repo.common_dir().join("objects").join(&blob[..2]).join(&blob[2..]);
+    std::fs::remove_file(&object).expect("the blob is a loose object");
+    let run = repo.ckpt_json(&["restore", &id, "--yes"], 1);
+    let error = run.one("error");
+    assert!(error["message"].as_str().unwrap().contains("missing"), "{error}");
+    assert!(error["message"].as_str().unwrap().contains("only-here.txt"), "{error}");
+    assert!(!repo.path("only-here.txt").exists());
+    assert!(run.json.iter().all(|v| v["type"] != "restore"), "no success record");
+}
+
+#[test]
+fn bad_targets_and_labels_are_usage_errors() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let before = everything(&repo);
+    for target in ["zz", "../../x", "turn:x", "HEAD"] {
+        let run = repo.ckpt_json(&["show", target], 2);
+        assert_eq!(run.one("error")["code"], "invalid_input", "{target}");
+    }
+    let run = repo.ckpt_json(&["snapshot", "--session", "a\nCkpt-Kind: guard"], 2);
+    assert_eq!(run.one("error")["code"], "invalid_input");
+    let run = repo.ckpt_json(&["show", "ffff"], 1);
+    assert_eq!(run.one("error")["code"], "not_found");
+    assert_eq!(repo.ckpt_json(&["frobnicate"], 2).one("error")["code"], "usage");
+    assert_eq!(everything(&repo), before);
+}

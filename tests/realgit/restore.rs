@@ -1,0 +1,337 @@
+//! Restore: byte-exact results, only differing paths touched, guard undo, conflicts, --exact,
+//! per-path restore, odd names, type changes, and git state left alone.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, SystemTime};
+
+use crate::common::*;
+
+/// Messes up the worktree like an agent might.
+fn agent_edits(repo: &TestRepo) {
+    repo.write("src/lib.rs", b"broken!\n");
+    repo.remove("src/util");
+    repo.write("src/generated/out.rs", b"// generated\n");
+    repo.write("notes.txt", b"agent notes\n");
+    repo.remove("README.md");
+}
+
+#[test]
+fn restore_round_trip_with_staged_unstaged_untracked_and_deleted() {
+    let repo = TestRepo::new();
+    repo.write("src/lib.rs", b"staged\n");
+    repo.git(&["add", "src/lib.rs"]);
+    repo.write("src/lib.rs", b"unstaged on top\n");
+    repo.write("todo.txt", b"untracked\n");
+    repo.remove("src/util/mod.rs");
+    repo.write("build.log", b"ignored, stays\n");
+    repo.write("src/util/keep.rs", b"untracked in dir\n");
+    let id = repo.snapshot(&[]);
+    let expected = repo.worktree();
+
+    agent_edits(&repo);
+    repo.write("build.log", b"ignored, changed later\n");
+    let before = repo.fingerprint();
+    let run = repo.ckpt_json(&["restore", &id[..8], "--yes"], 0);
+    let report = run.one("restore");
+    assert_eq!(report["verified"], true);
+    assert!(report["guard"].is_string());
+    assert_eq!(report["failed"].as_array().unwrap().len(), 0);
+
+    let mut now = repo.worktree();
+    // Files created after the checkpoint stay without --exact; ignored files are never touched.
+    assert_eq!(
+        now.remove(&b"notes.txt"[..]),
+        Some(Entry::File {
+            content: b"agent notes\n".to_vec(),
+            exec: false
+        })
+    );
+    assert_eq!(
+        now.remove(&b"src/generated/out.rs"[..]),
+        Some(Entry::File {
+            content: b"// generated\n".to_vec(),
+            exec: false
+        })
+    );
+    now.remove(&b"src/generated"[..]);
+    assert_eq!(
+        now.remove(&b"build.log"[..]),
+        Some(Entry::File {
+            content: b"ignored, changed later\n".to_vec(),
+            exec: false
+        })
+    );
+    let mut expected = expected;
+    expected.remove(&b"build.log"[..]);
+    assert_eq!(now, expected);
+    assert_eq!(
+        repo.fingerprint().without_status(),
+        before.without_status(),
+        "restore touched git state"
+    );
+}
+
+#[test]
+fn exact_removes_created_after_files_and_guard_undoes_it() {
+    let repo = TestRepo::new();
+    let id = repo.snapshot(&[]);
+    let original = repo.worktree();
+    agent_edits(&repo);
+    repo.write("keep.log", b"ignored file is never deleted\n");
+    let edited = repo.worktree();
+
+    let preview = repo.ckpt_json(&["preview", &id, "--exact"], 0);
+    let p = preview.one("preview");
+    assert!(json_paths(&p["created_after"]).contains(&b"notes.txt".to_vec()));
+    assert!(json_paths(&p["delete"]).contains(&b"notes.txt".to_vec()));
+    assert_eq!(repo.worktree(), edited, "preview is read-only");
+
+    let run = repo.ckpt_json(&["restore", &id, "--exact", "--yes"], 0);
+    let report = run.one("restore");
+    let guard = report["guard"].as_str().unwrap().to_owned();
+    let deleted = json_paths(&report["deleted"]);
+    assert!(deleted.contains(&b"notes.txt".to_vec()) && deleted.contains(&b"src/generated/out.rs".to_vec()));
+    let mut now = repo.worktree();
+    assert!(
+        now.remove(&b"keep.log"[..]).is_some(),
+        "ignored file must survive --exact"
+    );
+    assert_eq!(now, original, "exact restore gives back exactly the checkpoint");
+
+    let undo = repo.ckpt_json(&["restore", &guard, "--exact", "--yes"], 0);
+    assert_eq!(undo.one("restore")["verified"], true);
+    assert_eq!(
+        repo.worktree(),
+        edited,
+        "restoring the guard returns the pre-restore state byte for byte"
+    );
+}
+
+#[test]
+fn only_differing_paths_are_written_and_others_keep_their_mtime() {
+    let repo = TestRepo::new();
+    for i in 0..20 {
+        repo.write(format!("many/f{i}.txt"), format!("{i}").as_bytes());
+    }
+    let id = repo.snapshot(&[]);
+    let old = SystemTime::now() - Duration::from_secs(3600);
+    for i in 0..20 {
+        let file = std::fs::File::options()
+            .write(true)
+            .open(repo.path(format!("many/f{i}.txt")))
+            .unwrap();
+        file.set_modified(old).unwrap();
+    }
+    repo.write("many/f3.txt", b"changed");
+    let run = repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(
+        json_paths(&run.one("restore")["written"]),
+        vec![b"many/f3.txt".to_vec()]
+    );
+    for i in (0..20).filter(|i| *i != 3) {
+        let mtime = std::fs::metadata(repo.path(format!("many/f{i}.txt")))
+            .unwrap()
+            .modified()
+            .unwrap();
+        assert_eq!(mtime, old, "f{i} was rewritten although it matched");
+    }
+}
+
+#[test]
+fn odd_names_round_trip_and_restore_per_path() {
+    let repo = TestRepo::new();
+    let names: Vec<&[u8]> = vec![
+        b"with space.txt",
+        b"new\nline.txt",
+        b"colon:name.txt",
+        b"glob*?[x].txt",
+        b"-leading-dash.txt",
+        b"notes..old.txt",
+        b"caf\xc3\xa9.txt",
+        b"latin1-\xe9.txt",
+        b"dir with space/inner \x01 ctrl.txt",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        repo.write(bpath(name), format!("content {i}\n").as_bytes());
+    }
+    let id = repo.snapshot(&[]);
+    let expected = repo.worktree();
+    for name in &names {
+        repo.write(bpath(name), b"clobbered");
+    }
+    // Per-path restore of two odd names only.
+    let args: Vec<&OsStr> = vec![
+        "--json".as_ref(),
+        "restore".as_ref(),
+        id.as_str().as_ref(),
+        "--yes".as_ref(),
+        "--".as_ref(),
+        OsStr::from_bytes(b"latin1-\xe9.txt"),
+        OsStr::from_bytes(b"-leading-dash.txt"),
+    ];
+    let run = repo.ckpt_in(&repo.root, &args);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let mut written = json_paths(&run.one("restore")["written"]);
+    written.sort();
+    assert_eq!(
+        written,
+        vec![b"-leading-dash.txt".to_vec(), b"latin1-\xe9.txt".to_vec()]
+    );
+    assert_eq!(
+        repo.read(bpath(b"glob*?[x].txt")),
+        b"clobbered",
+        "paths outside the selection stay"
+    );
+    assert_eq!(repo.read(bpath(b"latin1-\xe9.txt")), b"content 7\n");
+
+    repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(repo.worktree(), expected);
+}
+
+#[test]
+fn type_changes_between_file_dir_and_symlink() {
+    let repo = TestRepo::new();
+    repo.write("a/inner.txt", b"inner");
+    repo.write("b", b"plain file");
+    repo.symlink("README.md", "c");
+    repo.write("deep/x/y/z.txt", b"deep");
+    let id = repo.snapshot(&[]);
+    let expected = repo.worktree();
+
+    repo.remove("a");
+    repo.write("a", b"now a file");
+    repo.remove("b");
+    repo.write("b/sub/file.txt", b"now a dir");
+    repo.remove("c");
+    repo.write("c", b"now a regular file");
+    repo.remove("deep");
+    let run = repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(run.one("restore")["verified"], true, "{:?}", run.json);
+    assert_eq!(repo.worktree(), expected);
+}
+
+#[test]
+fn exec_bit_and_symlink_target_changes_are_restored() {
+    let repo = TestRepo::new();
+    repo.write("run.sh", b"#!/bin/sh\n");
+    repo.chmod("run.sh", 0o755);
+    repo.symlink("README.md", "link");
+    let id = repo.snapshot(&[]);
+    let expected = repo.worktree();
+    repo.chmod("run.sh", 0o644);
+    repo.remove("link");
+    repo.symlink("src", "link");
+    let run = repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    let mut written = json_paths(&run.one("restore")["written"]);
+    written.sort();
+    assert_eq!(written, vec![b"link".to_vec(), b"run.sh".to_vec()]);
+    assert_eq!(repo.worktree(), expected);
+}
+
+#[test]
+fn ignored_file_in_the_way_is_a_conflict_and_untouched() {
+    let repo = TestRepo::new();
+    repo.write("out.log", b"captured while tracked\n");
+    repo.git(&["add", "-f", "out.log"]);
+    let id = repo.snapshot(&[]);
+    repo.git(&["rm", "-q", "--cached", "out.log"]);
+    repo.write("out.log", b"now ignored and precious\n");
+    let before = repo.fingerprint();
+    let run = repo.ckpt_json(&["restore", &id, "--yes"], 3);
+    let failed = run.one("restore")["failed"].as_array().unwrap().clone();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["path"], "out.log");
+    assert!(failed[0]["error"].as_str().unwrap().contains("ignored"));
+    assert_eq!(repo.read("out.log"), b"now ignored and precious\n");
+    assert_eq!(repo.fingerprint().without_status(), before.without_status());
+}
+
+#[test]
+fn restore_from_subdirectory_anchors_paths_there() {
+    let repo = TestRepo::new();
+    let id = repo.snapshot(&[]);
+    repo.write("src/lib.rs", b"changed");
+    repo.write("README.md", b"changed too");
+    let sub = repo.path("src");
+    let args: Vec<&OsStr> = ["--json", "restore", &id, "--yes", "--", "lib.rs"]
+        .into_iter()
+        .map(OsStr::new)
+        .collect();
+    let run = repo.ckpt_in(&sub, &args);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(json_paths(&run.one("restore")["written"]), vec![b"src/lib.rs".to_vec()]);
+    assert_eq!(repo.read("README.md"), b"changed too");
+    let escape: Vec<&OsStr> = ["--json", "restore", &id, "--yes", "--", "../../outside"]
+        .into_iter()
+        .map(OsStr::new)
+        .collect();
+    let run = repo.ckpt_in(&sub, &escape);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+}
+
+#[test]
+fn restore_needs_confirmation_and_unknown_paths_fail_loudly() {
+    let repo = TestRepo::new();
+    let id = repo.snapshot(&[]);
+    repo.write("README.md", b"edited");
+    let refs_before = repo.ckpt_refs();
+    let run = repo.ckpt_json(&["restore", &id], 4);
+    assert_eq!(run.one("error")["code"], "refused");
+    assert_eq!(repo.read("README.md"), b"edited");
+    assert_eq!(repo.ckpt_refs(), refs_before, "a refused restore takes no guard");
+    let run = repo.ckpt_json(&["restore", &id, "--yes", "--", "no/such/path"], 1);
+    assert_eq!(run.one("error")["code"], "not_found");
+    assert_eq!(repo.read("README.md"), b"edited");
+}
+
+#[test]
+fn restore_after_gc_prune_still_works() {
+    let repo = TestRepo::new();
+    repo.write("untracked-only.txt", b"lives only in a checkpoint\n");
+    let id = repo.snapshot(&[]);
+    let expected = repo.worktree();
+    repo.remove("untracked-only.txt");
+    repo.write("src/lib.rs", b"different");
+    repo.git(&["reflog", "expire", "--expire=now", "--all"]);
+    repo.git(&["gc", "-q", "--prune=now"]);
+    assert!(repo.git_raw(&["fsck", "--full"]).status.success());
+    let run = repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(run.one("restore")["verified"], true);
+    assert_eq!(repo.worktree(), expected);
+}
+
+#[test]
+fn symlinked_ancestor_is_replaced_never_written_through() {
+    let repo = TestRepo::new();
+    repo.write("d/x.txt", b"inside d");
+    let id = repo.snapshot(&[]);
+    let outside = repo.root.parent().unwrap().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    repo.remove("d");
+    repo.symlink(&outside, "d");
+    let run = repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(run.one("restore")["verified"], true, "{:?}", run.json);
+    assert!(
+        std::fs::read_dir(&outside).unwrap().next().is_none(),
+        "nothing may be written through the link"
+    );
+    assert!(std::fs::symlink_metadata(repo.path("d")).unwrap().is_dir());
+    assert_eq!(repo.read("d/x.txt"), b"inside d");
+}
+
+#[test]
+fn turn_targets_resolve_within_a_session() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"turn 1 step 1");
+    let t1 = repo.snapshot(&["--session", "s", "--turn", "1", "--step", "1", "--kind", "auto"]);
+    repo.write("a.txt", b"turn 1 step 2");
+    repo.snapshot(&["--session", "s", "--turn", "1", "--step", "2", "--kind", "auto"]);
+    repo.write("a.txt", b"turn 2 step 1");
+    let t2 = repo.snapshot(&["--session", "s", "--turn", "2", "--step", "1", "--kind", "auto"]);
+    let show = |target: &str| repo.ckpt_json(&["show", target, "--session", "s"], 0).one("checkpoint")["id"].clone();
+    assert_eq!(show("turn:1"), t1.as_str());
+    assert_eq!(show("turn:2.5"), t2.as_str());
+    repo.ckpt_json(&["restore", "turn:1", "--session", "s", "--yes"], 0);
+    assert_eq!(repo.read("a.txt"), b"turn 1 step 1");
+}

@@ -1,0 +1,108 @@
+//! The sandbox boundary: only `src/verbs` may reach git (gix), only verbs and the registry may
+//! mutate the filesystem, and other git clients keep working with ckpt's refs in place.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn offenders(patterns: &[&str], allowed: &[&str]) -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(files.len() > 5, "the scan must see the sources");
+    let mut found = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(&src).unwrap().to_string_lossy().into_owned();
+        if allowed.iter().any(|a| rel.starts_with(a)) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if patterns.iter().any(|p| line.contains(p)) {
+                found.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn only_verbs_can_reach_a_repository() {
+    let found = offenders(&["gix::", "gix ", "use gix", "git2", "rustix::fs::"], &["verbs/"]);
+    assert!(
+        found.is_empty(),
+        "repository access outside src/verbs:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn only_verbs_and_the_registry_mutate_files() {
+    let writes = [
+        "fs::write",
+        "remove_file",
+        "fs::remove_dir",
+        "fs::rename",
+        "create_dir",
+        "OpenOptions::new().write",
+        ".write(true)",
+        "set_permissions",
+        "fs::symlink(",
+        "unix::fs::symlink",
+        "symlinkat",
+        "unlinkat",
+        "renameat",
+    ];
+    // The demo acts as the user of a scratch repository it creates itself.
+    let found = offenders(&writes, &["verbs/", "records/", "cli/demo.rs"]);
+    assert!(
+        found.is_empty(),
+        "filesystem writes outside verbs/records:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_engine_runs_no_git_subprocess() {
+    let found = offenders(&["Command::new"], &["cli/demo.rs"]);
+    assert!(found.is_empty(), "subprocesses in the engine:\n{}", found.join("\n"));
+}
+
+#[test]
+fn other_git_clients_keep_working_with_pinned_checkpoints() {
+    let repo = TestRepo::new();
+    for i in 0..5 {
+        repo.write(format!("f{i}.txt"), b"x");
+        repo.snapshot(&[]);
+    }
+    repo.git(&["log", "--oneline"]);
+    let all = repo.git(&["log", "--all", "--oneline"]);
+    assert!(all.lines().count() >= 6, "{all}");
+    assert!(repo.git_raw(&["fsck", "--full"]).status.success());
+    let clone = repo.root.parent().unwrap().join("clone");
+    repo.git(&["clone", "-q", repo.root.to_str().unwrap(), clone.to_str().unwrap()]);
+    repo.git_in(&clone, &["fetch", "-q", "origin"]);
+
+    let lib = git2::Repository::open(&repo.root).expect("libgit2 opens the repo");
+    let mut pinned = 0;
+    for reference in lib.references().unwrap() {
+        let reference = reference.unwrap();
+        let commit = reference.peel_to_commit().expect("every ref peels to a commit");
+        commit.tree().expect("and its tree is readable");
+        if reference.name().unwrap_or_default().starts_with("refs/ckpt/") {
+            pinned += 1;
+        }
+    }
+    assert_eq!(pinned, 5);
+}

@@ -1,0 +1,320 @@
+//! Snapshot: what is captured, from where, and that nothing of the user's git state changes.
+
+use crate::common::*;
+
+#[test]
+fn snapshot_list_show_preview_change_nothing_in_git_state() {
+    let repo = TestRepo::new();
+    repo.write("src/lib.rs", b"pub fn answer() -> u32 { 41 }\n");
+    repo.git(&["add", "src/lib.rs"]);
+    repo.write("src/lib.rs", b"pub fn answer() -> u32 { 40 }\n");
+    repo.write("untracked.txt", b"fresh\n");
+    repo.remove("src/util/mod.rs");
+    repo.write("debug.log", b"ignored\n");
+    let before = repo.fingerprint();
+
+    let id = repo.snapshot(&[
+        "--session",
+        "s1",
+        "--turn",
+        "1",
+        "--step",
+        "1",
+        "--trigger",
+        "bash",
+        "--kind",
+        "auto",
+    ]);
+    assert_eq!(repo.fingerprint(), before, "snapshot changed the user's git state");
+    repo.ckpt_json(&["list"], 0);
+    repo.ckpt_json(&["show", &id[..8]], 0);
+    repo.ckpt_json(&["preview", "latest"], 0);
+    assert_eq!(
+        repo.fingerprint(),
+        before,
+        "list/show/preview changed the user's git state"
+    );
+    assert_eq!(repo.ckpt_refs(), vec![format!("refs/ckpt/main/{id}")]);
+
+    // The checkpoint is a real commit: parent HEAD, tree = the worktree as it is (no index).
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    assert_eq!(repo.git(&["rev-parse", &format!("{id}^")]), head);
+    let files = repo.git(&["ls-tree", "-r", "--name-only", &id]);
+    let files: Vec<&str> = files.lines().collect();
+    assert_eq!(files, vec![".gitignore", "README.md", "src/lib.rs", "untracked.txt"]);
+    assert_eq!(
+        repo.git(&["show", &format!("{id}:src/lib.rs")]),
+        "pub fn answer() -> u32 { 40 }\n"
+    );
+    let message = repo.git(&["log", "-1", "--format=%an <%ae>%n%B", &id]);
+    assert!(message.starts_with("ckpt <ckpt@localhost>"), "{message}");
+    for trailer in [
+        "Ckpt-Session: s1",
+        "Ckpt-Turn: 1",
+        "Ckpt-Step: 1",
+        "Ckpt-Trigger: bash",
+        "Ckpt-Kind: auto",
+    ] {
+        assert!(message.contains(trailer), "missing {trailer} in {message}");
+    }
+    assert!(
+        !repo.common_dir().join("logs/refs/ckpt").exists(),
+        "ckpt refs must not get reflogs"
+    );
+    assert!(!repo.root.join(".ckpt").exists(), "no engine state in the worktree");
+    assert!(repo.common_dir().join("ckpt/main/records.json").is_file());
+}
+
+#[test]
+fn identical_state_is_not_a_new_checkpoint() {
+    let repo = TestRepo::new();
+    let first = repo.ckpt_json(&["snapshot"], 0);
+    assert_eq!(first.one("snapshot")["created"], true);
+    let second = repo.ckpt_json(&["snapshot"], 0);
+    assert_eq!(second.one("snapshot")["created"], false);
+    assert_eq!(second.one("snapshot")["id"], first.one("snapshot")["id"]);
+    assert_eq!(repo.ckpt_refs().len(), 1);
+    assert_eq!(repo.ckpt_json(&["list"], 0).json.len(), 1);
+}
+
+#[test]
+fn incremental_bytes_count_only_new_content() {
+    let repo = TestRepo::new();
+    repo.write("big.bin", &vec![7u8; 10_000]);
+    let first = repo.ckpt_json(&["snapshot"], 0);
+    assert_eq!(first.one("snapshot")["bytes"], 10_000);
+    assert_eq!(first.one("snapshot")["files"], 1);
+    repo.write("small.txt", b"12345");
+    let second = repo.ckpt_json(&["snapshot"], 0);
+    assert_eq!(second.one("snapshot")["bytes"], 5, "{:?}", second.json);
+    assert_eq!(second.one("snapshot")["files"], 1);
+}
+
+#[test]
+fn binary_exec_bits_and_symlinks_are_captured_exactly() {
+    let repo = TestRepo::new();
+    let binary: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
+    repo.write("data.bin", &binary);
+    repo.write("crlf.txt", b"a\r\nb\r\n");
+    repo.write("run.sh", b"#!/bin/sh\necho hi\n");
+    repo.chmod("run.sh", 0o755);
+    repo.symlink("src/lib.rs", "file-link");
+    repo.symlink("src", "dir-link");
+    repo.symlink("/nonexistent/target", "dangling");
+    let id = repo.snapshot(&[]);
+    let tree = repo.git(&["ls-tree", "-r", &id]);
+    let mode_of = |name: &str| {
+        tree.lines()
+            .find(|l| l.ends_with(&format!("\t{name}")))
+            .map(|l| l[..6].to_owned())
+            .unwrap_or_else(|| panic!("{name} missing from {tree}"))
+    };
+    assert_eq!(mode_of("run.sh"), "100755");
+    assert_eq!(mode_of("data.bin"), "100644");
+    assert_eq!(mode_of("file-link"), "120000");
+    assert_eq!(mode_of("dir-link"), "120000");
+    assert_eq!(mode_of("dangling"), "120000");
+    assert!(!tree.contains("dir-link/"), "a symlinked dir must not be entered");
+    let blob = repo.git_raw(&["cat-file", "blob", &format!("{id}:data.bin")]).stdout;
+    assert_eq!(blob, binary);
+    assert_eq!(
+        repo.git_raw(&["cat-file", "blob", &format!("{id}:crlf.txt")]).stdout,
+        b"a\r\nb\r\n"
+    );
+    assert_eq!(
+        repo.git(&["cat-file", "blob", &format!("{id}:dangling")]),
+        "/nonexistent/target"
+    );
+}
+
+#[test]
+fn filters_and_autocrlf_do_not_alter_captured_bytes() {
+    let repo = TestRepo::new();
+    repo.git(&["config", "core.autocrlf", "true"]);
+    repo.git(&["config", "filter.upper.clean", "tr a-z A-Z"]);
+    repo.git(&["config", "filter.upper.smudge", "cat"]);
+    repo.write(".gitattributes", b"*.up filter=upper\n");
+    repo.write("x.up", b"lower case\r\n");
+    let id = repo.snapshot(&[]);
+    assert_eq!(
+        repo.git_raw(&["cat-file", "blob", &format!("{id}:x.up")]).stdout,
+        b"lower case\r\n"
+    );
+}
+
+#[test]
+fn works_from_a_subdirectory_detached_head_and_without_identity() {
+    let repo = TestRepo::new();
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    repo.git(&["checkout", "-q", "--detach"]);
+    assert!(
+        repo.git_raw(&["config", "user.name"]).stdout.is_empty(),
+        "test repo must have no identity"
+    );
+    repo.write("src/new.rs", b"new\n");
+    let before = repo.fingerprint();
+    let sub = repo.path("src/util");
+    let run = repo.ckpt_in(&sub, &["--json".as_ref(), "snapshot".as_ref()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let id = run.one("snapshot")["id"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(repo.fingerprint(), before);
+    assert_eq!(repo.git(&["rev-parse", &format!("{id}^")]), head);
+    assert!(repo.git(&["ls-tree", "-r", "--name-only", &id]).contains("src/new.rs"));
+}
+
+#[test]
+fn snapshot_while_index_lock_is_held() {
+    let repo = TestRepo::new();
+    repo.write("README.md", b"changed\n");
+    let lock = repo.git_dir().join("index.lock");
+    std::fs::write(&lock, b"someone else's lock").unwrap();
+    let before = repo.fingerprint();
+    repo.snapshot(&[]);
+    assert_eq!(std::fs::read(&lock).unwrap(), b"someone else's lock");
+    assert_eq!(repo.fingerprint(), before);
+}
+
+#[test]
+fn merge_in_progress_is_captured_without_touching_the_merge() {
+    let repo = TestRepo::new();
+    repo.git(&["checkout", "-q", "-b", "other"]);
+    repo.write("README.md", b"other side\n");
+    repo.commit_all("other");
+    repo.git(&["checkout", "-q", "main"]);
+    repo.write("README.md", b"main side\n");
+    repo.commit_all("main");
+    let merge = repo.git_raw(&["-c", "user.name=T", "-c", "user.email=t@e", "merge", "other"]);
+    assert!(!merge.status.success(), "the merge must conflict");
+    let merge_head = std::fs::read(repo.git_dir().join("MERGE_HEAD")).unwrap();
+    let before = repo.fingerprint();
+    let id = repo.snapshot(&[]);
+    assert_eq!(repo.fingerprint(), before);
+    assert_eq!(std::fs::read(repo.git_dir().join("MERGE_HEAD")).unwrap(), merge_head);
+    let captured = repo.git(&["show", &format!("{id}:README.md")]);
+    assert!(
+        captured.contains("<<<<<<<"),
+        "conflict markers captured as on disk: {captured}"
+    );
+}
+
+#[test]
+fn skipped_paths_are_reported_with_reasons() {
+    let repo = TestRepo::new();
+    repo.write("huge.bin", &vec![1u8; 2048]);
+    repo.write("ok.txt", b"ok");
+    let nested = repo.path("vendor/nested");
+    std::fs::create_dir_all(&nested).unwrap();
+    repo.git_in(&nested, &["init", "-q"]);
+    std::fs::write(nested.join("inner.txt"), b"inner").unwrap();
+    let run = repo.ckpt_json(&["snapshot", "--max-file-size", "1024"], 0);
+    let skipped = &run.one("snapshot")["skipped"];
+    let reasons: Vec<(String, String)> = skipped
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["path"].as_str().unwrap().to_owned(),
+                s["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|(p, r)| p == "huge.bin" && r.starts_with("too_large")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|(p, r)| p == "vendor/nested" && r == "nested_repo"),
+        "{reasons:?}"
+    );
+    let id = run.one("snapshot")["id"].as_str().unwrap().to_owned();
+    let tree = repo.git(&["ls-tree", "-r", "--name-only", &id]);
+    assert!(
+        tree.contains("ok.txt") && !tree.contains("huge.bin") && !tree.contains("inner.txt"),
+        "{tree}"
+    );
+    assert!(repo.git(&["log", "-1", "--format=%B", &id]).contains("Ckpt-Skipped: "));
+}
+
+#[test]
+fn linked_worktrees_keep_separate_state_and_share_refs() {
+    let repo = TestRepo::new();
+    let wt = repo.root.parent().unwrap().join("linked");
+    repo.git(&["worktree", "add", "-q", "--detach", wt.to_str().unwrap()]);
+    std::fs::write(wt.join("only-in-linked.txt"), b"linked").unwrap();
+    let before_main = repo.fingerprint();
+    let before_linked = fingerprint_of(&repo, &wt);
+    let run = repo.ckpt_in(&wt, &["--json".as_ref(), "snapshot".as_ref()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let id = run.one("snapshot")["id"].as_str().unwrap().to_owned();
+    assert_eq!(repo.fingerprint(), before_main);
+    assert_eq!(fingerprint_of(&repo, &wt), before_linked);
+    assert_eq!(
+        repo.ckpt_json(&["list"], 0).json.len(),
+        0,
+        "main worktree has its own list"
+    );
+    let listed = repo.ckpt_in(&wt, &["--json".as_ref(), "list".as_ref()]);
+    assert_eq!(ids(&listed, "checkpoint", "id"), vec![id.clone()]);
+    assert_eq!(repo.ckpt_json(&["list", "--all"], 0).json.len(), 1);
+    assert_eq!(repo.ckpt_refs(), vec![format!("refs/ckpt/wt-linked/{id}")]);
+}
+
+#[test]
+fn unborn_head_and_plain_directories_are_refused_clearly() {
+    let plain = TestRepo::bare_dir();
+    let run = plain.ckpt_json(&["snapshot"], 1);
+    assert_eq!(run.one("error")["code"], "no_provider");
+    let unborn = TestRepo::bare_dir();
+    unborn.git(&["init", "-q"]);
+    unborn.write("a.txt", b"a");
+    let run = unborn.ckpt_json(&["snapshot"], 1);
+    assert_eq!(run.one("error")["code"], "no_provider");
+    assert!(run.one("error")["message"].as_str().unwrap().contains("unborn"));
+    assert!(!unborn.git_dir().join("ckpt").exists(), "a refusal writes nothing");
+}
+
+#[test]
+fn concurrent_snapshots_lose_no_record() {
+    let repo = TestRepo::new();
+    let workers: Vec<_> = (0..4)
+        .map(|worker| {
+            let root = repo.root.clone();
+            let home = repo.home.clone();
+            std::thread::spawn(move || {
+                let mut created = Vec::new();
+                for round in 0..5 {
+                    std::fs::write(root.join(format!("w{worker}.txt")), format!("{worker}-{round}")).unwrap();
+                    let out = std::process::Command::new(CKPT)
+                        .current_dir(&root)
+                        .env("HOME", &home)
+                        .env("GIT_CONFIG_NOSYSTEM", "1")
+                        .args(["--json", "snapshot", "--session", &format!("w{worker}")])
+                        .output()
+                        .unwrap();
+                    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                    if value["created"] == true {
+                        created.push(value["id"].as_str().unwrap().to_owned());
+                    }
+                }
+                created
+            })
+        })
+        .collect();
+    let mut created: Vec<String> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    created.sort();
+    let mut listed = ids(&repo.ckpt_json(&["list"], 0), "checkpoint", "id");
+    listed.sort();
+    assert!(created.len() >= 5, "most snapshots see a new state: {}", created.len());
+    assert_eq!(listed, created, "every created checkpoint has exactly one record");
+    let mut refs: Vec<String> = repo
+        .ckpt_refs()
+        .into_iter()
+        .map(|r| r.rsplit('/').next().unwrap().to_owned())
+        .collect();
+    refs.sort();
+    assert_eq!(refs, created, "every record has its ref and no ref lacks a record");
+}
