@@ -245,7 +245,7 @@ pub fn restore_text(report: &RestoreReport) -> String {
     ));
     if let Some(guard) = &report.guard {
         text.push_str(&format!(
-            "  guard checkpoint {} holds the state before this restore; undo with: ckpt restore {} --yes\n",
+            "  guard checkpoint {} holds the state before this restore; undo with: ckpt restore {} --exact --yes\n",
             &guard[..8.min(guard.len())],
             guard
         ));

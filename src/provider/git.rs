@@ -150,6 +150,7 @@ impl GitProvider {
         let mut records = registry.load()?;
         let head = self.vault.head_commit()?;
         let capture = scan::capture(&self.vault, request.max_file_size, BlobSink::Store)?;
+        crate::fault::point("snapshot:after-blobs");
         let tree = self.write_trees(&capture.items())?;
         let warnings = capture.warnings.clone();
 
@@ -441,7 +442,11 @@ impl Provider for GitProvider {
 
         registry.write_journal(&journal(record, &guard.record, &plan.ops), &lock)?;
         crate::fault::point("restore:after-journal");
-        let results = self.vault.restore_paths(&plan.ops);
+        let results = self.vault.restore_paths_with(&plan.ops, |done| {
+            if done == 1 {
+                crate::fault::point("restore:after-first-write");
+            }
+        });
 
         let mut report = RestoreReport {
             id: record.id.clone(),

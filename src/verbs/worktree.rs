@@ -224,7 +224,24 @@ impl Vault {
     /// Applies `ops` in order. Each op succeeds or fails on its own; a failed op leaves its path
     /// as it was (the temp file is removed). Returns one result per op.
     pub fn restore_paths(&self, ops: &[RestoreOp]) -> Vec<Result<(), VerbError>> {
-        ops.iter().map(|op| self.apply(op)).collect()
+        self.restore_paths_with(ops, |_| {})
+    }
+
+    /// Like [`Self::restore_paths`], calling `after_each(n)` once `n` ops are done (progress,
+    /// fault injection).
+    pub fn restore_paths_with(
+        &self,
+        ops: &[RestoreOp],
+        mut after_each: impl FnMut(usize),
+    ) -> Vec<Result<(), VerbError>> {
+        ops.iter()
+            .enumerate()
+            .map(|(i, op)| {
+                let result = self.apply(op);
+                after_each(i + 1);
+                result
+            })
+            .collect()
     }
 
     fn apply(&self, op: &RestoreOp) -> Result<(), VerbError> {

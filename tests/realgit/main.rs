@@ -2,6 +2,8 @@
 //! checked against a fingerprint of the user's git state, and every restore byte-for-byte.
 
 mod common;
+#[cfg(feature = "fault-injection")]
+mod faults;
 mod hostile;
 mod restore;
 mod sandbox;

@@ -318,3 +318,69 @@ fn concurrent_snapshots_lose_no_record() {
     refs.sort();
     assert_eq!(refs, created, "every record has its ref and no ref lacks a record");
 }
+
+#[test]
+fn special_files_are_skipped_and_submodules_are_pointers() {
+    let repo = TestRepo::new();
+    let status = std::process::Command::new("mkfifo")
+        .arg(repo.path("pipe"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let upstream = TestRepo::new();
+    repo.git(&[
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "add",
+        "-q",
+        upstream.root.to_str().unwrap(),
+        "sub",
+    ]);
+    repo.commit_all("add submodule");
+    std::fs::write(repo.path("sub/dirty-inside.txt"), b"inside the submodule").unwrap();
+    let before = repo.fingerprint();
+    let run = repo.ckpt_json(&["snapshot"], 0);
+    assert_eq!(repo.fingerprint(), before);
+    let snapshot = run.one("snapshot");
+    let skipped = snapshot["skipped"].as_array().unwrap();
+    assert!(
+        skipped
+            .iter()
+            .any(|s| s["path"] == "pipe" && s["reason"] == "special_file"),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped.iter().any(|s| s["path"] == "sub" && s["reason"] == "submodule"),
+        "{skipped:?}"
+    );
+    let id = snapshot["id"].as_str().unwrap();
+    let entry = repo.git(&["ls-tree", id, "sub"]);
+    let sub_head = repo.git_in(&repo.path("sub"), &["rev-parse", "HEAD"]);
+    assert_eq!(entry, format!("160000 commit {}\tsub\n", sub_head.trim()));
+    assert!(
+        !repo.git(&["ls-tree", "-r", "--name-only", id]).contains("dirty-inside"),
+        "never entered"
+    );
+
+    repo.write("README.md", b"edited");
+    let run = repo.ckpt_json(&["restore", id, "--yes", "--exact"], 0);
+    assert_eq!(json_paths(&run.one("restore")["written"]), vec![b"README.md".to_vec()]);
+    assert_eq!(
+        repo.read("sub/dirty-inside.txt"),
+        b"inside the submodule",
+        "submodule contents untouched"
+    );
+}
+
+#[test]
+fn the_readme_demo_runs_and_passes_its_checks() {
+    let repo = TestRepo::bare_dir();
+    let run = repo.ckpt(&["demo"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("demo finished: every check passed"),
+        "{}",
+        run.stdout
+    );
+}

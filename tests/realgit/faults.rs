@@ -1,0 +1,84 @@
+//! Fault injection (built with `--features fault-injection`): the process aborts at a named point
+//! inside snapshot or restore, and what is left must be whole — no ref or record for an aborted
+//! capture, and an aborted restore that the guard can still undo byte for byte.
+
+use crate::common::*;
+
+fn ckpt_with_fault(repo: &TestRepo, fault: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(CKPT)
+        .current_dir(&repo.root)
+        .env("HOME", &repo.home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("CKPT_FAULT", fault)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn an_aborted_snapshot_publishes_no_ref_and_no_record() {
+    let repo = TestRepo::new();
+    let first = repo.snapshot(&[]);
+    repo.write("new.txt", b"captured by the aborted snapshot");
+    for fault in ["snapshot:after-blobs", "snapshot:after-commit"] {
+        let before = repo.fingerprint();
+        let out = ckpt_with_fault(&repo, fault, &["--json", "snapshot"]);
+        assert!(!out.status.success(), "{fault}: the process must have aborted");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(fault));
+        assert_eq!(repo.ckpt_refs(), vec![format!("refs/ckpt/main/{first}")], "{fault}");
+        assert_eq!(
+            ids(&repo.ckpt_json(&["list"], 0), "checkpoint", "id"),
+            vec![first.clone()],
+            "{fault}"
+        );
+        assert_eq!(repo.fingerprint(), before, "{fault}");
+    }
+    let second = repo.ckpt_json(&["snapshot"], 0);
+    assert_eq!(
+        second.one("snapshot")["created"],
+        true,
+        "the next snapshot works normally"
+    );
+}
+
+#[test]
+fn an_aborted_restore_can_be_undone_through_its_guard() {
+    let repo = TestRepo::new();
+    for i in 0..10 {
+        repo.write(format!("f{i}.txt"), format!("original {i}").as_bytes());
+    }
+    let id = repo.snapshot(&[]);
+    let original = repo.worktree();
+    for i in 0..10 {
+        repo.write(format!("f{i}.txt"), format!("agent {i}").as_bytes());
+    }
+    repo.write("agent-new.txt", b"new");
+    let edited = repo.worktree();
+    let out = ckpt_with_fault(
+        &repo,
+        "restore:after-first-write",
+        &["--json", "restore", &id, "--yes", "--exact"],
+    );
+    assert!(!out.status.success());
+    let journal = repo.common_dir().join("ckpt/main/restore-journal.json");
+    assert!(journal.is_file(), "an interrupted restore leaves its journal");
+    let journal: serde_json::Value = serde_json::from_slice(&std::fs::read(&journal).unwrap()).unwrap();
+    let guard = journal["guard"].as_str().unwrap().to_owned();
+    let now = repo.worktree();
+    assert_ne!(now, edited, "the first write landed before the abort");
+    for (path, entry) in &now {
+        let whole = Some(entry) == original.get(path) || Some(entry) == edited.get(path);
+        assert!(
+            whole,
+            "{} is neither the old nor the new version",
+            String::from_utf8_lossy(path)
+        );
+    }
+    let undo = repo.ckpt_json(&["restore", &guard, "--exact", "--yes"], 0);
+    assert_eq!(undo.one("restore")["verified"], true);
+    assert_eq!(
+        repo.worktree(),
+        edited,
+        "the guard undoes a half-finished restore exactly"
+    );
+}
