@@ -14,12 +14,11 @@ use super::{InvalidInput, VerbError};
 
 /// Settings applied in memory only (never written to any config file): ckpt refs get no reflog,
 /// and ckpt never needs the user's identity.
-const CONFIG_OVERRIDES: [&str; 5] = [
+const CONFIG_OVERRIDES: [&str; 4] = [
     "core.logAllRefUpdates=false",
     "user.name=ckpt",
     "user.email=ckpt@localhost",
     "gc.auto=0",
-    "core.fsync=all",
 ];
 
 /// The identity every checkpoint commit is written with, so users need no git identity.

@@ -122,9 +122,16 @@ impl TestRepo {
         ]);
     }
 
-    pub fn ckpt_in(&self, dir: &Path, args: &[&OsStr]) -> Run {
+    /// A `ckpt` command in the worktree root with the isolated environment.
+    pub fn ckpt_command(&self) -> Command {
         let mut cmd = Command::new(CKPT);
         isolate(&mut cmd, &self.home);
+        cmd.current_dir(&self.root);
+        cmd
+    }
+
+    pub fn ckpt_in(&self, dir: &Path, args: &[&OsStr]) -> Run {
+        let mut cmd = self.ckpt_command();
         cmd.current_dir(dir).args(args);
         let out = cmd.output().expect("run ckpt");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

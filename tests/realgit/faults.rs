@@ -5,10 +5,7 @@
 use crate::common::*;
 
 fn ckpt_with_fault(repo: &TestRepo, fault: &str, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(CKPT)
-        .current_dir(&repo.root)
-        .env("HOME", &repo.home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
+    repo.ckpt_command()
         .env("CKPT_FAULT", fault)
         .args(args)
         .output()
