@@ -61,6 +61,18 @@ enum Command {
         #[arg(long, short = 'y')]
         yes: bool,
     },
+    /// Check this workspace's ckpt state (read-only); exits 1 on any problem
+    Audit,
+    /// Report problems in this workspace's ckpt state; --fix repairs them
+    Doctor {
+        /// Repair: rebuild or re-pin records, remove leftover temp files, roll an interrupted
+        /// restore back to its guard
+        #[arg(long)]
+        fix: bool,
+        /// With --fix: finish an interrupted restore instead of rolling it back
+        #[arg(long, requires = "fix")]
+        complete: bool,
+    },
     /// A guided run in a scratch repository: snapshot, agent-like edits, preview, restore, undo
     Demo {
         /// Keep the scratch repository and print its path
@@ -177,6 +189,8 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
         Command::Show(args) => show(provider.as_ref(), args, out),
         Command::Preview(args) => preview(provider.as_ref(), &cwd, args, out),
         Command::Restore { args, yes } => restore(provider.as_ref(), &cwd, args, *yes, out),
+        Command::Audit => audit(provider.as_ref(), out),
+        Command::Doctor { fix, complete } => doctor(provider.as_ref(), *fix, *complete, out),
         Command::Demo { .. } => Ok(0),
     }
 }
@@ -390,4 +404,67 @@ fn restore(provider: &dyn Provider, cwd: &Path, args: &RestoreArgs, yes: bool, o
     out.record("restore", output::restore_json(&report));
     out.human(output::restore_text(&report).trim_end());
     Ok(if report.failed.is_empty() { 0 } else { 3 })
+}
+
+fn problem_json(problem: &provider::Problem) -> serde_json::Value {
+    json!({"code": problem.code, "message": problem.message, "id": problem.id})
+}
+
+fn audit(provider: &dyn Provider, out: &Output) -> Result<i32, CkptError> {
+    let report = provider.audit()?;
+    for problem in &report.problems {
+        out.record("audit.problem", problem_json(problem));
+        out.human(&format!("problem [{}]: {}", problem.code, problem.message));
+    }
+    let ok = report.problems.is_empty();
+    out.record(
+        "audit",
+        json!({"ok": ok, "records": report.records, "refs": report.refs, "problems": report.problems.len()}),
+    );
+    out.human(&format!(
+        "audit: {} record(s), {} ref(s), {} problem(s){}",
+        report.records,
+        report.refs,
+        report.problems.len(),
+        if ok { " — all consistent" } else { "" }
+    ));
+    Ok(if ok { 0 } else { 1 })
+}
+
+fn doctor(provider: &dyn Provider, fix: bool, complete: bool, out: &Output) -> Result<i32, CkptError> {
+    let mode = fix.then_some(if complete {
+        provider::JournalFix::Complete
+    } else {
+        provider::JournalFix::RollBack
+    });
+    let report = provider.doctor(mode)?;
+    for problem in &report.problems {
+        out.record("doctor.problem", problem_json(problem));
+        out.human(&format!("problem [{}]: {}", problem.code, problem.message));
+    }
+    if let Some(restore) = &report.restore {
+        out.record("restore", output::restore_json(restore));
+        out.human(output::restore_text(restore).trim_end());
+    }
+    for action in &report.actions {
+        out.human(&format!("{} {action}", if report.fixed { "done:" } else { "would:" }));
+    }
+    let remaining: Vec<serde_json::Value> = report.remaining.iter().map(problem_json).collect();
+    out.record(
+        "doctor",
+        json!({"fixed": report.fixed, "problems": report.problems.len(), "actions": report.actions, "remaining": remaining}),
+    );
+    let healthy = if report.fixed {
+        report.remaining.is_empty()
+    } else {
+        report.problems.is_empty()
+    };
+    if report.problems.is_empty() {
+        out.human("doctor: no problems found");
+    } else if !report.fixed {
+        out.human("doctor: run `ckpt doctor --fix` to repair");
+    } else if !healthy {
+        out.human(&format!("doctor: {} problem(s) remain", report.remaining.len()));
+    }
+    Ok(if healthy { 0 } else { 1 })
 }

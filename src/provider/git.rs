@@ -3,6 +3,8 @@
 //! registry record. The user's index, HEAD, branches, reflogs, config and hooks are never written:
 //! all repository access goes through `crate::verbs`, and only `refs/ckpt/` is ever edited.
 
+mod health;
+
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -11,8 +13,23 @@ use crate::provider::scan::{self, BlobSink, Capture};
 use crate::provider::{
     CkptError, Confirmation, Preview, Provider, RestoreReport, Selection, SnapshotOutcome, SnapshotRequest,
 };
-use crate::records::{Record, Registry, RegistryLock, Skipped, WirePath};
+use crate::records::{Record, Registry, RegistryLock, Skipped, Trailers, WirePath};
 use crate::verbs::{NewTreeEntry, ObjectId, PinRef, RepoPath, RestoreOp, TreeItem, Vault, WorkspaceKey};
+
+/// The registry checked against the refs.
+#[derive(Debug, Default)]
+pub struct Reconciled {
+    /// Stored records plus rebuilt ones, oldest first.
+    pub records: Vec<Record>,
+    /// Ids rebuilt from pinned commits the registry lacked.
+    pub rebuilt: Vec<String>,
+    /// Ids of records whose pin ref is missing.
+    pub unpinned: Vec<String>,
+    /// Pins that could not be turned into a record, with why.
+    pub unreadable_pins: Vec<(String, String)>,
+    /// Names under refs/ckpt/ that are not valid pins.
+    pub foreign_refs: Vec<String>,
+}
 
 pub struct GitProvider {
     vault: Vault,
@@ -28,7 +45,10 @@ fn state_root(vault: &Vault) -> PathBuf {
 
 fn now_rfc3339() -> (i64, String) {
     let now = chrono::Utc::now();
-    (now.timestamp(), now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+    (
+        now.timestamp(),
+        now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    )
 }
 
 impl GitProvider {
@@ -63,11 +83,73 @@ impl GitProvider {
         Ok(Registry::open(&self.state_root.join(self.workspace.as_str()))?)
     }
 
-    fn records(&self) -> Result<Vec<Record>, CkptError> {
+    fn workspace_path(&self) -> WirePath {
+        WirePath::from_bytes(self.workdir.as_os_str().as_encoded_bytes())
+    }
+
+    /// The registry as stored, without creating anything.
+    fn stored_records(&self) -> Result<Vec<Record>, CkptError> {
         match Registry::open_existing(&self.state_root.join(self.workspace.as_str())) {
             Some(registry) => Ok(registry.load()?),
             None => Ok(Vec::new()),
         }
+    }
+
+    /// The registry reconciled with this workspace's refs: a pinned checkpoint the registry
+    /// lacks (a process killed between pin and record) is rebuilt from its commit's trailers.
+    fn records(&self) -> Result<Vec<Record>, CkptError> {
+        Ok(self.reconcile(self.stored_records()?)?.records)
+    }
+
+    pub fn reconcile(&self, mut records: Vec<Record>) -> Result<Reconciled, CkptError> {
+        let (pins, foreign) = self.vault.list_pins()?;
+        let known: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
+        let mut pinned: HashSet<String> = HashSet::new();
+        let mut out = Reconciled {
+            foreign_refs: foreign,
+            ..Reconciled::default()
+        };
+        for (pin, target) in pins {
+            if pin.workspace() != self.workspace {
+                continue;
+            }
+            let Some(id) = pin.checkpoint_id() else { continue };
+            if id != target {
+                out.unreadable_pins
+                    .push((pin.as_str().to_owned(), format!("points at {target}, not at {id}")));
+                continue;
+            }
+            pinned.insert(id.to_hex());
+            if known.contains(&id.to_hex()) {
+                continue;
+            }
+            match self.record_from_commit(&id) {
+                Ok(record) => {
+                    out.rebuilt.push(record.id.clone());
+                    records.push(record);
+                }
+                Err(why) => out.unreadable_pins.push((pin.as_str().to_owned(), why)),
+            }
+        }
+        out.unpinned = records
+            .iter()
+            .filter(|r| !pinned.contains(&r.id))
+            .map(|r| r.id.clone())
+            .collect();
+        records.sort_by(|a, b| a.time.cmp(&b.time));
+        out.records = records;
+        Ok(out)
+    }
+
+    fn record_from_commit(&self, id: &ObjectId) -> Result<Record, String> {
+        let info = self.vault.read_commit(id).map_err(|e| e.to_string())?;
+        let trailers = Trailers::parse(&info.message)?;
+        if trailers.workspace_key != self.workspace.as_str() {
+            return Err(format!("commit names workspace {:?}", trailers.workspace_key));
+        }
+        let record = trailers.into_record(id.to_hex(), info.tree.to_hex(), self.workspace_path());
+        record.validate()?;
+        Ok(record)
     }
 
     /// Writes the nested trees for `files` bottom-up and returns the root tree id.
@@ -100,45 +182,6 @@ impl GitProvider {
         write(&self.vault, root)
     }
 
-    fn commit_message(
-        &self,
-        request: &SnapshotRequest,
-        time: &str,
-        files: u64,
-        bytes: u64,
-        skipped: &[Skipped],
-    ) -> String {
-        let mut text = format!("ckpt: {} checkpoint", request.kind.as_str());
-        if let Some(trigger) = &request.trigger {
-            text.push_str(&format!(" before {trigger}"));
-        }
-        text.push_str("\n\n");
-        let mut trailer = |key: &str, value: &str| text.push_str(&format!("Ckpt-{key}: {value}\n"));
-        trailer("Format", "1");
-        trailer("Workspace", self.workspace.as_str());
-        trailer("Kind", request.kind.as_str());
-        trailer("Time", time);
-        if let Some(session) = &request.session {
-            trailer("Session", session);
-        }
-        if let Some(turn) = request.turn {
-            trailer("Turn", &turn.to_string());
-        }
-        if let Some(step) = request.step {
-            trailer("Step", &step.to_string());
-        }
-        if let Some(trigger) = &request.trigger {
-            trailer("Trigger", trigger);
-        }
-        trailer("Files", &files.to_string());
-        trailer("Bytes", &bytes.to_string());
-        for entry in skipped {
-            let json = serde_json::to_string(entry).unwrap_or_default();
-            trailer("Skipped", &json);
-        }
-        text
-    }
-
     /// The snapshot transaction; the caller holds the workspace lock. All or nothing: the record
     /// is the last step, and a failure to save it removes the ref it just pinned.
     fn snapshot_locked(
@@ -147,7 +190,7 @@ impl GitProvider {
         lock: &RegistryLock,
         request: &SnapshotRequest,
     ) -> Result<(SnapshotOutcome, Capture), CkptError> {
-        let mut records = registry.load()?;
+        let mut records = self.reconcile(registry.load()?)?.records;
         let head = self.vault.head_commit()?;
         let capture = scan::capture(&self.vault, request.max_file_size, BlobSink::Store)?;
         crate::fault::point("snapshot:after-blobs");
@@ -194,19 +237,8 @@ impl GitProvider {
             .collect();
 
         let (unix, time) = now_rfc3339();
-        let message = self.commit_message(request, &time, files, bytes, &skipped);
-        let commit = self.vault.write_commit(&tree, head.as_ref(), &message, unix)?;
-        crate::fault::point("snapshot:after-commit");
-        let pin = PinRef::for_checkpoint(&self.workspace, &commit);
-        self.vault.pin(&pin, &commit, None)?;
-        crate::fault::point("snapshot:after-pin");
-
-        let record = Record {
-            id: commit.to_hex(),
-            provider: "git".into(),
-            commit: Some(commit.to_hex()),
-            tree: tree.to_hex(),
-            workspace: WirePath::from_bytes(self.workdir.as_os_str().as_encoded_bytes()),
+        let trailers = Trailers {
+            workspace_key: self.workspace.as_str().to_owned(),
             session: request.session.clone(),
             turn: request.turn,
             step: request.step,
@@ -218,6 +250,15 @@ impl GitProvider {
             bytes,
             skipped,
         };
+        let commit = self
+            .vault
+            .write_commit(&tree, head.as_ref(), &trailers.format(), unix)?;
+        crate::fault::point("snapshot:after-commit");
+        let pin = PinRef::for_checkpoint(&self.workspace, &commit);
+        self.vault.pin(&pin, &commit, None)?;
+        crate::fault::point("snapshot:after-pin");
+
+        let record = trailers.into_record(commit.to_hex(), tree.to_hex(), self.workspace_path());
         records.push(record.clone());
         if let Err(error) = registry.save(&records, lock) {
             self.vault.unpin(&pin, &commit).ok();
@@ -335,7 +376,7 @@ impl GitProvider {
     }
 }
 
-fn journal(record: &Record, guard: &Record, ops: &[RestoreOp]) -> serde_json::Value {
+fn journal(record: &Record, guard: &Record, selection: &Selection, ops: &[RestoreOp]) -> serde_json::Value {
     let ops: Vec<serde_json::Value> = ops
         .iter()
         .map(|op| {
@@ -353,6 +394,8 @@ fn journal(record: &Record, guard: &Record, ops: &[RestoreOp]) -> serde_json::Va
         "version": 1,
         "target": record.id,
         "guard": guard.id,
+        "exact": selection.exact,
+        "paths": selection.paths.iter().map(WirePath::from_repo_path).collect::<Vec<_>>(),
         "started": now_rfc3339().1,
         "pid": std::process::id(),
         "ops": ops,
@@ -372,6 +415,14 @@ impl Provider for GitProvider {
         let registry = self.registry()?;
         let lock = registry.lock()?;
         Ok(self.snapshot_locked(&registry, &lock, request)?.0)
+    }
+
+    fn audit(&self) -> Result<crate::provider::AuditReport, CkptError> {
+        self.audit_report()
+    }
+
+    fn doctor(&self, fix: Option<crate::provider::JournalFix>) -> Result<crate::provider::DoctorReport, CkptError> {
+        self.doctor_report(fix)
     }
 
     fn checkpoints(&self, all_workspaces: bool) -> Result<Vec<Record>, CkptError> {
@@ -440,7 +491,7 @@ impl Provider for GitProvider {
         let plan = Self::make_plan(&target, &current, &capture.unprotected(), selection)?;
         self.ensure_blobs_present(&plan.ops)?;
 
-        registry.write_journal(&journal(record, &guard.record, &plan.ops), &lock)?;
+        registry.write_journal(&journal(record, &guard.record, selection, &plan.ops), &lock)?;
         crate::fault::point("restore:after-journal");
         let results = self.vault.restore_paths_with(&plan.ops, |done| {
             if done == 1 {

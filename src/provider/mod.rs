@@ -55,6 +55,7 @@ impl CkptError {
             CkptError::Records(RecordsError::Corrupt { .. }) => "corrupt_registry",
             CkptError::Records(RecordsError::UnsupportedVersion { .. }) => "unsupported_version",
             CkptError::Records(RecordsError::Io { .. }) => "io",
+            CkptError::Records(RecordsError::LockTimeout { .. }) => "lock_timeout",
             CkptError::Verb(VerbError::Invalid(_)) => "invalid_input",
             CkptError::Verb(VerbError::MissingObject { .. }) => "missing_object",
             CkptError::Verb(VerbError::RefConflict { .. }) => "ref_conflict",
@@ -124,6 +125,41 @@ pub struct RestoreReport {
     pub verified: bool,
 }
 
+/// One thing wrong with a workspace's ckpt state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub code: &'static str,
+    pub message: String,
+    pub id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AuditReport {
+    pub records: usize,
+    pub refs: usize,
+    pub problems: Vec<Problem>,
+}
+
+/// What `doctor --fix` does with an interrupted restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JournalFix {
+    /// Put the worktree back as the restore's guard captured it.
+    RollBack,
+    /// Run the interrupted restore again to its end.
+    Complete,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DoctorReport {
+    pub problems: Vec<Problem>,
+    /// What was done (with a fix) or would be done (without).
+    pub actions: Vec<String>,
+    pub fixed: bool,
+    /// Problems left after fixing.
+    pub remaining: Vec<Problem>,
+    pub restore: Option<RestoreReport>,
+}
+
 /// How a restore is confirmed: already (`--yes`), or by asking after showing the preview.
 pub enum Confirmation<'a> {
     Given,
@@ -145,6 +181,10 @@ pub trait Provider {
         request: &SnapshotRequest,
         confirmation: Confirmation<'_>,
     ) -> Result<RestoreReport, CkptError>;
+    /// Read-only consistency check of this workspace's ckpt state.
+    fn audit(&self) -> Result<AuditReport, CkptError>;
+    /// Reports problems and, with `fix`, repairs them.
+    fn doctor(&self, fix: Option<JournalFix>) -> Result<DoctorReport, CkptError>;
 }
 
 /// Picks the provider for `dir`. Only the git provider exists so far.

@@ -10,7 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::provider::CkptError;
-use crate::verbs::{EntryKind, RepoPath, TreeItem, Vault};
+use crate::verbs::{temp_file_owner, EntryKind, RepoPath, TreeItem, Vault};
 
 pub const DEFAULT_MAX_FILE_SIZE: u64 = 64 * 1024 * 1024;
 
@@ -172,6 +172,10 @@ pub fn capture(vault: &Vault, max_file_size: u64, sink: BlobSink) -> Result<Capt
     }
     for path in candidates {
         if out.files.contains_key(&path) || !ancestors.reachable(&path) {
+            continue;
+        }
+        if path.components().last().and_then(temp_file_owner).is_some() {
+            out.skipped.push((path, "ckpt_temp_file".into()));
             continue;
         }
         match capture_one(vault, &path, max_file_size, sink)? {

@@ -3,6 +3,7 @@
 //! cross-process lock, plus the restore journal beside it. It owns only files inside that state
 //! directory; it must never touch the worktree or any repository file.
 
+mod trailers;
 mod wire;
 
 use std::fs::{self, File, OpenOptions};
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::verbs::{ObjectId, RepoPath};
+pub use trailers::Trailers;
 pub use wire::WirePath;
 
 pub const FORMAT: &str = "ckpt-records";
@@ -34,6 +36,8 @@ pub enum RecordsError {
     Corrupt { path: PathBuf, why: String },
     #[error("checkpoint registry {path} has format version {found}, this ckpt reads version {FORMAT_VERSION}")]
     UnsupportedVersion { path: PathBuf, found: u64 },
+    #[error("gave up after {seconds:.0}s waiting for the lock {path}: another ckpt process is still working on this workspace")]
+    LockTimeout { path: PathBuf, seconds: f64 },
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RecordsError + '_ {
@@ -215,7 +219,9 @@ impl Registry {
         &self.dir
     }
 
-    /// Blocks until this process holds the workspace lock.
+    /// Waits for the workspace lock, saying so on stderr after a second, and gives up after
+    /// `CKPT_LOCK_TIMEOUT_SECS` (default 120) with an error naming the lock file. The lock is a
+    /// `flock`, so the kernel releases it when its holder dies: there are no stale locks.
     pub fn lock(&self) -> Result<RegistryLock, RecordsError> {
         let path = self.dir.join(LOCK_FILE);
         let file = OpenOptions::new()
@@ -224,8 +230,54 @@ impl Registry {
             .write(true)
             .open(&path)
             .map_err(io_error(&path))?;
-        fs4::fs_std::FileExt::lock_exclusive(&file).map_err(io_error(&path))?;
-        Ok(RegistryLock { _file: file })
+        let timeout = std::env::var("CKPT_LOCK_TIMEOUT_SECS")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(120.0);
+        let start = std::time::Instant::now();
+        let mut announced = false;
+        loop {
+            match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
+                Ok(true) => return Ok(RegistryLock { _file: file }),
+                Ok(false) => {}
+                Err(e) => return Err(io_error(&path)(e)),
+            }
+            let waited = start.elapsed().as_secs_f64();
+            if waited >= timeout {
+                return Err(RecordsError::LockTimeout { path, seconds: waited });
+            }
+            if waited >= 1.0 && !announced {
+                eprintln!(
+                    "ckpt: waiting for another ckpt process to finish (lock {})",
+                    path.display()
+                );
+                announced = true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// True if another process holds the workspace lock right now.
+    pub fn is_locked(&self) -> bool {
+        let path = self.dir.join(LOCK_FILE);
+        match OpenOptions::new().write(true).open(&path) {
+            Ok(file) => !matches!(fs4::fs_std::FileExt::try_lock_exclusive(&file), Ok(true)),
+            Err(_) => false,
+        }
+    }
+
+    /// Moves an unreadable registry aside (never deletes it) so it can be rebuilt from refs.
+    pub fn set_aside_corrupt(&self, _lock: &RegistryLock) -> Result<Option<PathBuf>, RecordsError> {
+        let path = self.records_path();
+        if !path.exists() {
+            return Ok(None);
+        }
+        let aside = self.dir.join(format!(
+            "records.json.corrupt-{}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%S")
+        ));
+        fs::rename(&path, &aside).map_err(io_error(&path))?;
+        Ok(Some(aside))
     }
 
     fn records_path(&self) -> PathBuf {

@@ -13,7 +13,7 @@ mod worktree;
 
 pub use repo::{CommitInfo, NewTreeEntry, TreeChange, Vault, WorktreeListing, CKPT_EMAIL, CKPT_NAME};
 pub use types::{EntryKind, ObjectId, PinRef, RepoPath, TreeItem, WorkspaceKey, PIN_NAMESPACE};
-pub use worktree::{open_no_follow, DiskItem, RestoreOp};
+pub use worktree::{open_no_follow, temp_file_owner, DiskItem, RestoreOp};
 
 /// A value that failed validation before reaching a verb.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

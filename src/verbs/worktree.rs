@@ -63,6 +63,29 @@ pub fn open_no_follow(path: &std::path::Path) -> std::io::Result<std::fs::File> 
     Ok(std::fs::File::from(fd))
 }
 
+/// If `name` is a temp file name this module makes (`.ckpt-<pid>-<hex>.tmp`), the pid that made it.
+pub fn temp_file_owner(name: &[u8]) -> Option<u32> {
+    let rest = std::str::from_utf8(name)
+        .ok()?
+        .strip_prefix(".ckpt-")?
+        .strip_suffix(".tmp")?;
+    let (pid, random) = rest.split_once('-')?;
+    if random.is_empty() || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+fn process_is_alive(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e == Errno::PERM,
+    }
+}
+
 fn errno_text(errno: Errno) -> String {
     std::io::Error::from(errno).to_string()
 }
@@ -362,6 +385,33 @@ impl Vault {
         Ok(())
     }
 
+    /// Removes a temp file that a ckpt process which is no longer running left behind. Refuses
+    /// any other name; `Ok(false)` if its process is still alive or it is already gone.
+    pub fn remove_stale_temp(&self, path: &RepoPath) -> Result<bool, VerbError> {
+        let Some(pid) = temp_file_owner(Self::leaf(path)) else {
+            return Err(worktree_error(path, "not a ckpt temp file; refusing to remove it"));
+        };
+        if process_is_alive(pid) {
+            return Ok(false);
+        }
+        let Some(parent) = self.open_parent(path, false)? else {
+            return Ok(false);
+        };
+        match self.read_item_at(&parent, path)? {
+            DiskItem::Entry(_) => {}
+            DiskItem::Missing => return Ok(false),
+            other => {
+                return Err(worktree_error(
+                    path,
+                    format!("expected a leftover temp file, found {}", describe(&other)),
+                ))
+            }
+        }
+        rustix::fs::unlinkat(&parent, Self::leaf(path), AtFlags::empty())
+            .map_err(|e| worktree_error(path, format!("cannot remove: {}", errno_text(e))))?;
+        Ok(true)
+    }
+
     /// Checks that `path` holds `item` (or nothing, for `None`).
     pub fn verify_path(&self, path: &RepoPath, item: Option<&TreeItem>) -> Result<bool, VerbError> {
         let now = self.read_worktree_item(path)?;
@@ -390,4 +440,24 @@ fn changed_since_guard(path: &RepoPath, now: &DiskItem) -> VerbError {
             describe(now)
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_are_recognised_and_nothing_else() {
+        let name = temp_name();
+        assert_eq!(temp_file_owner(&name), Some(std::process::id()));
+        for other in [
+            &b"notes.tmp"[..],
+            b".ckpt-12.tmp",
+            b".ckpt-x-ab.tmp",
+            b".ckpt-12-zz.tmp",
+            b".ckpt-12-ab.txt",
+        ] {
+            assert_eq!(temp_file_owner(other), None, "{}", String::from_utf8_lossy(other));
+        }
+    }
 }

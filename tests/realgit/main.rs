@@ -4,6 +4,7 @@
 mod common;
 #[cfg(feature = "fault-injection")]
 mod faults;
+mod health;
 mod hostile;
 mod restore;
 mod sandbox;

@@ -1,0 +1,266 @@
+//! `audit` and `doctor` for the git provider: checks that registry, refs, objects and journal
+//! agree, and (doctor `--fix`) repairs what can be repaired — rebuilding records from pinned
+//! commits, re-pinning or dropping records whose ref is gone, finishing or rolling back an
+//! interrupted restore, removing temp files of dead processes. Audit never writes anything.
+
+use std::collections::HashSet;
+
+use super::GitProvider;
+use crate::provider::{
+    AuditReport, CkptError, Confirmation, DoctorReport, JournalFix, Problem, Provider, Selection, SnapshotRequest,
+};
+use crate::records::{Kind, Record, WirePath};
+use crate::verbs::{temp_file_owner, EntryKind, ObjectId, PinRef, RepoPath};
+
+fn problem(code: &'static str, message: String, id: Option<&str>) -> Problem {
+    Problem {
+        code,
+        message,
+        id: id.map(str::to_owned),
+    }
+}
+
+impl GitProvider {
+    /// Every object a checkpoint needs must be readable: commit, all trees, every blob.
+    fn check_objects(&self, record: &Record) -> Result<(), String> {
+        let commit = record.object_id()?;
+        let info = self.vault.read_commit(&commit).map_err(|e| e.to_string())?;
+        if info.tree.to_hex() != record.tree {
+            return Err(format!(
+                "record says tree {} but the commit has {}",
+                record.tree, info.tree
+            ));
+        }
+        let tree = self.vault.read_tree(&info.tree).map_err(|e| e.to_string())?;
+        for (path, item) in &tree {
+            if item.kind != EntryKind::Gitlink && !self.vault.has_object(&item.id) {
+                return Err(format!("content of {} ({}) is missing", path.display(), item.id));
+            }
+        }
+        Ok(())
+    }
+
+    fn pending_journal(&self) -> Result<Option<serde_json::Value>, CkptError> {
+        match crate::records::Registry::open_existing(&self.state_root.join(self.workspace.as_str())) {
+            Some(registry) => Ok(registry.read_journal()?),
+            None => Ok(None),
+        }
+    }
+
+    /// Temp files a dead ckpt process left in the worktree (they would otherwise be captured).
+    fn stale_temp_files(&self) -> Result<Vec<RepoPath>, CkptError> {
+        let listing = self.vault.list_worktree()?;
+        Ok(listing
+            .untracked
+            .into_iter()
+            .filter(|p| p.components().last().and_then(temp_file_owner).is_some())
+            .collect())
+    }
+
+    pub(super) fn audit_report(&self) -> Result<AuditReport, CkptError> {
+        let mut report = AuditReport::default();
+        let stored = match self.stored_records() {
+            Ok(records) => records,
+            Err(error) => {
+                report
+                    .problems
+                    .push(problem("corrupt_registry", error.to_string(), None));
+                Vec::new()
+            }
+        };
+        let reconciled = self.reconcile(stored)?;
+        report.records = reconciled.records.len() - reconciled.rebuilt.len();
+        let unpinned: HashSet<&String> = reconciled.unpinned.iter().collect();
+        report.refs = reconciled.records.len() - unpinned.len() + reconciled.unreadable_pins.len();
+        for id in &reconciled.rebuilt {
+            report.problems.push(problem(
+                "ref_without_record",
+                format!("checkpoint {id} is pinned but missing from the registry (doctor --fix rebuilds it from the commit)"),
+                Some(id),
+            ));
+        }
+        for id in &reconciled.unpinned {
+            report.problems.push(problem(
+                "record_without_ref",
+                format!("record {id} has no ref under refs/ckpt/, so git gc may drop it"),
+                Some(id),
+            ));
+        }
+        for (name, why) in &reconciled.unreadable_pins {
+            report.problems.push(problem("bad_ref", format!("{name}: {why}"), None));
+        }
+        for name in &reconciled.foreign_refs {
+            report
+                .problems
+                .push(problem("foreign_ref", format!("{name} is not a ckpt pin"), None));
+        }
+        for record in reconciled.records.iter().filter(|r| !unpinned.contains(&r.id)) {
+            if let Err(why) = self.check_objects(record) {
+                report.problems.push(problem(
+                    "unreadable_checkpoint",
+                    format!("{}: {why}", record.short()),
+                    Some(&record.id),
+                ));
+            }
+        }
+        if let Some(journal) = self.pending_journal()? {
+            let guard = journal.get("guard").and_then(|g| g.as_str()).unwrap_or("?");
+            report.problems.push(problem(
+                "pending_journal",
+                format!("a restore was interrupted; its guard {guard} holds the state before it (doctor --fix rolls back, --fix --complete finishes)"),
+                None,
+            ));
+        }
+        for path in self.stale_temp_files()? {
+            report.problems.push(problem(
+                "temp_file",
+                format!("leftover temp file {}", path.display()),
+                None,
+            ));
+        }
+        Ok(report)
+    }
+
+    fn finish_journal(
+        &self,
+        journal: &serde_json::Value,
+        fix: JournalFix,
+    ) -> Result<crate::provider::RestoreReport, CkptError> {
+        let field = |key: &str| journal.get(key).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+        let (target, selection) = match fix {
+            JournalFix::RollBack => (
+                field("guard"),
+                Selection {
+                    paths: Vec::new(),
+                    exact: true,
+                },
+            ),
+            JournalFix::Complete => {
+                let paths = journal
+                    .get("paths")
+                    .and_then(|p| p.as_array())
+                    .map(|paths| {
+                        paths
+                            .iter()
+                            .filter_map(|p| serde_json::from_value::<WirePath>(p.clone()).ok())
+                            .map(|p| p.to_repo_path().map_err(CkptError::InvalidInput))
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                    .transpose()?
+                    .unwrap_or_default();
+                let exact = journal.get("exact").and_then(|e| e.as_bool()).unwrap_or(false);
+                (field("target"), Selection { paths, exact })
+            }
+        };
+        ObjectId::from_hex(&target)
+            .map_err(|_| CkptError::InvalidInput(format!("journal names a bad checkpoint id {target:?}")))?;
+        let record =
+            self.records()?.into_iter().find(|r| r.id == target).ok_or_else(|| {
+                CkptError::NotFound(format!("the journal's checkpoint {target} is not in the registry"))
+            })?;
+        let request = SnapshotRequest {
+            session: None,
+            turn: None,
+            step: None,
+            trigger: Some("doctor".into()),
+            kind: Kind::Guard,
+            max_file_size: crate::provider::scan::DEFAULT_MAX_FILE_SIZE,
+        };
+        self.restore(&record, &selection, &request, Confirmation::Given)
+    }
+
+    pub(super) fn doctor_report(&self, fix: Option<JournalFix>) -> Result<DoctorReport, CkptError> {
+        let audit = self.audit_report()?;
+        let mut report = DoctorReport {
+            problems: audit.problems.clone(),
+            ..DoctorReport::default()
+        };
+        let has = |code: &str| audit.problems.iter().any(|p| p.code == code);
+        let Some(fix) = fix else {
+            for p in &audit.problems {
+                report.actions.push(match p.code {
+                    "ref_without_record" => format!(
+                        "rebuild the record of {} from its commit",
+                        p.id.as_deref().unwrap_or("?")
+                    ),
+                    "record_without_ref" => format!(
+                        "re-pin {} if its commit is intact, else drop the record",
+                        p.id.as_deref().unwrap_or("?")
+                    ),
+                    "corrupt_registry" => "set the registry aside and rebuild it from refs/ckpt/".into(),
+                    "pending_journal" => "roll the interrupted restore back to its guard (or --complete it)".into(),
+                    "temp_file" => format!("remove the {}", p.message),
+                    _ => format!("nothing automatic for: {}", p.message),
+                });
+            }
+            return Ok(report);
+        };
+
+        for path in self.stale_temp_files()? {
+            if self.vault.remove_stale_temp(&path)? {
+                report
+                    .actions
+                    .push(format!("removed leftover temp file {}", path.display()));
+            }
+        }
+        if has("pending_journal") {
+            if let Some(journal) = self.pending_journal()? {
+                let restored = self.finish_journal(&journal, fix)?;
+                report.actions.push(match fix {
+                    JournalFix::RollBack => "rolled the interrupted restore back to its guard".into(),
+                    JournalFix::Complete => "finished the interrupted restore".into(),
+                });
+                report.restore = Some(restored);
+            }
+        }
+        if has("ref_without_record") || has("record_without_ref") || has("corrupt_registry") {
+            let registry = self.registry()?;
+            let lock = registry.lock()?;
+            let stored = match registry.load() {
+                Ok(records) => records,
+                Err(_) => {
+                    if let Some(aside) = registry.set_aside_corrupt(&lock)? {
+                        report
+                            .actions
+                            .push(format!("moved the unreadable registry to {}", aside.display()));
+                    }
+                    Vec::new()
+                }
+            };
+            let reconciled = self.reconcile(stored)?;
+            let unpinned: HashSet<String> = reconciled.unpinned.iter().cloned().collect();
+            let mut kept = Vec::new();
+            for record in reconciled.records {
+                if !unpinned.contains(&record.id) {
+                    kept.push(record);
+                    continue;
+                }
+                let pinned = record
+                    .object_id()
+                    .ok()
+                    .filter(|_| self.check_objects(&record).is_ok())
+                    .map(|id| {
+                        let pin = PinRef::for_checkpoint(&self.workspace, &id);
+                        self.vault.pin(&pin, &id, None).is_ok()
+                    });
+                if pinned == Some(true) {
+                    report.actions.push(format!("re-pinned {}", record.short()));
+                    kept.push(record);
+                } else {
+                    report
+                        .actions
+                        .push(format!("dropped record {} (its commit is gone)", record.short()));
+                }
+            }
+            for id in &reconciled.rebuilt {
+                report
+                    .actions
+                    .push(format!("rebuilt the record of {} from its commit", &id[..8]));
+            }
+            registry.save(&kept, &lock)?;
+        }
+        report.fixed = true;
+        report.remaining = self.audit_report()?.problems;
+        Ok(report)
+    }
+}

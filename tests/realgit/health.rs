@@ -1,0 +1,185 @@
+//! `ckpt audit` and `ckpt doctor`: consistency of registry, refs, objects and journal, and the
+//! repairs doctor makes.
+
+use crate::common::*;
+
+fn problems(run: &Run, kind: &str) -> Vec<String> {
+    run.json
+        .iter()
+        .filter(|v| v["type"] == kind)
+        .map(|v| v["code"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn audit_is_clean_on_a_healthy_workspace_and_writes_nothing() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    repo.write("x.txt", b"x");
+    repo.snapshot(&["--session", "s"]);
+    let before = repo.fingerprint();
+    let state = std::fs::read(repo.common_dir().join("ckpt/main/records.json")).unwrap();
+    let run = repo.ckpt_json(&["audit"], 0);
+    let summary = run.one("audit");
+    assert_eq!(summary["ok"], true);
+    assert_eq!(summary["records"], 2);
+    assert_eq!(summary["refs"], 2);
+    assert_eq!(repo.fingerprint(), before);
+    assert_eq!(
+        std::fs::read(repo.common_dir().join("ckpt/main/records.json")).unwrap(),
+        state
+    );
+}
+
+#[test]
+fn doctor_rebuilds_a_deleted_registry_from_refs() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"1");
+    repo.snapshot(&[
+        "--session",
+        "s1",
+        "--turn",
+        "1",
+        "--step",
+        "2",
+        "--trigger",
+        "bash",
+        "--kind",
+        "auto",
+    ]);
+    repo.write("a.txt", b"2");
+    repo.snapshot(&["--session", "s1", "--turn", "2"]);
+    let listed = repo.ckpt_json(&["list"], 0).json;
+    std::fs::remove_file(repo.common_dir().join("ckpt/main/records.json")).unwrap();
+
+    let audit = repo.ckpt_json(&["audit"], 1);
+    assert_eq!(
+        problems(&audit, "audit.problem"),
+        vec!["ref_without_record", "ref_without_record"]
+    );
+    let report = repo.ckpt_json(&["doctor"], 1);
+    assert_eq!(report.one("doctor")["fixed"], false);
+    assert!(
+        !repo.common_dir().join("ckpt/main/records.json").exists(),
+        "doctor without --fix writes nothing"
+    );
+
+    let fixed = repo.ckpt_json(&["doctor", "--fix"], 0);
+    assert_eq!(fixed.one("doctor")["remaining"].as_array().unwrap().len(), 0);
+    repo.ckpt_json(&["audit"], 0);
+    assert_eq!(
+        repo.ckpt_json(&["list"], 0).json,
+        listed,
+        "rebuilt records equal the originals"
+    );
+}
+
+#[test]
+fn doctor_repins_a_record_whose_ref_was_deleted() {
+    let repo = TestRepo::new();
+    let id = repo.snapshot(&[]);
+    repo.git(&["update-ref", "-d", &format!("refs/ckpt/main/{id}")]);
+    let audit = repo.ckpt_json(&["audit"], 1);
+    assert_eq!(problems(&audit, "audit.problem"), vec!["record_without_ref"]);
+    repo.ckpt_json(&["doctor", "--fix"], 0);
+    assert_eq!(repo.ckpt_refs(), vec![format!("refs/ckpt/main/{id}")]);
+    repo.ckpt_json(&["audit"], 0);
+}
+
+#[test]
+fn audit_reports_missing_objects() {
+    let repo = TestRepo::new();
+    repo.write("only.txt", b"only in the checkpoint");
+    let id = repo.snapshot(&[]);
+    let blob = repo.git(&["rev-parse", &format!("{id}:only.txt")]).trim().to_owned();
+    std::fs::remove_file(repo.common_dir().join("objects").join(&blob[..2]).join(&blob[2..])).unwrap();
+    let audit = repo.ckpt_json(&["audit"], 1);
+    assert_eq!(problems(&audit, "audit.problem"), vec!["unreadable_checkpoint"]);
+    let message = audit.json[0]["message"].as_str().unwrap();
+    assert!(message.contains("only.txt"), "{message}");
+}
+
+#[cfg(feature = "fault-injection")]
+mod interrupted {
+    use super::*;
+
+    type Worktree = std::collections::BTreeMap<Vec<u8>, Entry>;
+
+    fn interrupted_restore(
+        repo: &TestRepo,
+    ) -> (
+        String,
+        std::collections::BTreeMap<Vec<u8>, Entry>,
+        std::collections::BTreeMap<Vec<u8>, Entry>,
+    ) {
+        for i in 0..6 {
+            repo.write(format!("f{i}.txt"), format!("original {i}").as_bytes());
+        }
+        let id = repo.snapshot(&[]);
+        let original = repo.worktree();
+        for i in 0..6 {
+            repo.write(format!("f{i}.txt"), format!("agent {i}").as_bytes());
+        }
+        repo.write("agent-new.txt", b"new");
+        let edited = repo.worktree();
+        let out = repo
+            .ckpt_command()
+            .env("CKPT_FAULT", "restore:after-first-write")
+            .args(["restore", &id, "--yes", "--exact"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        (id, original, edited)
+    }
+
+    #[test]
+    fn doctor_rolls_an_interrupted_restore_back_to_its_guard() {
+        let repo = TestRepo::new();
+        let (_, _, edited) = interrupted_restore(&repo);
+        let audit = repo.ckpt_json(&["audit"], 1);
+        assert!(problems(&audit, "audit.problem").contains(&"pending_journal".to_owned()));
+        let fixed = repo.ckpt_json(&["doctor", "--fix"], 0);
+        assert_eq!(fixed.one("restore")["verified"], true);
+        assert_eq!(
+            repo.worktree(),
+            edited,
+            "rolled back to the state before the interrupted restore"
+        );
+        repo.ckpt_json(&["audit"], 0);
+    }
+
+    #[test]
+    fn doctor_can_complete_an_interrupted_restore() {
+        let repo = TestRepo::new();
+        let (_, original, _) = interrupted_restore(&repo);
+        repo.ckpt_json(&["doctor", "--fix", "--complete"], 0);
+        assert_eq!(repo.worktree(), original, "the interrupted exact restore finished");
+        repo.ckpt_json(&["audit"], 0);
+    }
+
+    #[test]
+    fn a_snapshot_killed_between_pin_and_record_is_whole_and_self_heals() {
+        let repo = TestRepo::new();
+        repo.write("a.txt", b"state");
+        let out = repo
+            .ckpt_command()
+            .env("CKPT_FAULT", "snapshot:after-pin")
+            .args(["snapshot", "--session", "k"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let refs = repo.ckpt_refs();
+        assert_eq!(refs.len(), 1);
+        let listed = repo.ckpt_json(&["list"], 0);
+        assert_eq!(
+            listed.one("checkpoint")["session"],
+            "k",
+            "the record is rebuilt from the commit's trailers"
+        );
+        repo.write("a.txt", b"changed");
+        let id = refs[0].rsplit('/').next().unwrap().to_owned();
+        repo.ckpt_json(&["restore", &id, "--yes"], 0);
+        assert_eq!(repo.read("a.txt"), b"state");
+        repo.ckpt_json(&["audit"], 0);
+    }
+}
