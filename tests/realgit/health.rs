@@ -105,13 +105,7 @@ mod interrupted {
 
     type Worktree = std::collections::BTreeMap<Vec<u8>, Entry>;
 
-    fn interrupted_restore(
-        repo: &TestRepo,
-    ) -> (
-        String,
-        std::collections::BTreeMap<Vec<u8>, Entry>,
-        std::collections::BTreeMap<Vec<u8>, Entry>,
-    ) {
+    fn interrupted_restore(repo: &TestRepo) -> (String, Worktree, Worktree) {
         for i in 0..6 {
             repo.write(format!("f{i}.txt"), format!("original {i}").as_bytes());
         }
