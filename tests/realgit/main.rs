@@ -6,6 +6,7 @@ mod common;
 mod faults;
 mod health;
 mod hostile;
+mod props;
 mod restore;
 mod sandbox;
 mod snapshot;

@@ -1,0 +1,773 @@
+//! Property suite: random sequences of agent edits, user git operations and ckpt commands over a
+//! matrix of starting repository states, with the repo-safety invariants checked after every
+//! step. `CKPT_PROP_CASES` (default 30) sets the number of cases, `CKPT_PROP_STEPS` (default 14)
+//! their length, `CKPT_PROP_SEED` replays one case. A failure prints its seed and step log.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::common::*;
+
+/// SplitMix64: tiny, seedable, good enough to pick test operations.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Start {
+    Clean,
+    StagedUnstagedUntracked,
+    Unmerged,
+    Detached,
+    LinkedWorktree,
+    SubmoduleClean,
+    SubmoduleDirty,
+    CrlfAndFilter,
+    Sparse,
+    Sha256,
+    Symlinks,
+    ExecBits,
+    NonUtf8Names,
+    DeepTree,
+    IndexLockHeld,
+}
+
+const STARTS: [Start; 15] = [
+    Start::Clean,
+    Start::StagedUnstagedUntracked,
+    Start::Unmerged,
+    Start::Detached,
+    Start::LinkedWorktree,
+    Start::SubmoduleClean,
+    Start::SubmoduleDirty,
+    Start::CrlfAndFilter,
+    Start::Sparse,
+    Start::Sha256,
+    Start::Symlinks,
+    Start::ExecBits,
+    Start::NonUtf8Names,
+    Start::DeepTree,
+    Start::IndexLockHeld,
+];
+
+type Files = BTreeMap<Vec<u8>, Entry>;
+
+struct World {
+    repo: TestRepo,
+    /// The worktree the case works in (the repo root, or a linked worktree).
+    ws: PathBuf,
+    start: Start,
+    names: Vec<Vec<u8>>,
+    /// Checkpoint id → the protected files the oracle saw when it was taken.
+    checkpoints: Vec<(String, Files)>,
+    /// (guard id, worktree files before that restore) of the last restore.
+    last_restore: Option<(String, Files)>,
+    checks: u64,
+    log: Vec<String>,
+    _upstream: Option<TestRepo>,
+}
+
+fn files_only(map: &Files) -> Files {
+    map.iter()
+        .filter(|(_, e)| !matches!(e, Entry::Dir))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn within(path: &[u8], dir: &[u8]) -> bool {
+    path == dir || (path.starts_with(dir) && path.get(dir.len()) == Some(&b'/'))
+}
+
+impl World {
+    fn new(start: Start, rng: &mut Rng) -> World {
+        let repo = TestRepo::bare_dir();
+        if start == Start::Sha256 {
+            repo.git(&["init", "-q", "-b", "main", "--object-format=sha256"]);
+        } else {
+            repo.git(&["init", "-q", "-b", "main"]);
+        }
+        let mut names: Vec<Vec<u8>> = [
+            "a.txt",
+            "b.bin",
+            "dir/c.txt",
+            "dir/sub/d.txt",
+            "e f.txt",
+            "-dash.txt",
+            "notes..old",
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        repo.write(".gitignore", b"*.log\nbuild/\n");
+        repo.write("a.txt", b"alpha\n");
+        repo.write("dir/c.txt", b"gamma\n");
+        repo.write("dir/sub/d.txt", b"delta\n");
+        repo.write("b.bin", &[0u8, 1, 2, 255, 254, 0, 10, 13]);
+        let mut upstream = None;
+        match start {
+            Start::NonUtf8Names => {
+                names.extend([
+                    b"caf\xe9.txt".to_vec(),
+                    b"new\nline".to_vec(),
+                    b"glob*?[x]".to_vec(),
+                    b"c:colon".to_vec(),
+                ]);
+                repo.write(bpath(b"caf\xe9.txt"), b"latin1\n");
+            }
+            Start::DeepTree => {
+                let deep = b"d1/d2/d3/d4/d5/d6/d7/d8/deep.txt".to_vec();
+                repo.write(bpath(&deep), b"deep\n");
+                names.push(deep);
+                names.push(b"d1/d2/d3/other.txt".to_vec());
+            }
+            Start::Symlinks => {
+                repo.symlink("a.txt", "link-file");
+                repo.symlink("dir", "link-dir");
+                names.push(b"link-file".to_vec());
+            }
+            Start::ExecBits => {
+                repo.write("run.sh", b"#!/bin/sh\n");
+                repo.chmod("run.sh", 0o755);
+                names.push(b"run.sh".to_vec());
+            }
+            Start::CrlfAndFilter => {
+                repo.git(&["config", "core.autocrlf", "true"]);
+                repo.git(&["config", "filter.upper.clean", "tr a-z A-Z"]);
+                repo.git(&["config", "filter.upper.smudge", "cat"]);
+                repo.write(".gitattributes", b"*.up filter=upper\n");
+                repo.write("crlf.txt", b"one\r\ntwo\r\n");
+                repo.write("x.up", b"lower\n");
+                names.push(b"crlf.txt".to_vec());
+                names.push(b"x.up".to_vec());
+            }
+            _ => {}
+        }
+        repo.commit_all("initial");
+        repo.git(&["branch", "other"]);
+        let mut ws = repo.root.clone();
+        match start {
+            Start::StagedUnstagedUntracked => {
+                repo.write("a.txt", b"staged\n");
+                repo.git(&["add", "a.txt"]);
+                repo.write("a.txt", b"unstaged on top\n");
+                repo.write("untracked.txt", b"untracked\n");
+                repo.remove("dir/c.txt");
+            }
+            Start::Unmerged => {
+                repo.git(&["checkout", "-q", "other"]);
+                repo.write("a.txt", b"other side\n");
+                repo.commit_all("other");
+                repo.git(&["checkout", "-q", "main"]);
+                repo.write("a.txt", b"main side\n");
+                repo.commit_all("main");
+                let merge = repo.git_raw(&["-c", "user.name=T", "-c", "user.email=t@e", "merge", "other"]);
+                assert!(!merge.status.success(), "the merge must conflict");
+            }
+            Start::Detached => {
+                repo.git(&["checkout", "-q", "--detach"]);
+            }
+            Start::LinkedWorktree => {
+                let linked = repo.root.parent().unwrap_or(&repo.root).join("linked");
+                repo.git(&["worktree", "add", "-q", "-b", "wt", linked.to_str().unwrap_or_default()]);
+                ws = linked;
+            }
+            Start::SubmoduleClean | Start::SubmoduleDirty => {
+                let up = TestRepo::new();
+                repo.git(&[
+                    "-c",
+                    "protocol.file.allow=always",
+                    "submodule",
+                    "add",
+                    "-q",
+                    up.root.to_str().unwrap_or_default(),
+                    "sub",
+                ]);
+                repo.commit_all("submodule");
+                if start == Start::SubmoduleDirty {
+                    repo.write("sub/README.md", b"dirty inside the submodule\n");
+                    repo.write("sub/new-inside.txt", b"new inside\n");
+                }
+                upstream = Some(up);
+            }
+            Start::Sparse => {
+                repo.git(&["sparse-checkout", "set", "dir"]);
+            }
+            _ => {}
+        }
+        let _ = rng;
+        World {
+            repo,
+            ws,
+            start,
+            names,
+            checkpoints: Vec::new(),
+            last_restore: None,
+            checks: 0,
+            log: Vec::new(),
+            _upstream: upstream,
+        }
+    }
+
+    fn git(&self, args: &[&str]) -> std::process::Output {
+        let mut cmd = std::process::Command::new("git");
+        cmd.current_dir(&self.ws)
+            .env("HOME", &self.repo.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", self.repo.home.join(".gitconfig"))
+            .args([
+                "-c",
+                "user.name=User",
+                "-c",
+                "user.email=user@example.invalid",
+                "-c",
+                "protocol.file.allow=always",
+            ])
+            .args(args);
+        cmd.output().expect("git")
+    }
+
+    fn git_ok(&self, args: &[&str]) -> Vec<u8> {
+        let out = self.git(args);
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    fn ckpt(&self, args: &[&OsStr]) -> Run {
+        let lock = self.start == Start::IndexLockHeld;
+        let lock_path =
+            PathBuf::from(String::from_utf8_lossy(&self.git_ok(&["rev-parse", "--absolute-git-dir"])).trim())
+                .join("index.lock");
+        if lock {
+            std::fs::write(&lock_path, b"held by someone else").expect("lock");
+        }
+        let mut full: Vec<&OsStr> = vec!["--json".as_ref()];
+        full.extend_from_slice(args);
+        let run = self.repo.ckpt_in(&self.ws, &full);
+        if lock {
+            assert_eq!(
+                std::fs::read(&lock_path).ok().as_deref(),
+                Some(&b"held by someone else"[..]),
+                "ckpt touched index.lock"
+            );
+            std::fs::remove_file(&lock_path).expect("unlock");
+        }
+        run
+    }
+
+    fn files(&self) -> Files {
+        worktree_state(&self.ws)
+    }
+
+    /// git's own view of what a checkpoint must protect now: tracked and untracked-not-ignored
+    /// files and symlinks present on disk, not below a symlink, submodule contents excluded.
+    fn oracle(&self) -> Files {
+        let all = self.files();
+        let mut paths: BTreeSet<Vec<u8>> = BTreeSet::new();
+        let staged = self.git_ok(&["ls-files", "-z", "-s"]);
+        for entry in staged.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+            let (meta, path) = match entry.iter().position(|b| *b == b'\t') {
+                Some(tab) => (&entry[..tab], &entry[tab + 1..]),
+                None => continue,
+            };
+            if !meta.starts_with(b"160000") {
+                paths.insert(path.to_vec());
+            }
+        }
+        let untracked = self.git_ok(&["ls-files", "-z", "-o", "--exclude-standard"]);
+        for path in untracked
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty() && !p.ends_with(b"/"))
+        {
+            paths.insert(path.to_vec());
+        }
+        paths
+            .into_iter()
+            .filter_map(|p| match all.get(&p) {
+                Some(e @ Entry::File { .. }) | Some(e @ Entry::Link(_)) => {
+                    let below_link = p
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, b)| **b == b'/')
+                        .any(|(i, _)| !matches!(all.get(&p[..i]), Some(Entry::Dir)));
+                    (!below_link).then(|| (p.clone(), e.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn fingerprint(&self) -> Fingerprint {
+        fingerprint_of(&self.repo, &self.ws)
+    }
+
+    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        assert!(ok, "invariant broken: {}", what());
+        self.checks += 1;
+    }
+
+    fn global_invariants(&mut self) {
+        let fsck = self.git(&["fsck", "--full", "--no-progress"]);
+        self.check(fsck.status.success(), || {
+            format!("git fsck: {}", String::from_utf8_lossy(&fsck.stderr))
+        });
+        let types = String::from_utf8_lossy(&self.git_ok(&["for-each-ref", "--format=%(objecttype)", "refs/ckpt/"]))
+            .into_owned();
+        self.check(types.lines().all(|t| t == "commit"), || {
+            format!("refs/ckpt/ must point at commits: {types}")
+        });
+    }
+
+    // ---- operations ---------------------------------------------------------------------
+
+    fn agent_edit(&mut self, rng: &mut Rng) {
+        let name = rng.pick(&self.names).clone();
+        let path = self.ws.join(bpath(&name));
+        let exists = std::fs::symlink_metadata(&path).is_ok();
+        let what = rng.below(8);
+        let described = match what {
+            0 | 1 => {
+                let content = format!("edit {}\n", rng.next()).into_bytes();
+                make_parent(&path);
+                if std::fs::symlink_metadata(&path).map(|m| m.is_dir()).unwrap_or(false) {
+                    std::fs::remove_dir_all(&path).ok();
+                }
+                std::fs::remove_file(&path).ok();
+                std::fs::write(&path, &content).ok();
+                "write"
+            }
+            2 if exists => {
+                remove_any(&path);
+                "delete"
+            }
+            3 if exists => {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = if rng.chance(50) { 0o755 } else { 0o644 };
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).ok();
+                "chmod"
+            }
+            4 if exists => {
+                let to = rng.pick(&self.names).clone();
+                let to_path = self.ws.join(bpath(&to));
+                if to_path != path && !to_path.starts_with(&path) && !path.starts_with(&to_path) {
+                    remove_any(&to_path);
+                    make_parent(&to_path);
+                    std::fs::rename(&path, &to_path).ok();
+                }
+                "rename"
+            }
+            5 => {
+                remove_any(&path);
+                make_parent(&path);
+                let picked: &Vec<u8> = rng.pick(&self.names);
+                let target = String::from_utf8_lossy(picked).into_owned();
+                std::os::unix::fs::symlink(target, &path).ok();
+                "symlink"
+            }
+            6 => {
+                // file <-> directory
+                if std::fs::symlink_metadata(&path).map(|m| m.is_dir()).unwrap_or(false) {
+                    remove_any(&path);
+                    std::fs::write(&path, b"was a directory\n").ok();
+                } else {
+                    remove_any(&path);
+                    std::fs::create_dir_all(&path).ok();
+                    std::fs::write(path.join("inside.txt"), b"was a file\n").ok();
+                }
+                "file<->dir"
+            }
+            _ => {
+                let ignored = self.ws.join(if rng.chance(50) { "x.log" } else { "build/out.o" });
+                make_parent(&ignored);
+                std::fs::write(&ignored, format!("ignored {}", rng.next())).ok();
+                "ignored file"
+            }
+        };
+        self.log
+            .push(format!("agent {described} {:?}", String::from_utf8_lossy(&name)));
+    }
+
+    fn user_git(&mut self, rng: &mut Rng) {
+        let op = rng.below(6);
+        let args: Vec<&str> = match op {
+            0 => vec!["add", "-A"],
+            1 => vec!["commit", "-q", "-a", "-m", "user commit"],
+            2 => vec!["branch", "-f", "topic"],
+            3 => vec!["stash", "push", "-q", "-u"],
+            4 => vec!["stash", "pop", "-q"],
+            _ => vec!["checkout", "-q", if rng.chance(50) { "other" } else { "main" }],
+        };
+        if self.start == Start::LinkedWorktree && args[0] == "checkout" {
+            return; // main/other may be checked out elsewhere
+        }
+        let ok = self.git(&args).status.success();
+        self.log.push(format!(
+            "user git {} ({})",
+            args.join(" "),
+            if ok { "ok" } else { "failed" }
+        ));
+    }
+
+    fn snapshot(&mut self) {
+        let expected = self.oracle();
+        let before = self.fingerprint();
+        let run = self.ckpt(&["snapshot".as_ref()]);
+        self.check(run.code == 0, || format!("snapshot failed: {}", run.stderr));
+        let after = self.fingerprint();
+        self.check(after == before, || {
+            format!("snapshot changed git state:\n{before:?}\n{after:?}")
+        });
+        let snap = run.one("snapshot");
+        let id = snap["id"].as_str().unwrap_or_default().to_owned();
+        // The checkpoint's tree holds exactly the oracle's paths with their modes.
+        let listing = self.git_ok(&["ls-tree", "-r", "-z", &id]);
+        let mut tree: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for entry in listing.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+            if let Some(tab) = entry.iter().position(|b| *b == b'\t') {
+                if !entry.starts_with(b"160000") {
+                    tree.insert(entry[tab + 1..].to_vec(), entry[..6].to_vec());
+                }
+            }
+        }
+        let want: BTreeMap<Vec<u8>, Vec<u8>> = expected
+            .iter()
+            .map(|(p, e)| {
+                let mode: &[u8] = match e {
+                    Entry::Link(_) => b"120000",
+                    Entry::File { exec: true, .. } => b"100755",
+                    _ => b"100644",
+                };
+                (p.clone(), mode.to_vec())
+            })
+            .collect();
+        self.check(tree == want, || {
+            format!("checkpoint tree differs from git's view:\n tree {tree:?}\n want {want:?}")
+        });
+        if snap["created"] == false {
+            let same = self
+                .checkpoints
+                .iter()
+                .any(|(cid, files)| *cid == id && *files == expected);
+            self.check(same, || {
+                "created:false must name a checkpoint with identical content".into()
+            });
+        } else {
+            self.checkpoints.push((id.clone(), expected));
+        }
+        self.log.push(format!("snapshot {}", &id[..8]));
+    }
+
+    fn preview(&mut self, rng: &mut Rng) {
+        if self.checkpoints.is_empty() {
+            return;
+        }
+        let (id, target) = self.checkpoints[rng.below(self.checkpoints.len())].clone();
+        let before = self.fingerprint();
+        let files_before = self.files();
+        let now = self.oracle();
+        let run = self.ckpt(&["preview".as_ref(), id.as_str().as_ref()]);
+        self.check(run.code == 0, || format!("preview failed: {}", run.stderr));
+        self.check(self.fingerprint() == before && self.files() == files_before, || {
+            "preview wrote something".into()
+        });
+        let preview = run.one("preview");
+        let overwrite: BTreeSet<Vec<u8>> = json_paths(&preview["overwrite"]).into_iter().collect();
+        let conflicts: BTreeSet<Vec<u8>> = preview["conflicts"]
+            .as_array()
+            .map(|a| a.iter().map(|c| json_path(&c["path"])).collect())
+            .unwrap_or_default();
+        for (path, entry) in &target {
+            let differs = now.get(path) != Some(entry);
+            self.check(
+                differs == (overwrite.contains(path) || conflicts.contains(path)),
+                || {
+                    format!(
+                        "preview of {} disagrees about {}",
+                        &id[..8],
+                        String::from_utf8_lossy(path)
+                    )
+                },
+            );
+        }
+        self.log.push(format!("preview {}", &id[..8]));
+    }
+
+    fn restore(&mut self, rng: &mut Rng) {
+        if self.checkpoints.is_empty() {
+            return;
+        }
+        let (id, target) = self.checkpoints[rng.below(self.checkpoints.len())].clone();
+        let exact = rng.chance(50);
+        let selection: Vec<Vec<u8>> = if rng.chance(30) && !target.is_empty() {
+            let keys: Vec<&Vec<u8>> = target.keys().collect();
+            let path = (*rng.pick(&keys)).clone();
+            match path.iter().position(|b| *b == b'/') {
+                Some(slash) if rng.chance(50) => vec![path[..slash].to_vec()],
+                _ => vec![path],
+            }
+        } else {
+            Vec::new()
+        };
+        let pre = self.files();
+        let pre_protected = self.oracle();
+        let before = self.fingerprint();
+        let mut args: Vec<&OsStr> = vec!["restore".as_ref(), id.as_str().as_ref(), "--yes".as_ref()];
+        if exact {
+            args.push("--exact".as_ref());
+        }
+        if !selection.is_empty() {
+            args.push("--".as_ref());
+            args.extend(selection.iter().map(|p| OsStr::from_bytes(p)));
+        }
+        let run = self.ckpt(&args);
+        self.log.push(format!(
+            "restore {}{} {:?} -> exit {}",
+            &id[..8],
+            if exact { " --exact" } else { "" },
+            selection
+                .iter()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+                .collect::<Vec<_>>(),
+            run.code
+        ));
+        self.check(run.code == 0 || run.code == 3, || {
+            format!("restore failed: {}\n{}", run.stderr, run.stdout)
+        });
+        let after = self.fingerprint();
+        self.check(after.without_status() == before.without_status(), || {
+            "restore changed git state".into()
+        });
+        let report = run.one("restore");
+        let failed: Vec<Vec<u8>> = report["failed"]
+            .as_array()
+            .map(|a| a.iter().map(|f| json_path(&f["path"])).collect())
+            .unwrap_or_default();
+        let touches_failed = |p: &[u8]| failed.iter().any(|f| within(p, f) || within(f, p));
+        let selected = |p: &[u8]| selection.is_empty() || selection.iter().any(|s| within(p, s));
+        let post = self.files();
+
+        for (path, entry) in target.iter().filter(|(p, _)| selected(p)) {
+            if !touches_failed(path) {
+                self.check(post.get(path) == Some(entry), || {
+                    format!(
+                        "after restore {}, {} is {:?}, want {entry:?}",
+                        &id[..8],
+                        String::from_utf8_lossy(path),
+                        post.get(path)
+                    )
+                });
+            }
+        }
+        for (path, entry) in pre_protected
+            .iter()
+            .filter(|(p, _)| selected(p) && !target.contains_key(*p))
+        {
+            let type_change = target.keys().any(|t| within(path, t) || within(t, path));
+            if exact {
+                self.check(!post.contains_key(path) || touches_failed(path), || {
+                    format!("--exact left created-after {}", String::from_utf8_lossy(path))
+                });
+            } else if !type_change {
+                self.check(post.get(path) == Some(entry), || {
+                    format!(
+                        "created-after {} must stay without --exact",
+                        String::from_utf8_lossy(path)
+                    )
+                });
+            }
+        }
+        for (path, entry) in pre
+            .iter()
+            .filter(|(p, e)| !matches!(e, Entry::Dir) && !pre_protected.contains_key(*p))
+        {
+            self.check(post.get(path) == Some(entry), || {
+                format!("unprotected {} was touched", String::from_utf8_lossy(path))
+            });
+        }
+        if !selection.is_empty() {
+            for (path, entry) in pre.iter().filter(|(p, e)| !matches!(e, Entry::Dir) && !selected(p)) {
+                let ancestor_of_selection = selection.iter().any(|s| within(s, path));
+                if !ancestor_of_selection {
+                    self.check(post.get(path) == Some(entry), || {
+                        format!("{} is outside the selection but changed", String::from_utf8_lossy(path))
+                    });
+                }
+            }
+        }
+        let guard = report["guard"].as_str().unwrap_or_default().to_owned();
+        if !self.checkpoints.iter().any(|(g, _)| *g == guard) {
+            self.checkpoints.push((guard.clone(), pre_protected));
+        }
+        self.last_restore = Some((guard, pre));
+        if rng.chance(40) {
+            self.global_invariants();
+            self.undo_last_restore();
+        }
+    }
+
+    fn undo_last_restore(&mut self) {
+        let Some((guard, pre)) = self.last_restore.take() else {
+            return;
+        };
+        let before = self.fingerprint();
+        let run = self.ckpt(&[
+            "restore".as_ref(),
+            guard.as_str().as_ref(),
+            "--exact".as_ref(),
+            "--yes".as_ref(),
+        ]);
+        self.log
+            .push(format!("undo via guard {} -> exit {}", &guard[..8], run.code));
+        self.check(run.code == 0, || {
+            format!("guard restore failed: {}\n{}", run.stderr, run.stdout)
+        });
+        self.check(self.fingerprint().without_status() == before.without_status(), || {
+            "undo changed git state".into()
+        });
+        let post = files_only(&self.files());
+        let pre = files_only(&pre);
+        self.check(post == pre, || {
+            let diff: Vec<String> = pre
+                .keys()
+                .chain(post.keys())
+                .filter(|k| pre.get(*k) != post.get(*k))
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect();
+            format!("restoring the guard must give back the pre-restore worktree; differs at {diff:?}")
+        });
+    }
+
+    fn step(&mut self, rng: &mut Rng) {
+        let roll = rng.below(100);
+        if roll < 90 {
+            // The guard undo is only checked right after its restore.
+            self.last_restore = None;
+        }
+        match roll {
+            0..=29 => self.agent_edit(rng),
+            30..=41 => self.user_git(rng),
+            42..=61 => self.snapshot(),
+            62..=69 => self.preview(rng),
+            70..=89 => self.restore(rng),
+            _ => self.undo_last_restore(),
+        }
+        self.global_invariants();
+    }
+}
+
+fn make_parent(path: &Path) {
+    if let Some(parent) = path.parent() {
+        let mut cur = parent.to_path_buf();
+        // A file where a directory must go is replaced, like an agent's `mkdir -p` after `rm`.
+        while !cur.as_os_str().is_empty() {
+            if std::fs::symlink_metadata(&cur).map(|m| !m.is_dir()).unwrap_or(false) {
+                std::fs::remove_file(&cur).ok();
+            }
+            if !cur.pop() {
+                break;
+            }
+        }
+        std::fs::create_dir_all(parent).ok();
+    }
+}
+
+fn remove_any(path: &Path) {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => {
+            std::fs::remove_dir_all(path).ok();
+        }
+        Ok(_) => {
+            std::fs::remove_file(path).ok();
+        }
+        Err(_) => {}
+    }
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+#[test]
+fn repo_safety_properties_hold_over_random_sequences() {
+    let cases = env_number("CKPT_PROP_CASES", 30);
+    let steps = env_number("CKPT_PROP_STEPS", 14);
+    let base = env_number("CKPT_PROP_BASE_SEED", 0x5eed_c0de);
+    let seeds: Vec<u64> = match std::env::var("CKPT_PROP_SEED").ok().and_then(|v| v.parse().ok()) {
+        Some(seed) => vec![seed],
+        None => (0..cases).map(|i| base + i).collect(),
+    };
+    let mut covered: BTreeSet<Start> = BTreeSet::new();
+    let mut checks = 0u64;
+    let mut failures = Vec::new();
+    for seed in &seeds {
+        let start = STARTS[(*seed % STARTS.len() as u64) as usize];
+        let mut rng = Rng(*seed);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut world = World::new(start, &mut rng);
+            let mut log_on_panic = Vec::new();
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                world.snapshot();
+                world.global_invariants();
+                for _ in 0..steps {
+                    world.step(&mut rng);
+                }
+            }));
+            log_on_panic.append(&mut world.log);
+            (result, world.checks, log_on_panic)
+        }));
+        match outcome {
+            Ok((Ok(()), n, _)) => {
+                checks += n;
+                covered.insert(start);
+            }
+            Ok((Err(panic), _, log)) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                failures.push(format!(
+                    "seed {seed} ({start:?}) failed; replay with CKPT_PROP_SEED={seed}\n  steps: {}\n  {message}",
+                    log.join("\n         ")
+                ));
+            }
+            Err(_) => failures.push(format!(
+                "seed {seed} ({start:?}) failed while setting up; replay with CKPT_PROP_SEED={seed}"
+            )),
+        }
+    }
+    let summary = format!(
+        "property suite: {} cases run, {} of {} start states covered, {} invariant checks passed, {} failures",
+        seeds.len(),
+        covered.len(),
+        STARTS.len(),
+        checks,
+        failures.len()
+    );
+    println!("{summary}");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ckpt-property-summary.txt");
+    std::fs::write(&target, format!("{summary}\n")).ok();
+    assert!(failures.is_empty(), "{summary}\n\n{}", failures.join("\n\n"));
+}
