@@ -390,11 +390,23 @@ impl Vault {
         let decoded = tree
             .decode()
             .map_err(|e| VerbError::git(format!("decoding tree {id}"), e))?;
-        Ok(decoded
+        let entries: Vec<LevelEntry> = decoded
             .entries
             .iter()
             .map(|e| (e.filename.to_vec(), entry_kind(e.mode), ObjectId(e.oid.to_owned())))
-            .collect())
+            .collect();
+        // A name twice in one tree (say a symlink `a` and a directory `a`) would let a hostile
+        // tree put a path "under" a symlink; git never writes such trees.
+        let mut names: Vec<&[u8]> = entries.iter().map(|(name, _, _)| name.as_slice()).collect();
+        names.sort_unstable();
+        if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(InvalidInput::TreeName {
+                name: String::from_utf8_lossy(pair[0]).into_owned(),
+                why: "the name appears twice in one tree",
+            }
+            .into());
+        }
+        Ok(entries)
     }
 
     fn child_path(parent: Option<&RepoPath>, name: &[u8]) -> Result<RepoPath, VerbError> {

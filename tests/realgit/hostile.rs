@@ -73,12 +73,25 @@ fn tampered_records_are_refused_and_nothing_is_written() {
     let mut version = pristine.clone();
     version["version"] = json!(99);
     cases.push(("future version", version));
+    let mut option_id = pristine.clone();
+    option_id["records"][0]["id"] = json!("--output=x");
+    option_id["records"][0]["commit"] = json!("--output=x");
+    cases.push(("option-looking id", option_id));
+    let mut absolute = pristine.clone();
+    absolute["records"][0]["skipped"] = json!([{"path": "/etc/passwd", "reason": "x"}]);
+    cases.push(("absolute path", absolute));
     let mut bad_tree = pristine.clone();
     bad_tree["records"][0]["tree"] = json!("HEAD");
     cases.push(("non-hex tree", bad_tree));
 
+    let text = serde_json::to_vec_pretty(&pristine).unwrap();
+    let truncated = Value::String(String::from_utf8_lossy(&text[..text.len() / 2]).into_owned());
+    cases.push(("truncated JSON", truncated));
     for (what, tampered) in cases {
-        save_records(&repo, &tampered);
+        match &tampered {
+            Value::String(raw) => std::fs::write(records_path(&repo), raw).unwrap(),
+            other => save_records(&repo, other),
+        }
         let before = everything(&repo);
         for args in [
             &["list"][..],
@@ -140,12 +153,40 @@ fn hostile_tree_names_are_refused_before_any_write() {
     let repo = TestRepo::new();
     let real = repo.snapshot(&[]);
     let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"pwned\n");
-    for name in [&b".."[..], b".git", b"a/b"] {
-        let mut tree = Vec::new();
-        tree.extend_from_slice(b"100644 ");
-        tree.extend_from_slice(name);
-        tree.push(0);
-        tree.extend((0..20).map(|i| u8::from_str_radix(&blob[i * 2..i * 2 + 2], 16).unwrap()));
+    let raw_id = |hex: &str| -> Vec<u8> {
+        (0..20)
+            .map(|i| u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).unwrap())
+            .collect()
+    };
+    let entry = |mode: &str, name: &[u8], id: &str| -> Vec<u8> {
+        let mut e = format!("{mode} ").into_bytes();
+        e.extend_from_slice(name);
+        e.push(0);
+        e.extend(raw_id(id));
+        e
+    };
+    let outside = repo.root.parent().unwrap().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let link_target = git_stdin(
+        &repo,
+        &["hash-object", "-w", "--stdin"],
+        outside.to_str().unwrap().as_bytes(),
+    );
+    let inner = git_stdin(
+        &repo,
+        &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
+        &entry("100644", b"pwned", &blob),
+    );
+    let mut link_then_dir = entry("120000", b"a", &link_target);
+    link_then_dir.extend(entry("40000", b"a", &inner));
+    let trees: Vec<Vec<u8>> = vec![
+        entry("100644", b"..", &blob),
+        entry("100644", b".git", &blob),
+        entry("100644", b"a/b", &blob),
+        entry("100644", b"/etc", &blob),
+        link_then_dir,
+    ];
+    for tree in trees {
         let tree_id = git_stdin(
             &repo,
             &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
@@ -180,6 +221,10 @@ fn hostile_tree_names_are_refused_before_any_write() {
         assert_eq!(run.one("error")["code"], "invalid_input", "{:?}", run.json);
         assert_eq!(everything(&repo), before, "a hostile tree must not cause any write");
         assert!(!repo.root.parent().unwrap().join("pwned").exists());
+        assert!(
+            std::fs::read_dir(&outside).unwrap().next().is_none(),
+            "nothing written through the link"
+        );
         let run = repo.ckpt_json(&["preview", &commit], 2);
         assert_eq!(run.one("error")["code"], "invalid_input");
     }

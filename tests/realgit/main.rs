@@ -10,3 +10,4 @@ mod props;
 mod restore;
 mod sandbox;
 mod snapshot;
+mod stress;

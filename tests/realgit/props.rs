@@ -1,6 +1,6 @@
 //! Property suite: random sequences of agent edits, user git operations and ckpt commands over a
 //! matrix of starting repository states, with the repo-safety invariants checked after every
-//! step. `CKPT_PROP_CASES` (default 30) sets the number of cases, `CKPT_PROP_STEPS` (default 14)
+//! step. `CKPT_PROP_CASES` (default 60) sets the number of cases, `CKPT_PROP_STEPS` (default 16)
 //! their length, `CKPT_PROP_SEED` replays one case. A failure prints its seed and step log.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -346,7 +346,7 @@ impl World {
         let name = rng.pick(&self.names).clone();
         let path = self.ws.join(bpath(&name));
         let exists = std::fs::symlink_metadata(&path).is_ok();
-        let what = rng.below(8);
+        let what = rng.below(10);
         let described = match what {
             0 | 1 => {
                 let content = format!("edit {}\n", rng.next()).into_bytes();
@@ -397,6 +397,16 @@ impl World {
                     std::fs::write(path.join("inside.txt"), b"was a file\n").ok();
                 }
                 "file<->dir"
+            }
+            8 => {
+                // An untracked nested repository appears (never entered, never restored over).
+                let nested = self.ws.join("vendor/nested");
+                if !nested.join(".git").exists() {
+                    std::fs::create_dir_all(&nested).ok();
+                    self.repo.git_in(&nested, &["init", "-q"]);
+                }
+                std::fs::write(nested.join("inner.txt"), format!("inner {}", rng.next())).ok();
+                "nested repo"
             }
             _ => {
                 let ignored = self.ws.join(if rng.chance(50) { "x.log" } else { "build/out.o" });
@@ -586,7 +596,8 @@ impl World {
         {
             let type_change = target.keys().any(|t| within(path, t) || within(t, path));
             if exact {
-                self.check(!post.contains_key(path) || touches_failed(path), || {
+                let gone = !matches!(post.get(path), Some(Entry::File { .. }) | Some(Entry::Link(_)));
+                self.check(gone || touches_failed(path), || {
                     format!("--exact left created-after {}", String::from_utf8_lossy(path))
                 });
             } else if !type_change {
@@ -711,8 +722,8 @@ fn env_number(name: &str, default: u64) -> u64 {
 
 #[test]
 fn repo_safety_properties_hold_over_random_sequences() {
-    let cases = env_number("CKPT_PROP_CASES", 30);
-    let steps = env_number("CKPT_PROP_STEPS", 14);
+    let cases = env_number("CKPT_PROP_CASES", 60);
+    let steps = env_number("CKPT_PROP_STEPS", 16);
     let base = env_number("CKPT_PROP_BASE_SEED", 0x5eed_c0de);
     let seeds: Vec<u64> = match std::env::var("CKPT_PROP_SEED").ok().and_then(|v| v.parse().ok()) {
         Some(seed) => vec![seed],
