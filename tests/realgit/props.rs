@@ -319,8 +319,19 @@ impl World {
             .collect()
     }
 
-    fn fingerprint(&self) -> Fingerprint {
-        fingerprint_of(&self.repo, &self.ws)
+    /// Fingerprint of the user's git state plus a directory outside the workspace that symlinks
+    /// point into: ckpt must never write there.
+    fn fingerprint(&self) -> (Fingerprint, Files) {
+        (fingerprint_of(&self.repo, &self.ws), worktree_state(&self.outside()))
+    }
+
+    fn outside(&self) -> PathBuf {
+        let dir = self.repo.root.parent().unwrap_or(&self.repo.root).join("outside");
+        std::fs::create_dir_all(&dir).ok();
+        if !dir.join("precious.txt").exists() {
+            std::fs::write(dir.join("precious.txt"), b"outside the workspace").ok();
+        }
+        dir
     }
 
     fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
@@ -346,7 +357,7 @@ impl World {
         let name = rng.pick(&self.names).clone();
         let path = self.ws.join(bpath(&name));
         let exists = std::fs::symlink_metadata(&path).is_ok();
-        let what = rng.below(10);
+        let what = rng.below(11);
         let described = match what {
             0 | 1 => {
                 let content = format!("edit {}\n", rng.next()).into_bytes();
@@ -397,6 +408,22 @@ impl World {
                     std::fs::write(path.join("inside.txt"), b"was a file\n").ok();
                 }
                 "file<->dir"
+            }
+            9 => {
+                // A directory swapped for a symlink, inside the workspace or out of it.
+                let Some(slash) = name.iter().position(|b| *b == b'/') else {
+                    return;
+                };
+                let dir = self.ws.join(bpath(&name[..slash]));
+                remove_any(&dir);
+                let outside = self.outside();
+                if rng.chance(50) {
+                    std::os::unix::fs::symlink(&outside, &dir).ok();
+                } else {
+                    std::os::unix::fs::symlink("dir-elsewhere", &dir).ok();
+                    std::fs::create_dir_all(self.ws.join("dir-elsewhere")).ok();
+                }
+                "dir->symlink"
             }
             8 => {
                 // An untracked nested repository appears (never entered, never restored over).
@@ -566,9 +593,10 @@ impl World {
             format!("restore failed: {}\n{}", run.stderr, run.stdout)
         });
         let after = self.fingerprint();
-        self.check(after.without_status() == before.without_status(), || {
-            "restore changed git state".into()
-        });
+        self.check(
+            after.0.without_status() == before.0.without_status() && after.1 == before.1,
+            || "restore changed git state or wrote outside the workspace".into(),
+        );
         let report = run.one("restore");
         let failed: Vec<Vec<u8>> = report["failed"]
             .as_array()
@@ -654,9 +682,11 @@ impl World {
         self.check(run.code == 0, || {
             format!("guard restore failed: {}\n{}", run.stderr, run.stdout)
         });
-        self.check(self.fingerprint().without_status() == before.without_status(), || {
-            "undo changed git state".into()
-        });
+        let after = self.fingerprint();
+        self.check(
+            after.0.without_status() == before.0.without_status() && after.1 == before.1,
+            || "undo changed git state or wrote outside the workspace".into(),
+        );
         let post = files_only(&self.files());
         let pre = files_only(&pre);
         self.check(post == pre, || {

@@ -82,13 +82,26 @@ fn the_engine_runs_no_git_subprocess() {
 #[test]
 fn other_git_clients_keep_working_with_pinned_checkpoints() {
     let repo = TestRepo::new();
-    for i in 0..5 {
-        repo.write(format!("f{i}.txt"), b"x");
+    for i in 0..50 {
+        repo.write(format!("f{}.txt", i % 7), format!("{i}").as_bytes());
         repo.snapshot(&[]);
     }
+    let refs = repo.git(&["for-each-ref", "--format=%(refname) %(objecttype)"]);
+    assert_eq!(
+        refs.lines()
+            .filter(|l| l.starts_with("refs/ckpt/") && l.ends_with(" commit"))
+            .count(),
+        50
+    );
     repo.git(&["log", "--oneline"]);
     let all = repo.git(&["log", "--all", "--oneline"]);
-    assert!(all.lines().count() >= 6, "{all}");
+    assert!(all.lines().count() >= 51, "{all}");
+    let hidden = repo.git(&["log", "--exclude=refs/ckpt/*", "--all", "--oneline"]);
+    assert_eq!(
+        hidden.lines().count(),
+        1,
+        "the README's --exclude trick hides checkpoints: {hidden}"
+    );
     assert!(repo.git_raw(&["fsck", "--full"]).status.success());
     let clone = repo.root.parent().unwrap().join("clone");
     repo.git(&["clone", "-q", repo.root.to_str().unwrap(), clone.to_str().unwrap()]);
@@ -104,5 +117,5 @@ fn other_git_clients_keep_working_with_pinned_checkpoints() {
             pinned += 1;
         }
     }
-    assert_eq!(pinned, 5);
+    assert_eq!(pinned, 50);
 }
