@@ -182,7 +182,8 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
         return demo::run(*keep, out);
     }
     let cwd = working_dir(cli)?;
-    let provider = provider::open(&cwd)?;
+    let show_progress = !cli.json && std::io::stderr().is_terminal();
+    let provider = provider::open(&cwd, provider::progress::Progress::terminal(show_progress))?;
     match &cli.command {
         Command::Snapshot(args) => snapshot(provider.as_ref(), args, out),
         Command::List { session, all } => list(provider.as_ref(), session.as_deref(), *all, out),
@@ -229,6 +230,7 @@ fn snapshot(provider: &dyn Provider, args: &SnapshotArgs, out: &Output) -> Resul
             "total_files": record.total_files,
             "bytes": record.bytes,
             "skipped": skipped,
+            "scan": {"from_cache": outcome.scan.from_cache, "from_index": outcome.scan.from_index, "read": outcome.scan.read},
         }),
     );
     if outcome.created {

@@ -9,10 +9,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::provider::plan::{self, PlanInput};
+use crate::provider::progress::Progress;
 use crate::provider::scan::{self, BlobSink, Capture};
 use crate::provider::{
     CkptError, Confirmation, Preview, Provider, RestoreReport, Selection, SnapshotOutcome, SnapshotRequest,
 };
+use crate::records::statcache::StatCache;
 use crate::records::{Record, Registry, RegistryLock, Skipped, Trailers, WirePath};
 use crate::verbs::{NewTreeEntry, ObjectId, PinRef, RepoPath, RestoreOp, TreeItem, Vault, WorkspaceKey};
 
@@ -32,6 +34,7 @@ pub struct Reconciled {
 }
 
 pub struct GitProvider {
+    progress: Progress,
     vault: Vault,
     workdir: PathBuf,
     workspace: WorkspaceKey,
@@ -43,6 +46,19 @@ fn state_root(vault: &Vault) -> PathBuf {
     vault.common_dir().join("ckpt")
 }
 
+/// With `CKPT_TIMING` set, says on stderr how long a phase took and how the capture was served.
+fn timing(phase: &str, started: std::time::Instant, capture: &Capture) {
+    if std::env::var_os("CKPT_TIMING").is_some() {
+        eprintln!(
+            "ckpt: {phase}: {:.1} ms ({} from stat cache, {} from index, {} read)",
+            started.elapsed().as_secs_f64() * 1000.0,
+            capture.stats.from_cache,
+            capture.stats.from_index,
+            capture.stats.read
+        );
+    }
+}
+
 fn now_rfc3339() -> (i64, String) {
     let now = chrono::Utc::now();
     (
@@ -52,7 +68,7 @@ fn now_rfc3339() -> (i64, String) {
 }
 
 impl GitProvider {
-    pub fn open(dir: &Path) -> Result<Self, CkptError> {
+    pub fn open(dir: &Path, progress: Progress) -> Result<Self, CkptError> {
         let Some(vault) = Vault::discover(dir)? else {
             return Err(CkptError::NoProvider(format!(
                 "{} is not inside a git repository with a worktree; the copy provider for plain directories is not available yet",
@@ -72,6 +88,7 @@ impl GitProvider {
         let workspace = vault.workspace_key()?;
         let state_root = state_root(&vault);
         Ok(GitProvider {
+            progress,
             vault,
             workdir,
             workspace,
@@ -190,25 +207,45 @@ impl GitProvider {
         lock: &RegistryLock,
         request: &SnapshotRequest,
     ) -> Result<(SnapshotOutcome, Capture), CkptError> {
-        let mut records = self.reconcile(registry.load()?)?.records;
+        let reconciled = self.reconcile(registry.load()?)?;
+        // The previous checkpoint is the newest one still pinned: an unpinned record's objects
+        // may already be collected, so nothing may be built on it.
+        let previous: Option<Record> = reconciled
+            .records
+            .iter()
+            .rev()
+            .find(|r| !reconciled.unpinned.contains(&r.id))
+            .cloned();
+        let mut records = reconciled.records;
         let head = self.vault.head_commit()?;
-        let capture = scan::capture(&self.vault, request.max_file_size, BlobSink::Store)?;
+        let started = std::time::Instant::now();
+        let cache = self.trusted_stat_cache(registry);
+        let capture = scan::capture(
+            &self.vault,
+            request.max_file_size,
+            BlobSink::Store,
+            cache.as_ref(),
+            &self.progress,
+        )?;
+        timing("capture", started, &capture);
         crate::fault::point("snapshot:after-blobs");
         let tree = self.write_trees(&capture.items())?;
         let warnings = capture.warnings.clone();
 
-        if let Some(previous) = records.last() {
+        if let Some(previous) = &previous {
             if previous.tree_id().ok() == Some(tree) {
                 let outcome = SnapshotOutcome {
                     record: previous.clone(),
                     created: false,
                     warnings,
+                    scan: capture.stats,
                 };
+                self.save_stat_cache(registry, lock, &capture, &outcome.record);
                 return Ok((outcome, capture));
             }
         }
 
-        let base_tree = match records.last() {
+        let base_tree = match &previous {
             Some(previous) => Some(previous.tree_id().map_err(CkptError::InvalidInput)?),
             None => match head {
                 Some(head) => Some(self.vault.read_commit(&head)?.tree),
@@ -264,14 +301,33 @@ impl GitProvider {
             self.vault.unpin(&pin, &commit).ok();
             return Err(error.into());
         }
+        self.save_stat_cache(registry, lock, &capture, &record);
         Ok((
             SnapshotOutcome {
                 record,
                 created: true,
                 warnings,
+                scan: capture.stats,
             },
             capture,
         ))
+    }
+
+    /// The stat cache, if it refers to a checkpoint that is still pinned (so every object it
+    /// names is still in the object database). Anything else means starting afresh.
+    fn trusted_stat_cache(&self, registry: &Registry) -> Option<StatCache> {
+        let cache = StatCache::load(registry.dir())?;
+        let checkpoint = cache.checkpoint?;
+        let pin = PinRef::for_checkpoint(&self.workspace, &checkpoint);
+        (self.vault.read_pin(&pin).ok()? == Some(checkpoint)).then_some(cache)
+    }
+
+    /// Best effort: a cache that cannot be written only costs speed next time.
+    fn save_stat_cache(&self, registry: &Registry, lock: &RegistryLock, capture: &Capture, record: &Record) {
+        let cache = capture.to_stat_cache(record.object_id().ok());
+        if let Err(e) = cache.save(registry.dir(), lock) {
+            eprintln!("ckpt: warning: could not write the stat cache: {e}");
+        }
     }
 
     /// Reads a checkpoint's tree, failing loudly if its objects are gone.
@@ -455,7 +511,15 @@ impl Provider for GitProvider {
 
     fn preview(&self, record: &Record, selection: &Selection, max_file_size: u64) -> Result<Preview, CkptError> {
         let target = self.checkpoint_tree(record)?;
-        let capture = scan::capture(&self.vault, max_file_size, BlobSink::HashOnly)?;
+        let cache = Registry::open_existing(&self.state_root.join(self.workspace.as_str()))
+            .and_then(|registry| self.trusted_stat_cache(&registry));
+        let capture = scan::capture(
+            &self.vault,
+            max_file_size,
+            BlobSink::HashOnly,
+            cache.as_ref(),
+            &self.progress,
+        )?;
         let current = capture.items();
         let plan = Self::make_plan(&target, &current, &capture.unprotected(), selection)?;
         let not_protected = Self::not_protected(record, &capture, selection);
@@ -493,11 +557,14 @@ impl Provider for GitProvider {
 
         registry.write_journal(&journal(record, &guard.record, selection, &plan.ops), &lock)?;
         crate::fault::point("restore:after-journal");
+        let phase = self.progress.phase("restoring", plan.ops.len() as u64);
         let results = self.vault.restore_paths_with(&plan.ops, |done| {
+            self.progress.inc(1);
             if done == 1 {
                 crate::fault::point("restore:after-first-write");
             }
         });
+        drop(phase);
 
         let mut report = RestoreReport {
             id: record.id.clone(),

@@ -5,6 +5,7 @@
 
 pub mod git;
 pub mod plan;
+pub mod progress;
 pub mod scan;
 pub mod target;
 
@@ -91,6 +92,8 @@ pub struct SnapshotOutcome {
     pub record: Record,
     pub created: bool,
     pub warnings: Vec<String>,
+    /// How the capture was served: from the stat cache, the index, or by reading files.
+    pub scan: scan::CaptureStats,
 }
 
 /// Which paths a preview or restore covers.
@@ -188,8 +191,8 @@ pub trait Provider {
 }
 
 /// Picks the provider for `dir`. Only the git provider exists so far.
-pub fn open(dir: &Path) -> Result<Box<dyn Provider>, CkptError> {
-    Ok(Box::new(git::GitProvider::open(dir)?))
+pub fn open(dir: &Path, progress: progress::Progress) -> Result<Box<dyn Provider>, CkptError> {
+    Ok(Box::new(git::GitProvider::open(dir, progress)?))
 }
 
 /// Turns a path the user typed (relative to `cwd`, or absolute) into a repository path,

@@ -1,16 +1,21 @@
 //! The worktree capture: decides, read-only, which paths a checkpoint protects (git's view —
 //! tracked plus untracked-not-ignored — with bytes exactly as on disk) and why the rest are not
-//! protected, then hashes (or stores, for a snapshot) each protected file. It never writes to the
-//! worktree; blobs go to the object store only through the verbs.
+//! protected, then hashes (or stores, for a snapshot) each protected file. Files whose stat
+//! matches the stat cache, or (first snapshot) the user's index, are not read at all; the rest
+//! are read and hashed in parallel, large ones as streams. It never writes to the worktree; blobs
+//! go to the object store only through the verbs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use rayon::prelude::*;
+
+use crate::provider::progress::Progress;
 use crate::provider::CkptError;
-use crate::verbs::{temp_file_owner, EntryKind, RepoPath, TreeItem, Vault};
+use crate::records::statcache::{CacheEntry, FileStat, StatCache};
+use crate::verbs::{temp_file_owner, EntryKind, IndexStat, LocalBlobs, RepoPath, TreeItem, Vault, STREAM_THRESHOLD};
 
 pub const DEFAULT_MAX_FILE_SIZE: u64 = 64 * 1024 * 1024;
 
@@ -25,6 +30,16 @@ pub enum BlobSink {
 pub struct CapturedFile {
     pub item: TreeItem,
     pub size: u64,
+    /// The stat the content was captured under (none for submodule pointers).
+    pub stat: Option<FileStat>,
+}
+
+/// How much of a capture was served without reading files.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CaptureStats {
+    pub from_cache: u64,
+    pub from_index: u64,
+    pub read: u64,
 }
 
 /// The worktree as one checkpoint sees it.
@@ -37,6 +52,7 @@ pub struct Capture {
     pub ignored: Vec<(RepoPath, bool)>,
     /// Names that cannot be represented as a repository path, for the user's information.
     pub warnings: Vec<String>,
+    pub stats: CaptureStats,
 }
 
 impl Capture {
@@ -53,6 +69,17 @@ impl Capture {
             .collect();
         out.extend(self.skipped.iter().cloned());
         out
+    }
+
+    /// The stat cache describing this capture, for the checkpoint it became.
+    pub fn to_stat_cache(&self, checkpoint: Option<crate::verbs::ObjectId>) -> StatCache {
+        let mut cache = StatCache::new(checkpoint);
+        for (path, file) in &self.files {
+            if let (Some(stat), true) = (file.stat, file.item.kind != EntryKind::Gitlink) {
+                cache.insert(path.clone(), CacheEntry { stat, id: file.item.id });
+            }
+        }
+        cache
     }
 }
 
@@ -78,68 +105,137 @@ impl AncestorCheck<'_> {
     }
 }
 
-enum Read_ {
-    Captured(CapturedFile),
+enum Outcome {
+    Captured(CapturedFile, Source),
     Skipped(String),
     Absent,
 }
 
-fn read_no_follow(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut file = crate::verbs::open_no_follow(path)?;
-    let mut content = Vec::new();
-    file.read_to_end(&mut content)?;
-    Ok(content)
+#[derive(Clone, Copy)]
+enum Source {
+    Cache,
+    Index,
+    Read,
 }
 
-fn capture_one(vault: &Vault, path: &RepoPath, max_file_size: u64, sink: BlobSink) -> Result<Read_, CkptError> {
-    let full = vault.workdir().join(path.to_os_path());
+/// A path to capture, with what the user's index says about it (tracked paths only).
+struct Candidate {
+    path: RepoPath,
+    index: Option<(TreeItem, Option<IndexStat>)>,
+}
+
+/// What lets a capture skip reading a file.
+struct Shortcuts<'a> {
+    cache: Option<&'a StatCache>,
+    /// The index's mtime, when its ids may seed the capture.
+    index_seed: Option<(i64, u32)>,
+}
+
+impl Shortcuts<'_> {
+    fn known_id(&self, candidate: &Candidate, stat: &FileStat, kind: EntryKind) -> Option<(TreeItem, Source)> {
+        if let Some(id) = self.cache.and_then(|c| c.lookup(&candidate.path, stat)) {
+            return Some((TreeItem { kind, id }, Source::Cache));
+        }
+        let index_mtime = self.index_seed?;
+        let (item, Some(index_stat)) = candidate.index.as_ref()? else {
+            return None;
+        };
+        let matches = item.kind == kind
+            && index_stat.size == stat.size as u32
+            && index_stat.mtime == (stat.mtime.0 as u32, stat.mtime.1)
+            && index_stat.ctime == (stat.ctime.0 as u32, stat.ctime.1)
+            && index_stat.ino == stat.ino as u32
+            && index_stat.dev == stat.dev as u32
+            // git's racy-clean rule: an entry not older than the index file may have changed.
+            && i64::from(index_stat.mtime.0) < index_mtime.0;
+        matches.then_some((*item, Source::Index))
+    }
+}
+
+fn open_no_follow(path: &Path) -> std::io::Result<fs::File> {
+    crate::verbs::open_no_follow(path)
+}
+
+fn capture_one(
+    root: &Path,
+    candidate: &Candidate,
+    max_file_size: u64,
+    shortcuts: &Shortcuts<'_>,
+    blobs: &LocalBlobs,
+) -> Result<Outcome, CkptError> {
+    let full = root.join(candidate.path.to_os_path());
     let meta = match fs::symlink_metadata(&full) {
         Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Read_::Absent),
-        Err(e) => return Ok(Read_::Skipped(format!("unreadable: {e}"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Absent),
+        Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
     };
     let file_type = meta.file_type();
-    let (kind, content) = if file_type.is_symlink() {
-        match fs::read_link(&full) {
-            Ok(target) => {
-                use std::os::unix::ffi::OsStrExt;
-                (EntryKind::Symlink, target.as_os_str().as_bytes().to_vec())
-            }
-            Err(e) => return Ok(Read_::Skipped(format!("unreadable: {e}"))),
-        }
+    let kind = if file_type.is_symlink() {
+        EntryKind::Symlink
     } else if file_type.is_file() {
+        use std::os::unix::fs::MetadataExt;
         if meta.len() > max_file_size {
-            return Ok(Read_::Skipped(format!(
+            return Ok(Outcome::Skipped(format!(
                 "too_large: {} bytes, limit {max_file_size}",
                 meta.len()
             )));
         }
-        let kind = if meta.mode() & 0o100 != 0 {
+        if meta.mode() & 0o100 != 0 {
             EntryKind::Executable
         } else {
             EntryKind::File
-        };
-        match read_no_follow(&full) {
-            Ok(content) => (kind, content),
-            Err(e) => return Ok(Read_::Skipped(format!("unreadable: {e}"))),
         }
     } else if file_type.is_dir() {
-        return Ok(Read_::Absent);
+        return Ok(Outcome::Absent);
     } else {
-        return Ok(Read_::Skipped("special_file".into()));
+        return Ok(Outcome::Skipped("special_file".into()));
     };
-    let id = match sink {
-        BlobSink::Store => vault.write_blob(&content)?,
-        BlobSink::HashOnly => vault.hash_blob(&content)?,
+    let stat = FileStat::from_metadata(&meta);
+    if let Some((item, source)) = shortcuts.known_id(candidate, &stat, kind) {
+        let file = CapturedFile {
+            item,
+            size: stat.size,
+            stat: Some(stat),
+        };
+        return Ok(Outcome::Captured(file, source));
+    }
+    let (id, size) = if kind == EntryKind::Symlink {
+        match fs::read_link(&full) {
+            Ok(target) => {
+                let bytes = target.as_os_str().as_encoded_bytes();
+                (blobs.put(bytes)?, bytes.len() as u64)
+            }
+            Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
+        }
+    } else if stat.size >= STREAM_THRESHOLD {
+        match open_no_follow(&full) {
+            Ok(mut file) => (blobs.put_stream(&mut file, stat.size)?, stat.size),
+            Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
+        }
+    } else {
+        let mut content = Vec::with_capacity(stat.size as usize);
+        match open_no_follow(&full).and_then(|mut f| f.read_to_end(&mut content)) {
+            Ok(_) => (blobs.put(&content)?, content.len() as u64),
+            Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
+        }
     };
-    Ok(Read_::Captured(CapturedFile {
+    let file = CapturedFile {
         item: TreeItem { kind, id },
-        size: content.len() as u64,
-    }))
+        size,
+        stat: Some(stat),
+    };
+    Ok(Outcome::Captured(file, Source::Read))
 }
 
-/// Captures the worktree of `vault`.
-pub fn capture(vault: &Vault, max_file_size: u64, sink: BlobSink) -> Result<Capture, CkptError> {
+/// Captures the worktree of `vault`. `cache` (if trusted by the caller) lets unchanged files
+/// skip reading; without it, the user's index seeds ids when that is provably safe.
+pub fn capture(
+    vault: &Vault,
+    max_file_size: u64,
+    sink: BlobSink,
+    cache: Option<&StatCache>,
+    progress: &Progress,
+) -> Result<Capture, CkptError> {
     let listing = vault.list_worktree()?;
     let mut out = Capture {
         ignored: listing.ignored,
@@ -150,40 +246,87 @@ pub fn capture(vault: &Vault, max_file_size: u64, sink: BlobSink) -> Result<Capt
             .collect(),
         ..Capture::default()
     };
+    let root = vault.workdir();
     let mut ancestors = AncestorCheck {
-        root: vault.workdir(),
+        root,
         known: HashMap::new(),
     };
-    let mut candidates: Vec<RepoPath> = Vec::with_capacity(listing.tracked.len() + listing.untracked.len());
-    for (path, item) in listing.tracked {
-        if item.kind == EntryKind::Gitlink {
-            let full = vault.workdir().join(path.to_os_path());
-            if ancestors.reachable(&path) && fs::symlink_metadata(&full).map(|m| m.is_dir()).unwrap_or(false) {
-                out.files.insert(path.clone(), CapturedFile { item, size: 0 });
-                out.skipped.push((path, "submodule".into()));
+    let mut candidates: Vec<Candidate> = Vec::with_capacity(listing.tracked.len() + listing.untracked.len());
+    for tracked in listing.tracked {
+        if tracked.item.kind == EntryKind::Gitlink {
+            let full = root.join(tracked.path.to_os_path());
+            if ancestors.reachable(&tracked.path) && fs::symlink_metadata(&full).map(|m| m.is_dir()).unwrap_or(false) {
+                out.files.insert(
+                    tracked.path.clone(),
+                    CapturedFile {
+                        item: tracked.item,
+                        size: 0,
+                        stat: None,
+                    },
+                );
+                out.skipped.push((tracked.path, "submodule".into()));
             }
             continue;
         }
-        candidates.push(path);
+        candidates.push(Candidate {
+            path: tracked.path,
+            index: Some((tracked.item, tracked.stat)),
+        });
     }
-    candidates.extend(listing.untracked);
+    candidates.extend(
+        listing
+            .untracked
+            .into_iter()
+            .map(|path| Candidate { path, index: None }),
+    );
     for path in listing.nested_repos {
         out.skipped.push((path, "nested_repo".into()));
     }
-    for path in candidates {
-        if out.files.contains_key(&path) || !ancestors.reachable(&path) {
-            continue;
+    let mut seen = std::collections::HashSet::new();
+    candidates.retain(|c| {
+        if out.files.contains_key(&c.path) || !seen.insert(c.path.clone()) || !ancestors.reachable(&c.path) {
+            return false;
         }
-        if path.components().last().and_then(temp_file_owner).is_some() {
-            out.skipped.push((path, "ckpt_temp_file".into()));
-            continue;
+        if c.path.components().last().and_then(temp_file_owner).is_some() {
+            out.skipped.push((c.path.clone(), "ckpt_temp_file".into()));
+            return false;
         }
-        match capture_one(vault, &path, max_file_size, sink)? {
-            Read_::Captured(file) => {
-                out.files.insert(path, file);
+        true
+    });
+
+    let shortcuts = Shortcuts {
+        cache,
+        index_seed: if cache.is_none() && listing.index_ids_are_raw {
+            listing.index_mtime
+        } else {
+            None
+        },
+    };
+    let blobs = vault.parallel_blobs(sink == BlobSink::Store);
+    let _phase = progress.phase("capturing", candidates.len() as u64);
+    let outcomes: Vec<Result<Outcome, CkptError>> = candidates
+        .par_iter()
+        .map_init(
+            || blobs.local(),
+            |local, candidate| {
+                let outcome = capture_one(root, candidate, max_file_size, &shortcuts, local);
+                progress.inc(1);
+                outcome
+            },
+        )
+        .collect();
+    for (candidate, outcome) in candidates.into_iter().zip(outcomes) {
+        match outcome? {
+            Outcome::Captured(file, source) => {
+                match source {
+                    Source::Cache => out.stats.from_cache += 1,
+                    Source::Index => out.stats.from_index += 1,
+                    Source::Read => out.stats.read += 1,
+                }
+                out.files.insert(candidate.path, file);
             }
-            Read_::Skipped(reason) => out.skipped.push((path, reason)),
-            Read_::Absent => {}
+            Outcome::Skipped(reason) => out.skipped.push((candidate.path, reason)),
+            Outcome::Absent => {}
         }
     }
     out.skipped.sort();

@@ -11,7 +11,10 @@ mod repo;
 mod types;
 mod worktree;
 
-pub use repo::{CommitInfo, NewTreeEntry, TreeChange, Vault, WorktreeListing, CKPT_EMAIL, CKPT_NAME};
+pub use repo::{
+    CommitInfo, IndexStat, LocalBlobs, NewTreeEntry, ParallelBlobs, TrackedEntry, TreeChange, Vault, WorktreeListing,
+    CKPT_EMAIL, CKPT_NAME, STREAM_THRESHOLD,
+};
 pub use types::{EntryKind, ObjectId, PinRef, RepoPath, TreeItem, WorkspaceKey, PIN_NAMESPACE};
 pub use worktree::{open_no_follow, temp_file_owner, DiskItem, RestoreOp};
 

@@ -53,12 +53,36 @@ pub struct TreeChange {
     pub new: Option<TreeItem>,
 }
 
+/// The stat data the user's index holds for an entry (git truncates these to 32 bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexStat {
+    pub mtime: (u32, u32),
+    pub ctime: (u32, u32),
+    pub dev: u32,
+    pub ino: u32,
+    pub size: u32,
+}
+
+/// One tracked path from the user's index.
+#[derive(Debug, Clone)]
+pub struct TrackedEntry {
+    pub path: RepoPath,
+    pub item: TreeItem,
+    /// Present only for plain stage-0 entries (not intent-to-add, skip-worktree or assume-valid).
+    pub stat: Option<IndexStat>,
+}
+
 /// The worktree as git sees it, listed read-only: the user's index entries, plus what a
 /// directory walk with git's ignore rules finds that the index does not track.
 #[derive(Debug, Default)]
 pub struct WorktreeListing {
     /// Index entries (stage merged), with the kind and id the index records.
-    pub tracked: Vec<(RepoPath, TreeItem)>,
+    pub tracked: Vec<TrackedEntry>,
+    /// The index file's mtime: entries not older than it are racily clean.
+    pub index_mtime: Option<(i64, u32)>,
+    /// True when no clean/smudge filter, eol conversion or ident can make the index's blob ids
+    /// differ from the bytes on disk, so they may seed a capture.
+    pub index_ids_are_raw: bool,
     /// Untracked, not ignored, non-directory paths (files, symlinks, special files).
     pub untracked: Vec<RepoPath>,
     /// Ignored paths; `true` when the entry stands for a whole ignored directory.
@@ -523,17 +547,36 @@ impl Vault {
                         continue;
                     }
                     last = Some(path.clone());
-                    listing.tracked.push((
+                    use gix::index::entry::Flags;
+                    let plain = entry.stage() == gix::index::entry::Stage::Unconflicted
+                        && !entry
+                            .flags
+                            .intersects(Flags::INTENT_TO_ADD | Flags::SKIP_WORKTREE | Flags::ASSUME_VALID);
+                    let stat = plain.then_some(IndexStat {
+                        mtime: (entry.stat.mtime.secs, entry.stat.mtime.nsecs),
+                        ctime: (entry.stat.ctime.secs, entry.stat.ctime.nsecs),
+                        dev: entry.stat.dev,
+                        ino: entry.stat.ino,
+                        size: entry.stat.size,
+                    });
+                    listing.tracked.push(TrackedEntry {
                         path,
-                        TreeItem {
+                        item: TreeItem {
                             kind,
                             id: ObjectId(entry.id),
                         },
-                    ));
+                        stat,
+                    });
                 }
                 Err(e) => listing.unrepresentable.push((raw_path.to_string(), e.to_string())),
             }
         }
+
+        listing.index_mtime = std::fs::metadata(self.repo.index_path()).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.mtime(), m.mtime_nsec() as u32)
+        });
+        listing.index_ids_are_raw = self.index_ids_are_raw(&listing.tracked);
 
         let options = self
             .repo
@@ -578,6 +621,149 @@ impl Vault {
     }
 }
 
+/// A `Sync` handle that hashes (or stores) blobs from many threads; each thread takes a
+/// [`LocalBlobs`] of its own.
+pub struct ParallelBlobs {
+    repo: gix::ThreadSafeRepository,
+    store: bool,
+}
+
+/// One thread's blob hasher/writer.
+pub struct LocalBlobs {
+    repo: gix::Repository,
+    store: bool,
+}
+
+/// Files at least this large are hashed and stored as streams, never read whole.
+pub const STREAM_THRESHOLD: u64 = 8 * 1024 * 1024;
+
+impl ParallelBlobs {
+    pub fn local(&self) -> LocalBlobs {
+        LocalBlobs {
+            repo: self.repo.to_thread_local(),
+            store: self.store,
+        }
+    }
+}
+
+impl LocalBlobs {
+    /// Hashes `bytes` as a blob, and stores it when this handle stores.
+    pub fn put(&self, bytes: &[u8]) -> Result<ObjectId, VerbError> {
+        if self.store {
+            self.repo
+                .write_blob(bytes)
+                .map(|id| ObjectId(id.detach()))
+                .map_err(|e| VerbError::git("writing a blob", e))
+        } else {
+            gix::objs::compute_hash(self.repo.object_hash(), gix::objs::Kind::Blob, bytes)
+                .map(ObjectId)
+                .map_err(|e| VerbError::git("hashing a blob", e))
+        }
+    }
+
+    /// Streams a large file of `size` bytes into a blob without holding it in memory. The id is
+    /// computed over exactly the bytes stored.
+    pub fn put_stream(&self, file: &mut dyn std::io::Read, size: u64) -> Result<ObjectId, VerbError> {
+        use gix::objs::Write as _;
+        if self.store {
+            self.repo
+                .objects
+                .write_stream(gix::objs::Kind::Blob, size, file)
+                .map(ObjectId)
+                .map_err(|e| VerbError::git("writing a large blob", e))
+        } else {
+            let mut progress = gix::progress::Discard;
+            let interrupt = std::sync::atomic::AtomicBool::new(false);
+            gix::objs::compute_stream_hash(
+                self.repo.object_hash(),
+                gix::objs::Kind::Blob,
+                file,
+                size,
+                &mut progress,
+                &interrupt,
+            )
+            .map(ObjectId)
+            .map_err(|e| VerbError::git("hashing a large blob", e))
+        }
+    }
+}
+
+impl Vault {
+    /// A handle for hashing (`store: false`) or storing blobs in parallel.
+    pub fn parallel_blobs(&self, store: bool) -> ParallelBlobs {
+        ParallelBlobs {
+            repo: self.repo.clone().into_sync(),
+            store,
+        }
+    }
+
+    /// Conservative: any filter, eol/autocrlf setting, or attribute that may convert content
+    /// (text, eol, crlf, filter, ident, working-tree-encoding) disables seeding from the index.
+    fn index_ids_are_raw(&self, tracked: &[TrackedEntry]) -> bool {
+        let config = self.repo.config_snapshot();
+        let converting = |key: &str| {
+            config
+                .string(key)
+                .is_some_and(|v| !matches!(v.to_ascii_lowercase().as_slice(), b"false" | b"lf" | b"native"))
+        };
+        if converting("core.autocrlf") || converting("core.eol") {
+            return false;
+        }
+        if config
+            .plumbing()
+            .sections_by_name("filter")
+            .is_some_and(|mut s| s.next().is_some())
+        {
+            return false;
+        }
+        let mut attribute_files: Vec<PathBuf> = tracked
+            .iter()
+            .filter(|t| t.path.components().last() == Some(&b".gitattributes"[..]))
+            .map(|t| self.workdir.join(t.path.to_os_path()))
+            .collect();
+        attribute_files.push(self.repo.common_dir().join("info/attributes"));
+        if let Ok(Some(global)) = config.trusted_path("core.attributesFile") {
+            attribute_files.push(global);
+        }
+        if let Some(home) = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        {
+            attribute_files.push(home.join("git/attributes"));
+        }
+        attribute_files.iter().all(|file| match std::fs::read(file) {
+            Ok(text) => attributes_are_raw(&text),
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        })
+    }
+}
+
+/// True if no line of an attributes file sets an attribute that converts content.
+fn attributes_are_raw(text: &[u8]) -> bool {
+    const CONVERTING: [&str; 6] = ["text", "eol", "crlf", "filter", "ident", "working-tree-encoding"];
+    text.split(|b| *b == b'\n').all(|line| {
+        let line = String::from_utf8_lossy(line);
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            return true;
+        }
+        if line.starts_with("[attr]") {
+            return false;
+        }
+        line.split_whitespace().skip(1).all(|token| {
+            if matches!(token, "binary" | "-text" | "-crlf") {
+                return true;
+            }
+            let name = token
+                .trim_start_matches(['-', '!'])
+                .split('=')
+                .next()
+                .unwrap_or_default();
+            !CONVERTING.contains(&name)
+        })
+    })
+}
+
 fn split_side(side: Option<(Option<EntryKind>, ObjectId)>) -> (Option<TreeItem>, Option<ObjectId>) {
     match side {
         Some((Some(kind), id)) => (Some(TreeItem { kind, id }), None),
@@ -598,5 +784,31 @@ fn index_entry_kind(mode: gix::index::entry::Mode) -> Option<EntryKind> {
         Some(EntryKind::Gitlink)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attributes_are_raw;
+
+    #[test]
+    fn converting_attributes_are_detected() {
+        assert!(attributes_are_raw(
+            b"# comment\n*.png binary\n*.rs diff=rust linguist-vendored\n*.bin -text\n"
+        ));
+        for converting in [
+            &b"*.txt text\n"[..],
+            b"* text=auto\n",
+            b"*.sh eol=lf\n",
+            b"*.x filter=lfs\n",
+            b"*.c ident\n",
+            b"[attr]mine text\n",
+        ] {
+            assert!(
+                !attributes_are_raw(converting),
+                "{}",
+                String::from_utf8_lossy(converting)
+            );
+        }
     }
 }

@@ -10,4 +10,5 @@ mod props;
 mod restore;
 mod sandbox;
 mod snapshot;
+mod speed;
 mod stress;

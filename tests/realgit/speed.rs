@@ -1,0 +1,145 @@
+//! The stat cache and index seeding: unchanged files are not read, and every shortcut is
+//! abandoned the moment it could be wrong (racy timestamps, corrupt cache, pruned checkpoint,
+//! content-converting filters).
+
+use std::time::{Duration, SystemTime};
+
+use crate::common::*;
+
+fn scan(run: &Run) -> (u64, u64, u64) {
+    let s = &run.one("snapshot")["scan"];
+    (
+        s["from_cache"].as_u64().unwrap(),
+        s["from_index"].as_u64().unwrap(),
+        s["read"].as_u64().unwrap(),
+    )
+}
+
+fn settle() {
+    // Entries modified in the second the cache or index was written are racy by design.
+    std::thread::sleep(Duration::from_millis(1100));
+}
+
+#[test]
+fn unchanged_files_come_from_the_stat_cache() {
+    let repo = TestRepo::new();
+    repo.write("untracked.txt", b"u");
+    settle();
+    repo.ckpt_json(&["snapshot"], 0);
+    settle();
+    repo.write("changed.txt", b"new");
+    let run = repo.ckpt_json(&["snapshot"], 0);
+    let (cache, _, read) = scan(&run);
+    assert_eq!(read, 1, "only the new file is read: {:?}", run.one("snapshot")["scan"]);
+    assert!(cache >= 4, "{cache}");
+}
+
+#[test]
+fn same_size_rewrite_with_old_mtime_is_still_seen() {
+    let repo = TestRepo::new();
+    repo.write("f.txt", b"aaaa");
+    let old = SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(repo.path("f.txt"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    settle();
+    repo.snapshot(&[]);
+    settle();
+    repo.write("f.txt", b"bbbb");
+    std::fs::File::options()
+        .write(true)
+        .open(repo.path("f.txt"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let id = repo.snapshot(&[]);
+    assert_eq!(
+        repo.git(&["show", &format!("{id}:f.txt")]),
+        "bbbb",
+        "ctime changed, so the file is re-read"
+    );
+}
+
+#[test]
+fn a_corrupt_cache_is_discarded_not_trusted() {
+    let repo = TestRepo::new();
+    settle();
+    repo.snapshot(&[]);
+    let cache = repo.common_dir().join("ckpt/main/statcache.bin");
+    let mut bytes = std::fs::read(&cache).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&cache, &bytes).unwrap();
+    repo.write("README.md", b"changed");
+    let run = repo.ckpt_json(&["snapshot"], 0);
+    assert_eq!(scan(&run).0, 0, "nothing may come from a corrupt cache");
+    let id = run.one("snapshot")["id"].as_str().unwrap().to_owned();
+    assert_eq!(repo.git(&["show", &format!("{id}:README.md")]), "changed");
+}
+
+#[test]
+fn a_cache_of_a_deleted_checkpoint_is_not_used() {
+    let repo = TestRepo::new();
+    repo.write("only-untracked.txt", b"content only a checkpoint holds");
+    settle();
+    let id = repo.snapshot(&[]);
+    repo.git(&["update-ref", "-d", &format!("refs/ckpt/main/{id}")]);
+    repo.git(&["reflog", "expire", "--expire=now", "--all"]);
+    repo.git(&["gc", "-q", "--prune=now"]);
+    settle();
+    repo.write("other.txt", b"x");
+    let run = repo.ckpt_json(&["snapshot"], 0);
+    assert_eq!(scan(&run).0, 0, "the cache named a checkpoint that is gone");
+    let new = run.one("snapshot")["id"].as_str().unwrap().to_owned();
+    repo.remove("only-untracked.txt");
+    repo.ckpt_json(&["restore", &new, "--yes"], 0);
+    assert_eq!(repo.read("only-untracked.txt"), b"content only a checkpoint holds");
+}
+
+#[test]
+fn the_first_snapshot_is_seeded_from_the_index_only_when_safe() {
+    let origin = TestRepo::new();
+    for i in 0..30 {
+        origin.write(format!("many/f{i}.txt"), format!("file {i}\n").as_bytes());
+    }
+    origin.commit_all("many");
+    let clone = TestRepo::bare_dir();
+    let dest = clone.root.join("clone");
+    clone.git(&["clone", "-q", origin.root.to_str().unwrap(), dest.to_str().unwrap()]);
+    settle();
+    let index_before = std::fs::read(dest.join(".git/index")).unwrap();
+    // Refresh the index stat data without changing content, like `git status` does.
+    clone.git_in(&dest, &["update-index", "-q", "--refresh"]);
+    settle();
+    let index_before_run = std::fs::read(dest.join(".git/index")).unwrap();
+    let run = clone.ckpt_in(&dest, &["--json".as_ref(), "snapshot".as_ref()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let (_, seeded, read) = scan(&run);
+    assert!(
+        seeded >= 30,
+        "tracked files come from the index: seeded {seeded}, read {read}"
+    );
+    assert_eq!(read, 0);
+    let id = run.one("snapshot")["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        clone.git_in(&dest, &["rev-parse", &format!("{id}^{{tree}}")]),
+        clone.git_in(&dest, &["rev-parse", "HEAD^{tree}"])
+    );
+    assert_eq!(
+        std::fs::read(dest.join(".git/index")).unwrap(),
+        index_before_run,
+        "the index is only read"
+    );
+    let _ = index_before;
+
+    // With a content filter configured, index ids are not raw bytes: no seeding.
+    let filtered = TestRepo::new();
+    filtered.git(&["config", "core.autocrlf", "true"]);
+    filtered.git(&["update-index", "-q", "--refresh"]);
+    settle();
+    let run = filtered.ckpt_json(&["snapshot"], 0);
+    assert_eq!(scan(&run).1, 0, "autocrlf disables seeding");
+}
