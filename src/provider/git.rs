@@ -46,6 +46,12 @@ fn state_root(vault: &Vault) -> PathBuf {
     vault.common_dir().join("ckpt")
 }
 
+fn phase_time(phase: &str, started: std::time::Instant) {
+    if std::env::var_os("CKPT_TIMING").is_some() {
+        eprintln!("ckpt: {phase}: {:.1} ms", started.elapsed().as_secs_f64() * 1000.0);
+    }
+}
+
 /// With `CKPT_TIMING` set, says on stderr how long a phase took and how the capture was served.
 fn timing(phase: &str, started: std::time::Instant, capture: &Capture) {
     if std::env::var_os("CKPT_TIMING").is_some() {
@@ -207,7 +213,9 @@ impl GitProvider {
         lock: &RegistryLock,
         request: &SnapshotRequest,
     ) -> Result<(SnapshotOutcome, Capture), CkptError> {
+        let t0 = std::time::Instant::now();
         let reconciled = self.reconcile(registry.load()?)?;
+        phase_time("registry + refs", t0);
         // The previous checkpoint is the newest one still pinned: an unpinned record's objects
         // may already be collected, so nothing may be built on it.
         let previous: Option<Record> = reconciled
@@ -220,6 +228,7 @@ impl GitProvider {
         let head = self.vault.head_commit()?;
         let started = std::time::Instant::now();
         let cache = self.trusted_stat_cache(registry);
+        phase_time("stat cache load", started);
         let capture = scan::capture(
             &self.vault,
             request.max_file_size,
@@ -229,7 +238,12 @@ impl GitProvider {
         )?;
         timing("capture", started, &capture);
         crate::fault::point("snapshot:after-blobs");
-        let tree = self.write_trees(&capture.items())?;
+        let t1 = std::time::Instant::now();
+        let tree = match self.unchanged_since_cache(&capture, cache.as_ref()) {
+            Some(tree) => tree,
+            None => self.write_trees(&capture.items())?,
+        };
+        phase_time("trees", t1);
         let warnings = capture.warnings.clone();
 
         if let Some(previous) = &previous {
@@ -240,7 +254,9 @@ impl GitProvider {
                     warnings,
                     scan: capture.stats,
                 };
-                self.save_stat_cache(registry, lock, &capture, &outcome.record);
+                let t2 = std::time::Instant::now();
+                self.save_stat_cache(registry, lock, &capture, &outcome.record, cache.as_ref());
+                phase_time("stat cache save", t2);
                 return Ok((outcome, capture));
             }
         }
@@ -301,7 +317,7 @@ impl GitProvider {
             self.vault.unpin(&pin, &commit).ok();
             return Err(error.into());
         }
-        self.save_stat_cache(registry, lock, &capture, &record);
+        self.save_stat_cache(registry, lock, &capture, &record, cache.as_ref());
         Ok((
             SnapshotOutcome {
                 record,
@@ -322,9 +338,41 @@ impl GitProvider {
         (self.vault.read_pin(&pin).ok()? == Some(checkpoint)).then_some(cache)
     }
 
-    /// Best effort: a cache that cannot be written only costs speed next time.
-    fn save_stat_cache(&self, registry: &Registry, lock: &RegistryLock, capture: &Capture, record: &Record) {
-        let cache = capture.to_stat_cache(record.object_id().ok());
+    /// When every captured file came from the stat cache and the set of paths is the cache's own,
+    /// the worktree is exactly the cached checkpoint: its tree is reused without hashing a
+    /// single tree object. Submodule pointers come from the index, so their presence disables it.
+    fn unchanged_since_cache(&self, capture: &Capture, cache: Option<&StatCache>) -> Option<ObjectId> {
+        let cache = cache?;
+        let only_cached_files = cache.is_complete()
+            && capture.stats.read == 0
+            && capture.stats.from_index == 0
+            && capture.files.values().all(|f| f.stat.is_some())
+            && capture.files.len() == cache.len();
+        if !only_cached_files {
+            return None;
+        }
+        self.vault.read_commit(&cache.checkpoint?).ok().map(|info| info.tree)
+    }
+
+    /// Best effort: a cache that cannot be written only costs speed next time. When every file
+    /// came from the loaded cache for the same checkpoint, the file on disk already says it all.
+    fn save_stat_cache(
+        &self,
+        registry: &Registry,
+        lock: &RegistryLock,
+        capture: &Capture,
+        record: &Record,
+        loaded: Option<&StatCache>,
+    ) {
+        let checkpoint = record.object_id().ok();
+        let all_cached = capture.stats.read == 0 && capture.stats.from_index == 0;
+        if let Some(loaded) = loaded.filter(|c| c.is_complete()) {
+            let same_paths = loaded.len() == capture.files.values().filter(|f| f.stat.is_some()).count();
+            if all_cached && same_paths && loaded.checkpoint == checkpoint {
+                return;
+            }
+        }
+        let cache = capture.to_stat_cache(checkpoint);
         if let Err(e) = cache.save(registry.dir(), lock) {
             eprintln!("ckpt: warning: could not write the stat cache: {e}");
         }
@@ -332,6 +380,13 @@ impl GitProvider {
 
     /// Reads a checkpoint's tree, failing loudly if its objects are gone.
     fn checkpoint_tree(&self, record: &Record) -> Result<BTreeMap<RepoPath, TreeItem>, CkptError> {
+        let tree = self.checkpoint_tree_id(record)?;
+        Ok(self.vault.read_tree(&tree)?)
+    }
+
+    /// Checks that a record is pinned, matches its commit, and that every name in its tree is
+    /// safe; returns the tree id. Runs before anything is written.
+    fn checkpoint_tree_id(&self, record: &Record) -> Result<ObjectId, CkptError> {
         record.validate().map_err(CkptError::InvalidInput)?;
         let commit = record
             .commit_id()
@@ -354,7 +409,55 @@ impl GitProvider {
                 info.tree
             )));
         }
-        Ok(self.vault.read_tree(&info.tree)?)
+        self.vault.validate_tree(&info.tree)?;
+        Ok(info.tree)
+    }
+
+    /// The restore plan from the difference between the guard and the target: only differing
+    /// paths are looked at, so the cost follows the size of the change, not of the tree.
+    fn plan_from_diff(
+        &self,
+        guard_tree: &ObjectId,
+        target_tree: &ObjectId,
+        capture: &Capture,
+        selection: &Selection,
+    ) -> Result<plan::Plan, CkptError> {
+        let changes = self.vault.diff_trees(Some(guard_tree), Some(target_tree))?;
+        let mut target = BTreeMap::new();
+        let mut current = BTreeMap::new();
+        for change in changes {
+            if let Some(new) = change.new {
+                target.insert(change.path.clone(), new);
+            }
+            if let Some(old) = change.old {
+                current.insert(change.path, old);
+            }
+        }
+        let mut plan = plan::plan(&PlanInput {
+            target: &target,
+            current: &current,
+            unprotected: &capture.unprotected(),
+            filter: &selection.paths,
+            exact: selection.exact,
+        });
+        let in_scope = |p: &RepoPath| selection.paths.is_empty() || selection.paths.iter().any(|f| p.is_within(f));
+        // Paths equal on both sides are exactly the guard's paths the diff did not name.
+        plan.unchanged = capture
+            .files
+            .iter()
+            .filter(|(p, f)| {
+                f.item.kind != crate::verbs::EntryKind::Gitlink && in_scope(p) && !current.contains_key(*p)
+            })
+            .count();
+        plan.unmatched_filter
+            .retain(|f| !capture.files.keys().any(|p| p.is_within(f)));
+        if let Some(unmatched) = plan.unmatched_filter.first() {
+            return Err(CkptError::NotFound(format!(
+                "path {} is neither in the checkpoint nor in the worktree",
+                unmatched.display()
+            )));
+        }
+        Ok(plan)
     }
 
     fn not_protected(record: &Record, capture: &Capture, selection: &Selection) -> Vec<(RepoPath, String)> {
@@ -533,7 +636,9 @@ impl Provider for GitProvider {
         request: &SnapshotRequest,
         confirmation: Confirmation<'_>,
     ) -> Result<RestoreReport, CkptError> {
-        let target = self.checkpoint_tree(record)?;
+        let t0 = std::time::Instant::now();
+        let target_tree = self.checkpoint_tree_id(record)?;
+        phase_time("check target tree", t0);
         if let Confirmation::Ask(ask) = confirmation {
             let preview = self.preview(record, selection, request.max_file_size)?;
             if !ask(&preview) {
@@ -550,10 +655,15 @@ impl Provider for GitProvider {
             );
         }
 
+        let t1 = std::time::Instant::now();
         let (guard, capture) = self.snapshot_locked(&registry, &lock, request)?;
-        let current = capture.items();
-        let plan = Self::make_plan(&target, &current, &capture.unprotected(), selection)?;
+        phase_time("guard snapshot", t1);
+        let t2 = std::time::Instant::now();
+        let guard_tree = guard.record.tree_id().map_err(CkptError::InvalidInput)?;
+        let plan = self.plan_from_diff(&guard_tree, &target_tree, &capture, selection)?;
         self.ensure_blobs_present(&plan.ops)?;
+        phase_time("plan", t2);
+        let t3 = std::time::Instant::now();
 
         registry.write_journal(&journal(record, &guard.record, selection, &plan.ops), &lock)?;
         crate::fault::point("restore:after-journal");
@@ -594,6 +704,8 @@ impl Provider for GitProvider {
             }
         }
 
+        phase_time("writes", t3);
+        let t4 = std::time::Instant::now();
         let mut verified = report.failed.is_empty();
         for op in &plan.ops {
             let expected = match op {
@@ -615,6 +727,7 @@ impl Provider for GitProvider {
             }
         }
         report.verified = verified;
+        phase_time("verify", t4);
         registry.clear_journal(&lock)?;
         Ok(report)
     }

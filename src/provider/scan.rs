@@ -236,7 +236,14 @@ pub fn capture(
     cache: Option<&StatCache>,
     progress: &Progress,
 ) -> Result<Capture, CkptError> {
+    let started = std::time::Instant::now();
     let listing = vault.list_worktree()?;
+    if std::env::var_os("CKPT_TIMING").is_some() {
+        eprintln!(
+            "ckpt: list worktree (index + walk): {:.1} ms",
+            started.elapsed().as_secs_f64() * 1000.0
+        );
+    }
     let mut out = Capture {
         ignored: listing.ignored,
         warnings: listing

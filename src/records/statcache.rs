@@ -52,6 +52,9 @@ pub struct StatCache {
     /// checkpoint is still pinned (so its objects cannot have been collected).
     pub checkpoint: Option<ObjectId>,
     entries: HashMap<RepoPath, CacheEntry>,
+    /// Entries dropped at load because they were racily clean: while any are missing, the cache
+    /// no longer describes its checkpoint completely.
+    dropped: usize,
 }
 
 impl StatCache {
@@ -59,6 +62,7 @@ impl StatCache {
         StatCache {
             checkpoint,
             entries: HashMap::new(),
+            dropped: 0,
         }
     }
 
@@ -68,6 +72,12 @@ impl StatCache {
 
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// True when every entry written was trusted at load, so the cache names every file of its
+    /// checkpoint.
+    pub fn is_complete(&self) -> bool {
+        self.dropped == 0
     }
 
     pub fn is_empty(&self) -> bool {
@@ -153,6 +163,8 @@ impl StatCache {
             // change again without its stat changing, so it must be re-read.
             if stat.mtime.0 < written.0 {
                 cache.entries.insert(path, CacheEntry { stat, id });
+            } else {
+                cache.dropped += 1;
             }
         }
         (r.pos == body.len()).then_some(cache)
@@ -263,6 +275,10 @@ mod tests {
             decoded.lookup(&path("racy.txt"), &stat(2000)),
             None,
             "same-second mtime is racy"
+        );
+        assert!(
+            !decoded.is_complete(),
+            "a dropped racy entry makes the cache incomplete"
         );
         let mut changed = stat(1000);
         changed.ctime.1 += 1;

@@ -447,6 +447,25 @@ impl Vault {
         })
     }
 
+    /// Reads every tree below `tree` and checks every name the way [`Self::read_tree`] does
+    /// (no `/`, `.`, `..`, `.git`, empty or duplicate names), without building paths.
+    pub fn validate_tree(&self, tree: &ObjectId) -> Result<(), VerbError> {
+        let mut pending = vec![*tree];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(id) = pending.pop() {
+            if !seen.insert(id) {
+                continue;
+            }
+            for (name, kind, child) in self.read_tree_level(&id)? {
+                NewTreeEntry::new(&name, kind, child)?;
+                if kind.is_none() {
+                    pending.push(child);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Every non-tree entry below `tree`, like `ls-tree -r`. A hostile name in the tree (`..`,
     /// `.git`, `/`) is an error, never a path.
     pub fn read_tree(&self, tree: &ObjectId) -> Result<BTreeMap<RepoPath, TreeItem>, VerbError> {
@@ -572,6 +591,9 @@ impl Vault {
             }
         }
 
+        if std::env::var_os("CKPT_TIMING").is_some() {
+            eprintln!("ckpt: index read: {} entries", listing.tracked.len());
+        }
         listing.index_mtime = std::fs::metadata(self.repo.index_path()).ok().map(|m| {
             use std::os::unix::fs::MetadataExt;
             (m.mtime(), m.mtime_nsec() as u32)

@@ -579,8 +579,13 @@ impl World {
             args.extend(selection.iter().map(|p| OsStr::from_bytes(p)));
         }
         let run = self.ckpt(&args);
+        let debug = if std::env::var_os("CKPT_PROP_DEBUG").is_some() {
+            run.stdout.clone()
+        } else {
+            String::new()
+        };
         self.log.push(format!(
-            "restore {}{} {:?} -> exit {}",
+            "restore {}{} {:?} -> exit {} {debug}",
             &id[..8],
             if exact { " --exact" } else { "" },
             selection
@@ -677,8 +682,13 @@ impl World {
             "--exact".as_ref(),
             "--yes".as_ref(),
         ]);
+        let debug = if std::env::var_os("CKPT_PROP_DEBUG").is_some() {
+            run.stdout.clone()
+        } else {
+            String::new()
+        };
         self.log
-            .push(format!("undo via guard {} -> exit {}", &guard[..8], run.code));
+            .push(format!("undo via guard {} -> exit {} {debug}", &guard[..8], run.code));
         self.check(run.code == 0, || {
             format!("guard restore failed: {}\n{}", run.stderr, run.stdout)
         });
