@@ -257,14 +257,46 @@ impl Vault {
         ops: &[RestoreOp],
         mut after_each: impl FnMut(usize),
     ) -> Vec<Result<(), VerbError>> {
-        ops.iter()
+        let results: Vec<Result<(), VerbError>> = ops
+            .iter()
             .enumerate()
             .map(|(i, op)| {
                 let result = self.apply(op);
                 after_each(i + 1);
                 result
             })
-            .collect()
+            .collect();
+        // Each file was fsynced before its rename; the directories that hold the renames and
+        // removals are synced once each, not once per file.
+        let mut dirs: Vec<Option<RepoPath>> = ops.iter().map(|op| op.path().parent()).collect();
+        dirs.sort();
+        dirs.dedup();
+        for dir in dirs {
+            let fd = match &dir {
+                None => self.open_root().ok(),
+                Some(dir) => self.open_dir(dir).ok().flatten(),
+            };
+            if let Some(fd) = fd {
+                rustix::fs::fsync(&fd).ok();
+            }
+        }
+        results
+    }
+
+    /// Opens a directory of the worktree without following symlinks; `None` if it is gone.
+    fn open_dir(&self, dir: &RepoPath) -> Result<Option<OwnedFd>, VerbError> {
+        let Some(parent) = self.open_parent(dir, false)? else {
+            return Ok(None);
+        };
+        match rustix::fs::openat(
+            &parent,
+            Self::leaf(dir),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(_) => Ok(None),
+        }
     }
 
     fn apply(&self, op: &RestoreOp) -> Result<(), VerbError> {
@@ -286,7 +318,6 @@ impl Vault {
                 }
                 rustix::fs::unlinkat(&parent, leaf, AtFlags::empty())
                     .map_err(|e| worktree_error(path, format!("cannot remove: {}", errno_text(e))))?;
-                rustix::fs::fsync(&parent).ok();
                 Ok(())
             }
             RestoreOp::RemoveEmptyDir { .. } => match now {
@@ -343,7 +374,6 @@ impl Vault {
                 format!("cannot move the new content into place: {}", errno_text(e)),
             ));
         }
-        rustix::fs::fsync(parent).ok();
         Ok(())
     }
 
