@@ -676,12 +676,24 @@ impl World {
             return;
         };
         let before = self.fingerprint();
+        let now_protected = self.oracle();
         let run = self.ckpt(&[
             "restore".as_ref(),
             guard.as_str().as_ref(),
             "--exact".as_ref(),
             "--yes".as_ref(),
         ]);
+        // The undo takes a guard of its own; later snapshots may name it.
+        if let Some(undo_guard) = run
+            .json
+            .iter()
+            .find(|v| v["type"] == "restore")
+            .and_then(|v| v["guard"].as_str())
+        {
+            if !self.checkpoints.iter().any(|(g, _)| g == undo_guard) {
+                self.checkpoints.push((undo_guard.to_owned(), now_protected));
+            }
+        }
         let debug = if std::env::var_os("CKPT_PROP_DEBUG").is_some() {
             run.stdout.clone()
         } else {
