@@ -185,7 +185,11 @@ pub fn run(keep: bool, out: &Output) -> Result<i32, CkptError> {
     )?;
 
     step(out, "6. Changed your mind? Restoring the guard undoes the restore");
-    let provider = provider::open(&root, provider::progress::Progress::hidden())?;
+    let provider = provider::open(
+        &root,
+        provider::ProviderChoice::Git,
+        provider::progress::Progress::hidden(),
+    )?;
     let guard = provider
         .checkpoints(false)?
         .into_iter()

@@ -32,6 +32,10 @@ struct Cli {
     /// JSON Lines on stdout (one object per line, each with "v":1 and "type"); human text on stderr
     #[arg(long, global = true)]
     json: bool,
+    /// git (checkpoints in the repository), copy (a private store outside the workspace), or
+    /// auto: git inside a repository whose HEAD is born, copy otherwise
+    #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "git", "copy"])]
+    provider: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -183,7 +187,8 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
     }
     let cwd = working_dir(cli)?;
     let show_progress = !cli.json && std::io::stderr().is_terminal();
-    let provider = provider::open(&cwd, provider::progress::Progress::terminal(show_progress))?;
+    let choice = provider::ProviderChoice::parse(&cli.provider).unwrap_or(provider::ProviderChoice::Auto);
+    let provider = provider::open(&cwd, choice, provider::progress::Progress::terminal(show_progress))?;
     match &cli.command {
         Command::Snapshot(args) => snapshot(provider.as_ref(), args, out),
         Command::List { session, all } => list(provider.as_ref(), session.as_deref(), *all, out),

@@ -33,17 +33,81 @@ pub struct Reconciled {
     pub foreign_refs: Vec<String>,
 }
 
+/// Where a provider's checkpoints live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    /// The user's own repository (the git provider).
+    Repository,
+    /// A private store outside the workspace (the copy provider).
+    Private,
+}
+
+/// The git provider, and — over a private store — the copy provider: both run the same
+/// snapshot, plan, restore and verify code through the same verbs.
 pub struct GitProvider {
     progress: Progress,
     vault: Vault,
     workdir: PathBuf,
     workspace: WorkspaceKey,
+    /// This workspace's registry, stat cache, journal and lock.
+    state_dir: PathBuf,
+    /// The directory holding the state dirs of every workspace sharing this store (`list --all`).
     state_root: PathBuf,
+    kind: StoreKind,
 }
 
-/// The state directory of all workspaces of a repository: `<git-common-dir>/ckpt`.
-fn state_root(vault: &Vault) -> PathBuf {
-    vault.common_dir().join("ckpt")
+/// The copy provider's home: `$CKPT_HOME`, else `$XDG_DATA_HOME/ckpt`, else
+/// `~/.local/share/ckpt`.
+pub fn ckpt_home() -> Result<PathBuf, CkptError> {
+    if let Some(home) = std::env::var_os("CKPT_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(home));
+    }
+    if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(data).join("ckpt"));
+    }
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(home) => Ok(PathBuf::from(home).join(".local/share/ckpt")),
+        None => Err(CkptError::NoProvider(
+            "the copy provider needs a place for its store: set CKPT_HOME (or HOME)".into(),
+        )),
+    }
+}
+
+/// Never captured by the copy provider unless `.ckptignore` re-includes them (`!dist/`).
+pub const DEFAULT_EXCLUDES: [&str; 7] = [
+    ".git/",
+    "node_modules/",
+    "target/",
+    ".venv/",
+    "__pycache__/",
+    "dist/",
+    "build/",
+];
+
+/// Where the copy provider keeps everything for the workspace `root`.
+pub struct CopyLayout {
+    pub key: WorkspaceKey,
+    pub workspace_dir: PathBuf,
+    pub git_dir: PathBuf,
+    pub objects: PathBuf,
+    pub excludes_file: PathBuf,
+    pub state_dir: PathBuf,
+}
+
+impl CopyLayout {
+    pub fn for_root(root: &Path) -> Result<CopyLayout, CkptError> {
+        let home = ckpt_home()?;
+        let key = crate::verbs::path_key(root)?;
+        let workspace_dir = home.join("workspaces").join(key.as_str());
+        Ok(CopyLayout {
+            git_dir: workspace_dir.join("git"),
+            objects: home.join("objects"),
+            excludes_file: workspace_dir.join("exclude"),
+            state_dir: workspace_dir.join("state"),
+            workspace_dir,
+            key,
+        })
+    }
 }
 
 fn phase_time(phase: &str, started: std::time::Instant) {
@@ -77,13 +141,13 @@ impl GitProvider {
     pub fn open(dir: &Path, progress: Progress) -> Result<Self, CkptError> {
         let Some(vault) = Vault::discover(dir)? else {
             return Err(CkptError::NoProvider(format!(
-                "{} is not inside a git repository with a worktree; the copy provider for plain directories is not available yet",
+                "{} is not inside a git repository with a worktree (use --provider copy or auto)",
                 dir.display()
             )));
         };
         if vault.head_commit()?.is_none() {
             return Err(CkptError::NoProvider(format!(
-                "the repository at {} has no commit yet (unborn HEAD); the copy provider that covers this case is not available yet",
+                "the repository at {} has no commit yet (unborn HEAD); use --provider copy or auto",
                 vault.workdir().display()
             )));
         }
@@ -92,18 +156,63 @@ impl GitProvider {
             source,
         })?;
         let workspace = vault.workspace_key()?;
-        let state_root = state_root(&vault);
+        let state_root = vault.common_dir().join("ckpt");
         Ok(GitProvider {
             progress,
             vault,
             workdir,
+            state_dir: state_root.join(workspace.as_str()),
             workspace,
             state_root,
+            kind: StoreKind::Repository,
+        })
+    }
+
+    /// The copy provider for the workspace containing `dir`: the enclosing repository's worktree
+    /// if there is one (an unborn repository), else `dir` itself.
+    pub fn open_copy(dir: &Path, progress: Progress) -> Result<Self, CkptError> {
+        let root = crate::verbs::enclosing_worktree(dir).unwrap_or_else(|| dir.to_path_buf());
+        let root = root.canonicalize().map_err(|source| CkptError::Io {
+            path: root.clone(),
+            source,
+        })?;
+        let layout = CopyLayout::for_root(&root)?;
+        let mut excludes = DEFAULT_EXCLUDES.join("\n");
+        excludes.push('\n');
+        match std::fs::read(root.join(".ckptignore")) {
+            Ok(text) => excludes.push_str(&String::from_utf8_lossy(&text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(CkptError::Io {
+                    path: root.join(".ckptignore"),
+                    source,
+                })
+            }
+        }
+        crate::records::write_state_file(&layout.excludes_file, excludes.as_bytes())?;
+        crate::records::write_state_file(
+            &layout.workspace_dir.join("workspace"),
+            root.as_os_str().as_encoded_bytes(),
+        )?;
+        let vault = Vault::open_private(&crate::verbs::PrivateStore {
+            git_dir: &layout.git_dir,
+            objects: &layout.objects,
+            excludes_file: &layout.excludes_file,
+            workdir: &root,
+        })?;
+        Ok(GitProvider {
+            progress,
+            vault,
+            workdir: root,
+            workspace: WorkspaceKey::new("copy")?,
+            state_root: layout.workspace_dir.clone(),
+            state_dir: layout.state_dir,
+            kind: StoreKind::Private,
         })
     }
 
     fn registry(&self) -> Result<Registry, CkptError> {
-        Ok(Registry::open(&self.state_root.join(self.workspace.as_str()))?)
+        Ok(Registry::open(&self.state_dir)?)
     }
 
     fn workspace_path(&self) -> WirePath {
@@ -112,7 +221,7 @@ impl GitProvider {
 
     /// The registry as stored, without creating anything.
     fn stored_records(&self) -> Result<Vec<Record>, CkptError> {
-        match Registry::open_existing(&self.state_root.join(self.workspace.as_str())) {
+        match Registry::open_existing(&self.state_dir) {
             Some(registry) => Ok(registry.load()?),
             None => Ok(Vec::new()),
         }
@@ -170,7 +279,7 @@ impl GitProvider {
         if trailers.workspace_key != self.workspace.as_str() {
             return Err(format!("commit names workspace {:?}", trailers.workspace_key));
         }
-        let record = trailers.into_record(id.to_hex(), info.tree.to_hex(), self.workspace_path());
+        let record = trailers.into_record(self.name(), id.to_hex(), info.tree.to_hex(), self.workspace_path());
         record.validate()?;
         Ok(record)
     }
@@ -225,7 +334,11 @@ impl GitProvider {
             .find(|r| !reconciled.unpinned.contains(&r.id))
             .cloned();
         let mut records = reconciled.records;
-        let head = self.vault.head_commit()?;
+        // A private store has no history of its own: copy checkpoints have no parent.
+        let head = match self.kind {
+            StoreKind::Repository => self.vault.head_commit()?,
+            StoreKind::Private => None,
+        };
         let started = std::time::Instant::now();
         let cache = self.trusted_stat_cache(registry);
         phase_time("stat cache load", started);
@@ -311,7 +424,7 @@ impl GitProvider {
         self.vault.pin(&pin, &commit, None)?;
         crate::fault::point("snapshot:after-pin");
 
-        let record = trailers.into_record(commit.to_hex(), tree.to_hex(), self.workspace_path());
+        let record = trailers.into_record(self.name(), commit.to_hex(), tree.to_hex(), self.workspace_path());
         records.push(record.clone());
         if let Err(error) = registry.save(&records, lock) {
             self.vault.unpin(&pin, &commit).ok();
@@ -563,7 +676,10 @@ fn journal(record: &Record, guard: &Record, selection: &Selection, ops: &[Restor
 
 impl Provider for GitProvider {
     fn name(&self) -> &'static str {
-        "git"
+        match self.kind {
+            StoreKind::Repository => "git",
+            StoreKind::Private => "copy",
+        }
     }
 
     fn workdir(&self) -> &Path {
@@ -614,8 +730,7 @@ impl Provider for GitProvider {
 
     fn preview(&self, record: &Record, selection: &Selection, max_file_size: u64) -> Result<Preview, CkptError> {
         let target = self.checkpoint_tree(record)?;
-        let cache = Registry::open_existing(&self.state_root.join(self.workspace.as_str()))
-            .and_then(|registry| self.trusted_stat_cache(&registry));
+        let cache = Registry::open_existing(&self.state_dir).and_then(|registry| self.trusted_stat_cache(&registry));
         let capture = scan::capture(
             &self.vault,
             max_file_size,

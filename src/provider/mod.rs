@@ -190,9 +190,110 @@ pub trait Provider {
     fn doctor(&self, fix: Option<JournalFix>) -> Result<DoctorReport, CkptError>;
 }
 
-/// Picks the provider for `dir`. Only the git provider exists so far.
-pub fn open(dir: &Path, progress: progress::Progress) -> Result<Box<dyn Provider>, CkptError> {
-    Ok(Box::new(git::GitProvider::open(dir, progress)?))
+/// Which provider a command asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderChoice {
+    /// git inside a repository whose HEAD is born, copy otherwise.
+    Auto,
+    Git,
+    Copy,
+}
+
+impl ProviderChoice {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "auto" => Some(ProviderChoice::Auto),
+            "git" => Some(ProviderChoice::Git),
+            "copy" => Some(ProviderChoice::Copy),
+            _ => None,
+        }
+    }
+}
+
+/// Picks the provider for `dir`. With `auto`, a repository whose first commit came after copy
+/// checkpoints were taken keeps those checkpoints listed and restorable (by the copy provider).
+pub fn open(dir: &Path, choice: ProviderChoice, progress: progress::Progress) -> Result<Box<dyn Provider>, CkptError> {
+    match choice {
+        ProviderChoice::Git => Ok(Box::new(git::GitProvider::open(dir, progress)?)),
+        ProviderChoice::Copy => Ok(Box::new(git::GitProvider::open_copy(dir, progress)?)),
+        ProviderChoice::Auto => match git::GitProvider::open(dir, progress.clone()) {
+            Ok(primary) => {
+                let layout = git::CopyLayout::for_root(primary.workdir());
+                let has_copies = layout.is_ok_and(|l| l.state_dir.join("records.json").is_file());
+                if has_copies {
+                    let earlier = git::GitProvider::open_copy(dir, progress)?;
+                    Ok(Box::new(Layered { primary, earlier }))
+                } else {
+                    Ok(Box::new(primary))
+                }
+            }
+            Err(CkptError::NoProvider(_)) => Ok(Box::new(git::GitProvider::open_copy(dir, progress)?)),
+            Err(e) => Err(e),
+        },
+    }
+}
+
+/// The git provider over a workspace that also has copy checkpoints from before its first
+/// commit: new checkpoints go to git; each old one is still served by the copy provider.
+struct Layered {
+    primary: git::GitProvider,
+    earlier: git::GitProvider,
+}
+
+impl Layered {
+    fn owner(&self, record: &Record) -> &git::GitProvider {
+        if record.provider == self.earlier.name() {
+            &self.earlier
+        } else {
+            &self.primary
+        }
+    }
+}
+
+impl Provider for Layered {
+    fn name(&self) -> &'static str {
+        self.primary.name()
+    }
+    fn workdir(&self) -> &Path {
+        self.primary.workdir()
+    }
+    fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {
+        self.primary.snapshot(request)
+    }
+    fn checkpoints(&self, all_workspaces: bool) -> Result<Vec<Record>, CkptError> {
+        let mut all = self.earlier.checkpoints(false)?;
+        all.extend(self.primary.checkpoints(all_workspaces)?);
+        all.sort_by(|a, b| a.time.cmp(&b.time));
+        Ok(all)
+    }
+    fn preview(&self, record: &Record, selection: &Selection, max_file_size: u64) -> Result<Preview, CkptError> {
+        self.owner(record).preview(record, selection, max_file_size)
+    }
+    fn restore(
+        &self,
+        record: &Record,
+        selection: &Selection,
+        request: &SnapshotRequest,
+        confirmation: Confirmation<'_>,
+    ) -> Result<RestoreReport, CkptError> {
+        self.owner(record).restore(record, selection, request, confirmation)
+    }
+    fn audit(&self) -> Result<AuditReport, CkptError> {
+        let mut report = self.primary.audit()?;
+        let earlier = self.earlier.audit()?;
+        report.records += earlier.records;
+        report.refs += earlier.refs;
+        report.problems.extend(earlier.problems);
+        Ok(report)
+    }
+    fn doctor(&self, fix: Option<JournalFix>) -> Result<DoctorReport, CkptError> {
+        let mut report = self.primary.doctor(fix)?;
+        let earlier = self.earlier.doctor(fix)?;
+        report.problems.extend(earlier.problems);
+        report.actions.extend(earlier.actions);
+        report.remaining.extend(earlier.remaining);
+        Ok(report)
+    }
 }
 
 /// Turns a path the user typed (relative to `cwd`, or absolute) into a repository path,

@@ -156,7 +156,9 @@ impl Record {
         let id = self.object_id().map_err(|e| format!("record id: {e}"))?;
         self.tree_id().map_err(|e| format!("record {}: tree: {e}", self.id))?;
         match self.provider.as_str() {
-            "git" => {
+            // Both providers store checkpoints as commits; a copy checkpoint's commit lives in
+            // the private store.
+            "git" | "copy" => {
                 let commit = self
                     .commit_id()
                     .map_err(|e| format!("record {}: commit: {e}", self.id))?;
@@ -410,6 +412,18 @@ fn write_atomically(path: &Path, content: &[u8]) -> Result<(), RecordsError> {
         fs::remove_file(&temp).ok();
     }
     result.map_err(io_error(path))
+}
+
+/// Writes a file of ckpt's own state (outside any worktree) atomically, creating its directory;
+/// unchanged content is left alone.
+pub fn write_state_file(path: &Path, content: &[u8]) -> Result<(), RecordsError> {
+    if fs::read(path).is_ok_and(|old| old == content) {
+        return Ok(());
+    }
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(io_error(dir))?;
+    }
+    write_atomically(path, content)
 }
 
 /// Converts a checked skipped path back to a repository path.

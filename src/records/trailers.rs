@@ -116,11 +116,11 @@ impl Trailers {
     }
 
     /// The registry record for the git checkpoint `id` with tree `tree`.
-    pub fn into_record(self, id: String, tree: String, workspace: WirePath) -> Record {
+    pub fn into_record(self, provider: &str, id: String, tree: String, workspace: WirePath) -> Record {
         Record {
             commit: Some(id.clone()),
             id,
-            provider: "git".into(),
+            provider: provider.into(),
             tree,
             workspace,
             session: self.session,

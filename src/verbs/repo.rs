@@ -786,6 +786,111 @@ fn attributes_are_raw(text: &[u8]) -> bool {
     })
 }
 
+/// What a private store needs to know to open: where its git dir, the shared object store and
+/// the generated exclude file live, and which directory it protects.
+pub struct PrivateStore<'a> {
+    pub git_dir: &'a Path,
+    pub objects: &'a Path,
+    pub excludes_file: &'a Path,
+    pub workdir: &'a Path,
+}
+
+/// Quotes a value for a git config file (the path of the protected directory, byte-exact).
+fn config_quote(value: &[u8]) -> Vec<u8> {
+    let mut out = vec![b'"'];
+    for &b in value {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
+    out
+}
+
+impl Vault {
+    /// Opens (creating on first use) the private git directory that backs the copy provider for
+    /// `store.workdir`: its own refs and config, `core.worktree` pointing at the protected
+    /// directory, and an `objects` link into the shared content-addressed store, so identical
+    /// content is stored once across all workspaces. Nothing is written inside the workdir.
+    pub fn open_private(store: &PrivateStore<'_>) -> Result<Vault, VerbError> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| VerbError::Git {
+            action: format!("preparing the private store at {}", store.git_dir.display()),
+            message: format!("{what}: {e}"),
+        };
+        if !store.git_dir.join("config").is_file() {
+            for sub in ["pack", "info"] {
+                std::fs::create_dir_all(store.objects.join(sub)).map_err(|e| fail("creating the object store", &e))?;
+            }
+            let parent = store.git_dir.parent().unwrap_or(Path::new("."));
+            std::fs::create_dir_all(parent).map_err(|e| fail("creating its directory", &e))?;
+            let staging = parent.join(format!(".git-{}.tmp", std::process::id()));
+            std::fs::remove_dir_all(&staging).ok();
+            gix::init_bare(&staging).map_err(|e| fail("initializing", &e))?;
+            std::fs::remove_dir_all(staging.join("objects")).map_err(|e| fail("replacing objects", &e))?;
+            std::os::unix::fs::symlink(store.objects, staging.join("objects"))
+                .map_err(|e| fail("linking the shared objects", &e))?;
+            let mut config = b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = ".to_vec();
+            config.extend(config_quote(store.workdir.as_os_str().as_encoded_bytes()));
+            config.extend_from_slice(b"\n\tlogAllRefUpdates = false\n[gc]\n\tauto = 0\n");
+            std::fs::write(staging.join("config"), &config).map_err(|e| fail("writing its config", &e))?;
+            std::fs::remove_dir_all(staging.join("hooks")).ok();
+            if let Err(e) = std::fs::rename(&staging, store.git_dir) {
+                std::fs::remove_dir_all(&staging).ok();
+                if !store.git_dir.join("config").is_file() {
+                    return Err(fail("moving it into place", &e));
+                }
+            }
+        }
+        let mut overrides: Vec<gix::bstr::BString> = CONFIG_OVERRIDES.iter().map(|s| (*s).into()).collect();
+        let mut excludes: gix::bstr::BString = "core.excludesFile=".into();
+        excludes.extend_from_slice(store.excludes_file.as_os_str().as_encoded_bytes());
+        overrides.push(excludes);
+        let options = gix::open::Options::default().config_overrides(overrides);
+        let repo = gix::open_opts(store.git_dir, options).map_err(|e| fail("opening", &e))?;
+        let workdir = repo.workdir().map(Path::to_path_buf).ok_or_else(|| VerbError::Git {
+            action: format!("opening the private store at {}", store.git_dir.display()),
+            message: "it has no worktree configured".into(),
+        })?;
+        let same = workdir.canonicalize().ok() == store.workdir.canonicalize().ok();
+        if !same {
+            return Err(VerbError::Git {
+                action: format!("opening the private store at {}", store.git_dir.display()),
+                message: format!("it protects {}, not {}", workdir.display(), store.workdir.display()),
+            });
+        }
+        Ok(Vault { repo, workdir })
+    }
+
+    /// True if this handle is a private copy-provider store rather than the user's repository.
+    pub fn is_private_store(&self) -> bool {
+        self.repo.git_dir().join("objects").is_symlink()
+    }
+}
+
+/// A stable key for a directory path (its SHA-1, hex, cut to 20 digits), for naming the private
+/// state of a workspace outside it.
+pub fn path_key(path: &Path) -> Result<WorkspaceKey, VerbError> {
+    let id = gix::objs::compute_hash(
+        gix::hash::Kind::Sha1,
+        gix::objs::Kind::Blob,
+        path.as_os_str().as_encoded_bytes(),
+    )
+    .map_err(|e| VerbError::git("hashing a workspace path", e))?;
+    Ok(WorkspaceKey::new(&format!("ws-{}", &id.to_hex().to_string()[..20]))?)
+}
+
+/// Where the repository containing `dir` has its worktree, even when HEAD is unborn; `None`
+/// outside any repository.
+pub fn enclosing_worktree(dir: &Path) -> Option<PathBuf> {
+    gix::discover(dir)
+        .ok()
+        .and_then(|repo| repo.workdir().map(Path::to_path_buf))
+}
+
 fn split_side(side: Option<(Option<EntryKind>, ObjectId)>) -> (Option<TreeItem>, Option<ObjectId>) {
     match side {
         Some((Some(kind), id)) => (Some(TreeItem { kind, id }), None),

@@ -263,14 +263,14 @@ fn linked_worktrees_keep_separate_state_and_share_refs() {
 }
 
 #[test]
-fn unborn_head_and_plain_directories_are_refused_clearly() {
+fn the_git_provider_refuses_unborn_heads_and_plain_directories_clearly() {
     let plain = TestRepo::bare_dir();
-    let run = plain.ckpt_json(&["snapshot"], 1);
+    let run = plain.ckpt_json(&["--provider", "git", "snapshot"], 1);
     assert_eq!(run.one("error")["code"], "no_provider");
     let unborn = TestRepo::bare_dir();
     unborn.git(&["init", "-q"]);
     unborn.write("a.txt", b"a");
-    let run = unborn.ckpt_json(&["snapshot"], 1);
+    let run = unborn.ckpt_json(&["--provider", "git", "snapshot"], 1);
     assert_eq!(run.one("error")["code"], "no_provider");
     assert!(run.one("error")["message"].as_str().unwrap().contains("unborn"));
     assert!(!unborn.git_dir().join("ckpt").exists(), "a refusal writes nothing");

@@ -41,7 +41,7 @@ impl GitProvider {
     }
 
     fn pending_journal(&self) -> Result<Option<serde_json::Value>, CkptError> {
-        match crate::records::Registry::open_existing(&self.state_root.join(self.workspace.as_str())) {
+        match crate::records::Registry::open_existing(&self.state_dir) {
             Some(registry) => Ok(registry.read_journal()?),
             None => Ok(None),
         }

@@ -1,0 +1,273 @@
+//! The copy provider: plain directories and unborn repositories get the same checkpoints, kept in
+//! a private store outside the workspace ($CKPT_HOME), with the same restore transaction.
+
+use std::path::Path;
+
+use crate::common::*;
+
+fn ckpt_home(repo: &TestRepo) -> std::path::PathBuf {
+    repo.home.join("ckpt-home")
+}
+
+/// `ckpt --json ARGS` with CKPT_HOME inside the test's home.
+fn run(repo: &TestRepo, args: &[&str], code: i32) -> Run {
+    let mut cmd = repo.ckpt_command();
+    cmd.env("CKPT_HOME", ckpt_home(repo)).arg("--json").args(args);
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let result = Run {
+        code: out.status.code().unwrap_or(-1),
+        json: stdout
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert_eq!(result.code, code, "ckpt {args:?}\n{}\n{}", result.stdout, result.stderr);
+    result
+}
+
+fn snapshot(repo: &TestRepo) -> String {
+    let out = run(repo, &["snapshot"], 0);
+    assert_eq!(out.one("snapshot")["provider"], "copy");
+    out.one("snapshot")["id"].as_str().unwrap().to_owned()
+}
+
+fn files(root: &Path) -> std::collections::BTreeMap<Vec<u8>, Entry> {
+    worktree_state(root)
+        .into_iter()
+        .filter(|(_, e)| !matches!(e, Entry::Dir))
+        .collect()
+}
+
+#[test]
+fn plain_directory_round_trip_exact_and_guard_undo() {
+    let repo = TestRepo::bare_dir();
+    repo.write("a.txt", b"alpha\n");
+    repo.write(bpath(b"caf\xe9 notes..old.txt"), b"latin1 name\n");
+    repo.write("bin/run.sh", b"#!/bin/sh\n");
+    repo.chmod("bin/run.sh", 0o755);
+    let outside = repo.root.parent().unwrap().join("outside-target");
+    std::fs::create_dir_all(&outside).unwrap();
+    repo.symlink(&outside, "link-out");
+    repo.write("node_modules/pkg/index.js", b"excluded by default\n");
+    let id = snapshot(&repo);
+    let original = files(&repo.root);
+
+    repo.write("a.txt", b"broken\n");
+    repo.remove("bin");
+    repo.write("new.txt", b"created after\n");
+    repo.write("node_modules/pkg/index.js", b"changed, never touched\n");
+    let edited = files(&repo.root);
+    let preview = run(&repo, &["preview", &id, "--exact"], 0);
+    assert!(json_paths(&preview.one("preview")["delete"]).contains(&b"new.txt".to_vec()));
+    let restored = run(&repo, &["restore", &id, "--exact", "--yes"], 0);
+    let report = restored.one("restore");
+    assert_eq!(report["verified"], true);
+    let mut now = files(&repo.root);
+    assert_eq!(
+        now.remove(&b"node_modules/pkg/index.js"[..]),
+        Some(Entry::File {
+            content: b"changed, never touched\n".to_vec(),
+            exec: false
+        }),
+        "default-excluded paths are never restored over"
+    );
+    let mut want = original.clone();
+    want.remove(&b"node_modules/pkg/index.js"[..]);
+    assert_eq!(now, want);
+    assert!(
+        std::fs::read_dir(&outside).unwrap().next().is_none(),
+        "the link was captured as a link, never followed"
+    );
+
+    let guard = report["guard"].as_str().unwrap().to_owned();
+    run(&repo, &["restore", &guard, "--exact", "--yes"], 0);
+    assert_eq!(files(&repo.root), edited, "the guard undoes the restore exactly");
+    run(&repo, &["audit"], 0);
+}
+
+#[test]
+fn the_store_lives_outside_the_workspace_and_names_cannot_collide() {
+    let repo = TestRepo::bare_dir();
+    for name in [
+        "records.json",
+        "statcache.bin",
+        "exclude",
+        "lock",
+        "config",
+        "HEAD",
+        "objects",
+        "workspace",
+    ] {
+        repo.write(name, format!("user file named {name}\n").as_bytes());
+    }
+    repo.write("refs/ckpt/x", b"a user directory that looks like refs\n");
+    let id = snapshot(&repo);
+    let original = files(&repo.root);
+    for path in original.keys() {
+        std::fs::write(repo.root.join(bpath(path)), b"clobbered").unwrap();
+    }
+    run(&repo, &["restore", &id, "--yes"], 0);
+    assert_eq!(files(&repo.root), original);
+    let home = ckpt_home(&repo);
+    assert!(home.join("objects").is_dir());
+    assert!(
+        !repo.root.join(".ckpt").exists() && !repo.root.join(".git").exists(),
+        "nothing of ckpt's in the workspace"
+    );
+}
+
+#[test]
+fn ckptignore_and_gitignore_are_honoured_symmetrically() {
+    let repo = TestRepo::bare_dir();
+    repo.write(".ckptignore", b"*.tmp\n!dist/\n");
+    repo.write(".gitignore", b"secret.env\n");
+    repo.write("keep.txt", b"keep");
+    repo.write("scratch.tmp", b"ignored by .ckptignore");
+    repo.write("secret.env", b"ignored by .gitignore");
+    repo.write("dist/bundle.js", b"re-included");
+    repo.write("build/out.o", b"excluded by default");
+    let run_out = run(&repo, &["snapshot"], 0);
+    let id = run_out.one("snapshot")["id"].as_str().unwrap().to_owned();
+    let home = ckpt_home(&repo);
+    let key_dir = std::fs::read_dir(home.join("workspaces"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let listing = std::process::Command::new("git")
+        .args([
+            "--git-dir",
+            key_dir.join("git").to_str().unwrap(),
+            "ls-tree",
+            "-r",
+            "--name-only",
+            &id,
+        ])
+        .output()
+        .unwrap();
+    let names = String::from_utf8_lossy(&listing.stdout).into_owned();
+    assert!(
+        names.contains("keep.txt") && names.contains("dist/bundle.js"),
+        "{names}"
+    );
+    assert!(
+        !names.contains("scratch.tmp") && !names.contains("secret.env") && !names.contains("build/"),
+        "{names}"
+    );
+
+    repo.write("scratch.tmp", b"changed later");
+    repo.write("keep.txt", b"edited");
+    run(&repo, &["restore", &id, "--yes", "--exact"], 0);
+    assert_eq!(
+        repo.read("scratch.tmp"),
+        b"changed later",
+        "ignored paths are never restored over or deleted"
+    );
+    assert_eq!(repo.read("keep.txt"), b"keep");
+}
+
+#[test]
+fn unborn_repository_then_first_commit_keeps_copy_checkpoints_restorable() {
+    let repo = TestRepo::bare_dir();
+    repo.git(&["init", "-q"]);
+    repo.write(".gitignore", b"*.log\n");
+    repo.write("a.txt", b"before the first commit\n");
+    repo.write("debug.log", b"ignored\n");
+    let git_files_before = worktree_state(&repo.git_dir());
+    let copy_id = snapshot(&repo);
+    assert_eq!(
+        worktree_state(&repo.git_dir()),
+        git_files_before,
+        "the user's .git is untouched"
+    );
+
+    repo.commit_all("first");
+    repo.write("a.txt", b"after the first commit\n");
+    let out = run(&repo, &["snapshot"], 0);
+    assert_eq!(
+        out.one("snapshot")["provider"],
+        "git",
+        "auto switches to git once HEAD is born"
+    );
+    let listed = run(&repo, &["list"], 0);
+    let providers: Vec<String> = listed
+        .json
+        .iter()
+        .map(|v| v["provider"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(providers, vec!["copy", "git"], "earlier copy checkpoints stay listed");
+    let before = repo.fingerprint();
+    run(&repo, &["restore", &copy_id[..8], "--yes"], 0);
+    assert_eq!(repo.read("a.txt"), b"before the first commit\n");
+    assert_eq!(repo.fingerprint().without_status(), before.without_status());
+}
+
+#[test]
+fn explicit_git_provider_on_a_plain_directory_fails_loudly() {
+    let repo = TestRepo::bare_dir();
+    repo.write("a.txt", b"a");
+    let out = run(&repo, &["--provider", "git", "snapshot"], 1);
+    assert_eq!(out.one("error")["code"], "no_provider");
+}
+
+#[test]
+fn two_workspaces_with_the_same_content_share_its_objects() {
+    let first = TestRepo::bare_dir();
+    let content: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    first.write("big.bin", &content);
+    snapshot(&first);
+    let home = ckpt_home(&first);
+    let count = |home: &Path| -> usize {
+        let mut n = 0;
+        for dir in std::fs::read_dir(home.join("objects")).unwrap().flatten() {
+            if dir.file_name().len() == 2 {
+                n += std::fs::read_dir(dir.path()).unwrap().count();
+            }
+        }
+        n
+    };
+    let before = count(&home);
+    let second_root = first.root.parent().unwrap().join("second");
+    std::fs::create_dir_all(&second_root).unwrap();
+    std::fs::write(second_root.join("big.bin"), &content).unwrap();
+    let out = first
+        .ckpt_command()
+        .current_dir(&second_root)
+        .env("CKPT_HOME", &home)
+        .args(["--json", "snapshot"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        count(&home),
+        before + 1,
+        "only a new commit object: blob and tree are shared"
+    );
+}
+
+#[test]
+fn a_tampered_copy_registry_is_refused() {
+    let repo = TestRepo::bare_dir();
+    repo.write("a.txt", b"a");
+    snapshot(&repo);
+    let home = ckpt_home(&repo);
+    let key_dir = std::fs::read_dir(home.join("workspaces"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let records = key_dir.join("state/records.json");
+    let mut value: serde_json::Value = serde_json::from_slice(&std::fs::read(&records).unwrap()).unwrap();
+    value["records"][0]["skipped"] = serde_json::json!([{"path": "../../escape", "reason": "x"}]);
+    std::fs::write(&records, serde_json::to_vec(&value).unwrap()).unwrap();
+    repo.write("a.txt", b"edited");
+    let out = run(&repo, &["restore", "latest", "--yes"], 1);
+    assert_eq!(out.one("error")["code"], "corrupt_registry");
+    assert_eq!(repo.read("a.txt"), b"edited");
+}
