@@ -49,9 +49,13 @@ enum Start {
     NonUtf8Names,
     DeepTree,
     IndexLockHeld,
+    /// Copy provider: a plain directory.
+    PlainDir,
+    /// Copy provider: a repository with no commit yet.
+    UnbornRepo,
 }
 
-const STARTS: [Start; 15] = [
+const STARTS: [Start; 17] = [
     Start::Clean,
     Start::StagedUnstagedUntracked,
     Start::Unmerged,
@@ -67,6 +71,8 @@ const STARTS: [Start; 15] = [
     Start::NonUtf8Names,
     Start::DeepTree,
     Start::IndexLockHeld,
+    Start::PlainDir,
+    Start::UnbornRepo,
 ];
 
 type Files = BTreeMap<Vec<u8>, Entry>;
@@ -84,6 +90,25 @@ struct World {
     checks: u64,
     log: Vec<String>,
     _upstream: Option<TestRepo>,
+    /// The copy provider protects this workspace (plain directory or unborn repository).
+    copy: bool,
+}
+
+/// Everything ckpt must leave alone: the user's git state (none for a plain directory), a
+/// directory outside the workspace that symlinks point into, and (unborn repos) the raw `.git`.
+#[derive(Debug, PartialEq, Eq)]
+struct Untouchable {
+    git: Option<Fingerprint>,
+    outside: Files,
+    dot_git: Files,
+}
+
+impl Untouchable {
+    fn same_but_status(&self, other: &Untouchable) -> bool {
+        self.git.as_ref().map(Fingerprint::without_status) == other.git.as_ref().map(Fingerprint::without_status)
+            && self.outside == other.outside
+            && self.dot_git == other.dot_git
+    }
 }
 
 fn files_only(map: &Files) -> Files {
@@ -100,9 +125,10 @@ fn within(path: &[u8], dir: &[u8]) -> bool {
 impl World {
     fn new(start: Start, rng: &mut Rng) -> World {
         let repo = TestRepo::bare_dir();
+        let copy = matches!(start, Start::PlainDir | Start::UnbornRepo);
         if start == Start::Sha256 {
             repo.git(&["init", "-q", "-b", "main", "--object-format=sha256"]);
-        } else {
+        } else if start != Start::PlainDir {
             repo.git(&["init", "-q", "-b", "main"]);
         }
         let mut names: Vec<Vec<u8>> = [
@@ -161,8 +187,10 @@ impl World {
             }
             _ => {}
         }
-        repo.commit_all("initial");
-        repo.git(&["branch", "other"]);
+        if !copy {
+            repo.commit_all("initial");
+            repo.git(&["branch", "other"]);
+        }
         let mut ws = repo.root.clone();
         match start {
             Start::StagedUnstagedUntracked => {
@@ -224,6 +252,7 @@ impl World {
             checks: 0,
             log: Vec::new(),
             _upstream: upstream,
+            copy,
         }
     }
 
@@ -257,9 +286,12 @@ impl World {
 
     fn ckpt(&self, args: &[&OsStr]) -> Run {
         let lock = self.start == Start::IndexLockHeld;
-        let lock_path =
+        let lock_path = if lock {
             PathBuf::from(String::from_utf8_lossy(&self.git_ok(&["rev-parse", "--absolute-git-dir"])).trim())
-                .join("index.lock");
+                .join("index.lock")
+        } else {
+            PathBuf::new()
+        };
         if lock {
             std::fs::write(&lock_path, b"held by someone else").expect("lock");
         }
@@ -283,10 +315,76 @@ impl World {
 
     /// git's own view of what a checkpoint must protect now: tracked and untracked-not-ignored
     /// files and symlinks present on disk, not below a symlink, submodule contents excluded.
+    /// The copy provider's private git directory (there is one workspace per case).
+    fn store(&self) -> Option<PathBuf> {
+        let workspaces = self.repo.home.join(".local/share/ckpt/workspaces");
+        let entry = std::fs::read_dir(workspaces).ok()?.flatten().next()?;
+        Some(entry.path().join("git"))
+    }
+
+    fn store_git(&self, args: &[&str]) -> Vec<u8> {
+        let store = self.store().expect("the copy store exists after a snapshot");
+        let mut cmd = std::process::Command::new("git");
+        cmd.env("HOME", &self.repo.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .arg("--git-dir")
+            .arg(&store)
+            .args(args);
+        let out = cmd.output().expect("git");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// For the copy provider, git itself is the oracle too: a scratch git directory over the
+    /// workspace, with the documented default excludes, lists what is not ignored.
+    fn copy_oracle_paths(&self) -> BTreeSet<Vec<u8>> {
+        let scratch = self.repo.home.join("oracle.git");
+        let excludes = self.repo.home.join("oracle-excludes");
+        if !scratch.exists() {
+            self.repo
+                .git(&["init", "-q", "--bare", scratch.to_str().unwrap_or_default()]);
+            std::fs::write(
+                &excludes,
+                b".git/\nnode_modules/\ntarget/\n.venv/\n__pycache__/\ndist/\nbuild/\n",
+            )
+            .ok();
+        }
+        let out = std::process::Command::new("git")
+            .env("HOME", &self.repo.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .arg("--git-dir")
+            .arg(&scratch)
+            .arg("--work-tree")
+            .arg(&self.ws)
+            .arg("-c")
+            .arg(format!("core.excludesFile={}", excludes.display()))
+            .args(["ls-files", "-z", "-o", "--exclude-standard"])
+            .current_dir(&self.ws)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "oracle: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty() && !p.ends_with(b"/"))
+            .map(<[u8]>::to_vec)
+            .collect()
+    }
+
     fn oracle(&self) -> Files {
         let all = self.files();
         let mut paths: BTreeSet<Vec<u8>> = BTreeSet::new();
-        let staged = self.git_ok(&["ls-files", "-z", "-s"]);
+        if self.copy {
+            paths = self.copy_oracle_paths();
+        }
+        let staged = if self.copy {
+            Vec::new()
+        } else {
+            self.git_ok(&["ls-files", "-z", "-s"])
+        };
         for entry in staged.split(|b| *b == 0).filter(|e| !e.is_empty()) {
             let (meta, path) = match entry.iter().position(|b| *b == b'\t') {
                 Some(tab) => (&entry[..tab], &entry[tab + 1..]),
@@ -296,7 +394,11 @@ impl World {
                 paths.insert(path.to_vec());
             }
         }
-        let untracked = self.git_ok(&["ls-files", "-z", "-o", "--exclude-standard"]);
+        let untracked = if self.copy {
+            Vec::new()
+        } else {
+            self.git_ok(&["ls-files", "-z", "-o", "--exclude-standard"])
+        };
         for path in untracked
             .split(|b| *b == 0)
             .filter(|p| !p.is_empty() && !p.ends_with(b"/"))
@@ -321,8 +423,16 @@ impl World {
 
     /// Fingerprint of the user's git state plus a directory outside the workspace that symlinks
     /// point into: ckpt must never write there.
-    fn fingerprint(&self) -> (Fingerprint, Files) {
-        (fingerprint_of(&self.repo, &self.ws), worktree_state(&self.outside()))
+    fn fingerprint(&self) -> Untouchable {
+        Untouchable {
+            git: (!self.copy).then(|| fingerprint_of(&self.repo, &self.ws)),
+            outside: worktree_state(&self.outside()),
+            dot_git: if self.start == Start::UnbornRepo {
+                worktree_state(&self.ws.join(".git"))
+            } else {
+                Files::new()
+            },
+        }
     }
 
     fn outside(&self) -> PathBuf {
@@ -340,6 +450,19 @@ impl World {
     }
 
     fn global_invariants(&mut self) {
+        if self.copy {
+            if self.store().is_some() {
+                let types =
+                    String::from_utf8_lossy(&self.store_git(&["for-each-ref", "--format=%(objecttype)", "refs/ckpt/"]))
+                        .into_owned();
+                self.check(types.lines().all(|t| t == "commit"), || {
+                    format!("copy pins must point at commits: {types}")
+                });
+                self.store_git(&["fsck", "--no-progress", "--no-dangling"]);
+                self.checks += 1;
+            }
+            return;
+        }
         let fsck = self.git(&["fsck", "--full", "--no-progress"]);
         self.check(fsck.status.success(), || {
             format!("git fsck: {}", String::from_utf8_lossy(&fsck.stderr))
@@ -447,6 +570,9 @@ impl World {
     }
 
     fn user_git(&mut self, rng: &mut Rng) {
+        if self.copy {
+            return;
+        }
         let op = rng.below(6);
         let args: Vec<&str> = match op {
             0 => vec!["add", "-A"],
@@ -479,7 +605,15 @@ impl World {
         let snap = run.one("snapshot");
         let id = snap["id"].as_str().unwrap_or_default().to_owned();
         // The checkpoint's tree holds exactly the oracle's paths with their modes.
-        let listing = self.git_ok(&["ls-tree", "-r", "-z", &id]);
+        let expected_provider = if self.copy { "copy" } else { "git" };
+        self.check(snap["provider"] == expected_provider, || {
+            format!("provider {}", snap["provider"])
+        });
+        let listing = if self.copy {
+            self.store_git(&["ls-tree", "-r", "-z", &id])
+        } else {
+            self.git_ok(&["ls-tree", "-r", "-z", &id])
+        };
         let mut tree: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         for entry in listing.split(|b| *b == 0).filter(|e| !e.is_empty()) {
             if let Some(tab) = entry.iter().position(|b| *b == b'\t') {
@@ -598,10 +732,9 @@ impl World {
             format!("restore failed: {}\n{}", run.stderr, run.stdout)
         });
         let after = self.fingerprint();
-        self.check(
-            after.0.without_status() == before.0.without_status() && after.1 == before.1,
-            || "restore changed git state or wrote outside the workspace".into(),
-        );
+        self.check(after.same_but_status(&before), || {
+            "restore changed git state or wrote outside the workspace".into()
+        });
         let report = run.one("restore");
         let failed: Vec<Vec<u8>> = report["failed"]
             .as_array()
@@ -705,10 +838,9 @@ impl World {
             format!("guard restore failed: {}\n{}", run.stderr, run.stdout)
         });
         let after = self.fingerprint();
-        self.check(
-            after.0.without_status() == before.0.without_status() && after.1 == before.1,
-            || "undo changed git state or wrote outside the workspace".into(),
-        );
+        self.check(after.same_but_status(&before), || {
+            "undo changed git state or wrote outside the workspace".into()
+        });
         let post = files_only(&self.files());
         let pre = files_only(&pre);
         self.check(post == pre, || {
