@@ -91,17 +91,27 @@ struct AncestorCheck<'a> {
 
 impl AncestorCheck<'_> {
     fn reachable(&mut self, path: &RepoPath) -> bool {
-        for ancestor in path.ancestors() {
-            let ok = *self.known.entry(ancestor.clone()).or_insert_with(|| {
-                fs::symlink_metadata(self.root.join(ancestor.to_os_path()))
-                    .map(|m| m.file_type().is_dir())
-                    .unwrap_or(false)
-            });
-            if !ok {
-                return false;
-            }
+        match path.parent() {
+            Some(parent) => self.is_real_dir(parent),
+            None => true,
         }
-        true
+    }
+
+    /// `dir` and all its ancestors are directories, not symlinks; each directory is checked once.
+    fn is_real_dir(&mut self, dir: RepoPath) -> bool {
+        if let Some(known) = self.known.get(&dir) {
+            return *known;
+        }
+        let parent_ok = match dir.parent() {
+            Some(parent) => self.is_real_dir(parent),
+            None => true,
+        };
+        let ok = parent_ok
+            && fs::symlink_metadata(self.root.join(dir.to_os_path()))
+                .map(|m| m.file_type().is_dir())
+                .unwrap_or(false);
+        self.known.insert(dir, ok);
+        ok
     }
 }
 

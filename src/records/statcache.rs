@@ -11,7 +11,7 @@ use std::path::Path;
 use crate::verbs::{ObjectId, RepoPath};
 
 const MAGIC: &[u8; 8] = b"CKPTSTAT";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 pub const FILE_NAME: &str = "statcache.bin";
 
 /// What `lstat` says about a file, as far as change detection needs it.
@@ -115,9 +115,9 @@ impl StatCache {
             out.extend_from_slice(&s.ino.to_le_bytes());
             out.extend_from_slice(&s.dev.to_le_bytes());
             out.extend_from_slice(&s.mode.to_le_bytes());
-            let hex = entry.id.to_hex();
-            out.push(hex.len() as u8);
-            out.extend_from_slice(hex.as_bytes());
+            let raw = entry.id.as_bytes();
+            out.push(raw.len() as u8);
+            out.extend_from_slice(raw);
         }
         let crc = crc32fast::hash(&out);
         out.extend_from_slice(&crc.to_le_bytes());
@@ -157,8 +157,8 @@ impl StatCache {
                 dev: r.u64()?,
                 mode: r.u32()?,
             };
-            let hex_len = r.take(1)?[0] as usize;
-            let id = ObjectId::from_hex(std::str::from_utf8(r.take(hex_len)?).ok()?).ok()?;
+            let id_len = r.take(1)?[0] as usize;
+            let id = ObjectId::from_bytes(r.take(id_len)?).ok()?;
             // Racy-clean rule: a file modified in the same second the cache was written may
             // change again without its stat changing, so it must be re-read.
             if stat.mtime.0 < written.0 {
@@ -308,7 +308,7 @@ mod tests {
         }
         assert!(StatCache::decode(&good[..good.len() - 5]).is_none());
         let mut other_version = good.clone();
-        other_version[8] = 2;
+        other_version[8] = VERSION as u8 + 1;
         assert!(StatCache::decode(&other_version).is_none());
         assert!(StatCache::decode(b"").is_none());
     }

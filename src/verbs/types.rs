@@ -26,6 +26,20 @@ impl ObjectId {
             .map_err(|_| InvalidInput::ObjectId(text.to_owned()))
     }
 
+    /// An id from its raw bytes: exactly 20 (SHA-1) or 32 (SHA-256) of them.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, InvalidInput> {
+        match bytes.len() {
+            20 | 32 => gix::ObjectId::try_from(bytes)
+                .map(ObjectId)
+                .map_err(|_| InvalidInput::ObjectId(format!("{} raw bytes", bytes.len()))),
+            n => Err(InvalidInput::ObjectId(format!("{n} raw bytes"))),
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+
     pub fn to_hex(&self) -> String {
         self.0.to_hex().to_string()
     }

@@ -9,6 +9,14 @@ fn ckpt_home(repo: &TestRepo) -> std::path::PathBuf {
     repo.home.join("ckpt-home")
 }
 
+/// The copy store's directory for the (only) workspace of this test.
+fn workspace_dir(repo: &TestRepo) -> std::path::PathBuf {
+    let workspaces = ckpt_home(repo).join("workspaces");
+    let mut entries: Vec<_> = std::fs::read_dir(workspaces).unwrap().flatten().collect();
+    assert_eq!(entries.len(), 1, "one workspace");
+    entries.remove(0).path()
+}
+
 /// `ckpt --json ARGS` with CKPT_HOME inside the test's home.
 fn run(repo: &TestRepo, args: &[&str], code: i32) -> Run {
     let mut cmd = repo.ckpt_command();
@@ -132,13 +140,7 @@ fn ckptignore_and_gitignore_are_honoured_symmetrically() {
     repo.write("build/out.o", b"excluded by default");
     let run_out = run(&repo, &["snapshot"], 0);
     let id = run_out.one("snapshot")["id"].as_str().unwrap().to_owned();
-    let home = ckpt_home(&repo);
-    let key_dir = std::fs::read_dir(home.join("workspaces"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let key_dir = workspace_dir(&repo);
     let listing = std::process::Command::new("git")
         .args([
             "--git-dir",
@@ -255,13 +257,7 @@ fn a_tampered_copy_registry_is_refused() {
     let repo = TestRepo::bare_dir();
     repo.write("a.txt", b"a");
     snapshot(&repo);
-    let home = ckpt_home(&repo);
-    let key_dir = std::fs::read_dir(home.join("workspaces"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let key_dir = workspace_dir(&repo);
     let records = key_dir.join("state/records.json");
     let mut value: serde_json::Value = serde_json::from_slice(&std::fs::read(&records).unwrap()).unwrap();
     value["records"][0]["skipped"] = serde_json::json!([{"path": "../../escape", "reason": "x"}]);
