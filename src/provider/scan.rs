@@ -15,7 +15,9 @@ use rayon::prelude::*;
 use crate::provider::progress::Progress;
 use crate::provider::CkptError;
 use crate::records::statcache::{CacheEntry, FileStat, StatCache};
-use crate::verbs::{temp_file_owner, EntryKind, IndexStat, LocalBlobs, RepoPath, TreeItem, Vault, STREAM_THRESHOLD};
+use crate::verbs::{
+    temp_file_owner, EntryKind, IndexStat, LocalBlobs, ParallelBlobs, RepoPath, TreeItem, Vault, STREAM_THRESHOLD,
+};
 
 pub const DEFAULT_MAX_FILE_SIZE: u64 = 64 * 1024 * 1024;
 
@@ -171,7 +173,8 @@ fn capture_one(
     candidate: &Candidate,
     max_file_size: u64,
     shortcuts: &Shortcuts<'_>,
-    blobs: &LocalBlobs,
+    blobs: &ParallelBlobs,
+    local: &mut Option<LocalBlobs>,
 ) -> Result<Outcome, CkptError> {
     let full = root.join(candidate.path.to_os_path());
     let meta = match fs::symlink_metadata(&full) {
@@ -213,19 +216,30 @@ fn capture_one(
         match fs::read_link(&full) {
             Ok(target) => {
                 let bytes = target.as_os_str().as_encoded_bytes();
-                (blobs.put(bytes)?, bytes.len() as u64)
+                (
+                    local.get_or_insert_with(|| blobs.local()).put(bytes)?,
+                    bytes.len() as u64,
+                )
             }
             Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
         }
     } else if stat.size >= STREAM_THRESHOLD {
         match open_no_follow(&full) {
-            Ok(mut file) => (blobs.put_stream(&mut file, stat.size)?, stat.size),
+            Ok(mut file) => (
+                local
+                    .get_or_insert_with(|| blobs.local())
+                    .put_stream(&mut file, stat.size)?,
+                stat.size,
+            ),
             Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
         }
     } else {
         let mut content = Vec::with_capacity(stat.size as usize);
         match open_no_follow(&full).and_then(|mut f| f.read_to_end(&mut content)) {
-            Ok(_) => (blobs.put(&content)?, content.len() as u64),
+            Ok(_) => (
+                local.get_or_insert_with(|| blobs.local()).put(&content)?,
+                content.len() as u64,
+            ),
             Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
         }
     };
@@ -323,10 +337,11 @@ pub fn capture(
     let _phase = progress.phase("capturing", candidates.len() as u64);
     let outcomes: Vec<Result<Outcome, CkptError>> = candidates
         .par_iter()
+        // A repository handle per worker is made only once that worker has a file to read.
         .map_init(
-            || blobs.local(),
+            || None,
             |local, candidate| {
-                let outcome = capture_one(root, candidate, max_file_size, &shortcuts, local);
+                let outcome = capture_one(root, candidate, max_file_size, &shortcuts, &blobs, local);
                 progress.inc(1);
                 outcome
             },
