@@ -65,6 +65,28 @@ enum Command {
         #[arg(long, short = 'y')]
         yes: bool,
     },
+    /// What changed since a checkpoint (to the worktree, read-only) or between two checkpoints
+    Diff {
+        /// The checkpoint to compare from: `latest`, an id prefix, `turn:T` or `turn:T.S`
+        from: String,
+        /// The checkpoint to compare to (default: the worktree as it is now)
+        to: Option<String>,
+        /// Session for `turn:` targets and `latest`
+        #[arg(long)]
+        session: Option<String>,
+        /// Per-file counts of changed lines
+        #[arg(long, conflicts_with = "name_status")]
+        stat: bool,
+        /// One line per file: status letter and path
+        #[arg(long)]
+        name_status: bool,
+        /// Worktree files larger than this many bytes are left out
+        #[arg(long, default_value_t = DEFAULT_MAX_FILE_SIZE)]
+        max_file_size: u64,
+        /// Only these paths (files or directories), after `--`
+        #[arg(last = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
     /// Check this workspace's ckpt state (read-only); exits 1 on any problem
     Audit,
     /// Report problems in this workspace's ckpt state; --fix repairs them
@@ -196,6 +218,32 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
         Command::Preview(args) => preview(provider.as_ref(), &cwd, args, out),
         Command::Restore { args, yes } => restore(provider.as_ref(), &cwd, args, *yes, out),
         Command::Audit => audit(provider.as_ref(), out),
+        Command::Diff {
+            from,
+            to,
+            session,
+            stat,
+            name_status,
+            max_file_size,
+            paths,
+        } => {
+            let view = if *stat {
+                output::DiffView::Stat
+            } else if *name_status {
+                output::DiffView::NameStatus
+            } else {
+                output::DiffView::Patch
+            };
+            let request = DiffRequest {
+                from,
+                to: to.as_deref(),
+                session: session.as_deref(),
+                view,
+                max_file_size: *max_file_size,
+                paths,
+            };
+            diff(provider.as_ref(), &cwd, &request, out)
+        }
         Command::Doctor { fix, complete } => doctor(provider.as_ref(), *fix, *complete, out),
         Command::Demo { .. } => Ok(0),
     }
@@ -474,4 +522,51 @@ fn doctor(provider: &dyn Provider, fix: bool, complete: bool, out: &Output) -> R
         out.human(&format!("doctor: {} problem(s) remain", report.remaining.len()));
     }
     Ok(if healthy { 0 } else { 1 })
+}
+
+struct DiffRequest<'a> {
+    from: &'a str,
+    to: Option<&'a str>,
+    session: Option<&'a str>,
+    view: output::DiffView,
+    max_file_size: u64,
+    paths: &'a [PathBuf],
+}
+
+fn diff(provider: &dyn Provider, cwd: &Path, request: &DiffRequest<'_>, out: &Output) -> Result<i32, CkptError> {
+    let target = |text: &str| TargetArgs {
+        target: text.to_owned(),
+        session: request.session.map(str::to_owned),
+    };
+    let from = resolve(provider, &target(request.from))?;
+    let to = request.to.map(|t| resolve(provider, &target(t))).transpose()?;
+    let paths = request
+        .paths
+        .iter()
+        .map(|arg| provider::repo_path_from_user(provider.workdir(), cwd, arg))
+        .collect::<Result<Vec<_>, _>>()?;
+    let files = provider.diff(&from, to.as_ref(), &paths, request.max_file_size)?;
+    let (added, removed) = files.iter().fold((0, 0), |(a, r), f| (a + f.added, r + f.removed));
+    for file in &files {
+        out.record("diff.file", output::diff_file_json(file));
+    }
+    out.record(
+        "diff",
+        json!({"from": from.id, "to": to.as_ref().map(|r| r.id.clone()), "files": files.len(), "added": added, "removed": removed}),
+    );
+    if !out.json {
+        let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let text = output::diff_text(&files, request.view, color);
+        if !text.is_empty() {
+            print!("{text}");
+        }
+        if files.is_empty() {
+            let to_name = to
+                .as_ref()
+                .map(|r| r.short().to_owned())
+                .unwrap_or_else(|| "the worktree".into());
+            out.human(&format!("no differences between {} and {to_name}", from.short()));
+        }
+    }
+    Ok(0)
 }

@@ -6,8 +6,9 @@ use std::io::Write;
 
 use serde_json::{json, Value};
 
-use crate::provider::{Preview, RestoreReport};
+use crate::provider::{FileDiff, Preview, RestoreReport};
 use crate::records::{Record, WirePath};
+use crate::verbs::EntryKind;
 use crate::verbs::RepoPath;
 
 pub struct Output {
@@ -249,6 +250,128 @@ pub fn restore_text(report: &RestoreReport) -> String {
             &guard[..8.min(guard.len())],
             guard
         ));
+    }
+    text
+}
+
+/// How `ckpt diff` shows its result to people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiffView {
+    Patch,
+    Stat,
+    NameStatus,
+}
+
+fn mode(kind: Option<EntryKind>) -> Option<&'static str> {
+    kind.map(|k| match k {
+        EntryKind::File => "100644",
+        EntryKind::Executable => "100755",
+        EntryKind::Symlink => "120000",
+        EntryKind::Gitlink => "160000",
+    })
+}
+
+pub fn diff_file_json(file: &FileDiff) -> Value {
+    json!({
+        "path": wire(&file.change.path),
+        "status": file.change.status.letter(),
+        "added": file.added,
+        "removed": file.removed,
+        "binary": file.binary,
+        "old_mode": mode(file.change.old.map(|i| i.kind)),
+        "new_mode": mode(file.change.new.map(|i| i.kind)),
+    })
+}
+
+fn paint(text: &str, code: &str, color: bool) -> String {
+    if color {
+        format!("\x1b[{code}m{text}\x1b[0m")
+    } else {
+        text.to_owned()
+    }
+}
+
+pub fn diff_text(files: &[FileDiff], view: DiffView, color: bool) -> String {
+    let mut text = String::new();
+    match view {
+        DiffView::NameStatus => {
+            for file in files {
+                text.push_str(&format!(
+                    "{}\t{}\n",
+                    file.change.status.letter(),
+                    human_path(&file.change.path)
+                ));
+            }
+        }
+        DiffView::Stat => {
+            let width = files
+                .iter()
+                .map(|f| human_path(&f.change.path).len())
+                .max()
+                .unwrap_or(0);
+            for file in files {
+                let detail = if file.binary {
+                    let size = |b: &Option<Vec<u8>>| b.as_ref().map(Vec::len).unwrap_or(0);
+                    format!("Bin {} -> {} bytes", size(&file.old), size(&file.new))
+                } else {
+                    format!(
+                        "{:>5} {}{}",
+                        file.added + file.removed,
+                        paint(&"+".repeat(file.added.min(40)), "32", color),
+                        paint(&"-".repeat(file.removed.min(40)), "31", color)
+                    )
+                };
+                text.push_str(&format!(" {:<width$} | {detail}\n", human_path(&file.change.path)));
+            }
+            let (added, removed) = files.iter().fold((0, 0), |(a, r), f| (a + f.added, r + f.removed));
+            text.push_str(&format!(
+                " {} file(s) changed, {added} insertion(s)(+), {removed} deletion(s)(-)\n",
+                files.len()
+            ));
+        }
+        DiffView::Patch => {
+            for file in files {
+                let path = human_path(&file.change.path);
+                text.push_str(&paint(&format!("diff --ckpt a/{path} b/{path}\n"), "1", color));
+                let (old_mode, new_mode) = (
+                    mode(file.change.old.map(|i| i.kind)),
+                    mode(file.change.new.map(|i| i.kind)),
+                );
+                match (old_mode, new_mode) {
+                    (None, Some(m)) => text.push_str(&format!("new file mode {m}\n")),
+                    (Some(m), None) => text.push_str(&format!("deleted file mode {m}\n")),
+                    (Some(a), Some(b)) if a != b => text.push_str(&format!("old mode {a}\nnew mode {b}\n")),
+                    _ => {}
+                }
+                if file.change.old.is_some_and(|i| i.kind == EntryKind::Gitlink)
+                    || file.change.new.is_some_and(|i| i.kind == EntryKind::Gitlink)
+                {
+                    text.push_str("Submodule pointer changed\n");
+                    continue;
+                }
+                if file.binary {
+                    text.push_str(&format!("Binary files a/{path} and b/{path} differ\n"));
+                    continue;
+                }
+                let old = file.old.as_deref().unwrap_or_default();
+                let new = file.new.as_deref().unwrap_or_default();
+                for line in crate::provider::diff::unified(&path, old, new).lines() {
+                    let painted = if line.starts_with("+++") || line.starts_with("---") {
+                        paint(line, "1", color)
+                    } else if line.starts_with('+') {
+                        paint(line, "32", color)
+                    } else if line.starts_with('-') {
+                        paint(line, "31", color)
+                    } else if line.starts_with("@@") {
+                        paint(line, "36", color)
+                    } else {
+                        line.to_owned()
+                    };
+                    text.push_str(&painted);
+                    text.push('\n');
+                }
+            }
+        }
     }
     text
 }

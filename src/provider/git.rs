@@ -16,7 +16,7 @@ use crate::provider::{
 };
 use crate::records::statcache::StatCache;
 use crate::records::{Record, Registry, RegistryLock, Skipped, Trailers, WirePath};
-use crate::verbs::{NewTreeEntry, ObjectId, PinRef, RepoPath, RestoreOp, TreeItem, Vault, WorkspaceKey};
+use crate::verbs::{EntryKind, NewTreeEntry, ObjectId, PinRef, RepoPath, RestoreOp, TreeItem, Vault, WorkspaceKey};
 
 /// The registry checked against the refs.
 #[derive(Debug, Default)]
@@ -442,6 +442,30 @@ impl GitProvider {
         ))
     }
 
+    /// The bytes at a worktree path as a checkpoint would hold them (a symlink's target).
+    fn read_worktree_bytes(&self, path: &RepoPath, kind: EntryKind) -> Result<Vec<u8>, CkptError> {
+        let full = self.workdir.join(path.to_os_path());
+        let io = |source| CkptError::Io {
+            path: full.clone(),
+            source,
+        };
+        if kind == EntryKind::Symlink {
+            Ok(std::fs::read_link(&full)
+                .map_err(io)?
+                .into_os_string()
+                .into_encoded_bytes())
+        } else {
+            let mut content = Vec::new();
+            std::io::Read::read_to_end(&mut crate::verbs::open_no_follow(&full).map_err(io)?, &mut content).map_err(
+                |source| CkptError::Io {
+                    path: full.clone(),
+                    source,
+                },
+            )?;
+            Ok(content)
+        }
+    }
+
     /// The stat cache, if it refers to a checkpoint that is still pinned (so every object it
     /// names is still in the object database). Anything else means starting afresh.
     fn trusted_stat_cache(&self, registry: &Registry) -> Option<StatCache> {
@@ -690,6 +714,62 @@ impl Provider for GitProvider {
         let registry = self.registry()?;
         let lock = registry.lock()?;
         Ok(self.snapshot_locked(&registry, &lock, request)?.0)
+    }
+
+    fn diff(
+        &self,
+        from: &Record,
+        to: Option<&Record>,
+        paths: &[RepoPath],
+        max_file_size: u64,
+    ) -> Result<Vec<crate::provider::FileDiff>, CkptError> {
+        let old = self.checkpoint_tree(from)?;
+        let new = match to {
+            Some(to) => self.checkpoint_tree(to)?,
+            None => {
+                let cache = Registry::open_existing(&self.state_dir).and_then(|r| self.trusted_stat_cache(&r));
+                scan::capture(
+                    &self.vault,
+                    max_file_size,
+                    BlobSink::HashOnly,
+                    cache.as_ref(),
+                    &Progress::hidden(),
+                )?
+                .items()
+            }
+        };
+        let mut out = Vec::new();
+        for change in crate::provider::diff::changes(&old, &new, paths) {
+            let old_bytes = match change.old {
+                Some(item) if item.kind != EntryKind::Gitlink => Some(self.vault.read_blob(&item.id)?),
+                _ => None,
+            };
+            let new_bytes = match change.new {
+                Some(item) if item.kind == EntryKind::Gitlink => None,
+                Some(item) if to.is_some() => Some(self.vault.read_blob(&item.id)?),
+                Some(item) => Some(self.read_worktree_bytes(&change.path, item.kind)?),
+                None => None,
+            };
+            let binary = old_bytes.as_deref().is_some_and(crate::provider::diff::is_binary)
+                || new_bytes.as_deref().is_some_and(crate::provider::diff::is_binary);
+            let (added, removed) = if binary {
+                (0, 0)
+            } else {
+                crate::provider::diff::line_counts(
+                    old_bytes.as_deref().unwrap_or_default(),
+                    new_bytes.as_deref().unwrap_or_default(),
+                )
+            };
+            out.push(crate::provider::FileDiff {
+                change,
+                old: old_bytes,
+                new: new_bytes,
+                binary,
+                added,
+                removed,
+            });
+        }
+        Ok(out)
     }
 
     fn audit(&self) -> Result<crate::provider::AuditReport, CkptError> {

@@ -3,6 +3,7 @@
 //! write → verify) and the error vocabulary the CLI reports. It never writes to a repository or
 //! the worktree except through `crate::verbs`, and never decides how results are printed.
 
+pub mod diff;
 pub mod git;
 pub mod plan;
 pub mod progress;
@@ -128,6 +129,17 @@ pub struct RestoreReport {
     pub verified: bool,
 }
 
+/// One changed path with the bytes on both sides (none for a submodule pointer or a missing side).
+#[derive(Debug, Clone)]
+pub struct FileDiff {
+    pub change: diff::FileChange,
+    pub old: Option<Vec<u8>>,
+    pub new: Option<Vec<u8>>,
+    pub binary: bool,
+    pub added: usize,
+    pub removed: usize,
+}
+
 /// One thing wrong with a workspace's ckpt state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -184,6 +196,14 @@ pub trait Provider {
         request: &SnapshotRequest,
         confirmation: Confirmation<'_>,
     ) -> Result<RestoreReport, CkptError>;
+    /// What changed from checkpoint `from` to checkpoint `to` (or to the worktree, read-only).
+    fn diff(
+        &self,
+        from: &Record,
+        to: Option<&Record>,
+        paths: &[RepoPath],
+        max_file_size: u64,
+    ) -> Result<Vec<FileDiff>, CkptError>;
     /// Read-only consistency check of this workspace's ckpt state.
     fn audit(&self) -> Result<AuditReport, CkptError>;
     /// Reports problems and, with `fix`, repairs them.
@@ -277,6 +297,24 @@ impl Provider for Layered {
         confirmation: Confirmation<'_>,
     ) -> Result<RestoreReport, CkptError> {
         self.owner(record).restore(record, selection, request, confirmation)
+    }
+    fn diff(
+        &self,
+        from: &Record,
+        to: Option<&Record>,
+        paths: &[RepoPath],
+        max_file_size: u64,
+    ) -> Result<Vec<FileDiff>, CkptError> {
+        match to {
+            Some(to) if to.provider != from.provider => Err(CkptError::InvalidInput(format!(
+                "{} is a {} checkpoint and {} a {} one; diff one of them against the worktree instead",
+                from.short(),
+                from.provider,
+                to.short(),
+                to.provider
+            ))),
+            _ => self.owner(from).diff(from, to, paths, max_file_size),
+        }
     }
     fn audit(&self) -> Result<AuditReport, CkptError> {
         let mut report = self.primary.audit()?;

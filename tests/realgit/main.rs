@@ -3,6 +3,7 @@
 
 mod common;
 mod copy;
+mod diff;
 #[cfg(feature = "fault-injection")]
 mod faults;
 mod health;

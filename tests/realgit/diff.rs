@@ -1,0 +1,107 @@
+//! `ckpt diff`: checkpoint against the worktree (read-only, nothing written) or against another
+//! checkpoint, as a patch, --stat, --name-status or JSON Lines.
+
+use crate::common::*;
+
+fn object_count(repo: &TestRepo) -> usize {
+    let mut n = 0;
+    for dir in std::fs::read_dir(repo.common_dir().join("objects")).unwrap().flatten() {
+        if dir.file_name().len() == 2 {
+            n += std::fs::read_dir(dir.path()).unwrap().count();
+        }
+    }
+    n
+}
+
+#[test]
+fn diff_against_the_worktree_is_read_only_and_complete() {
+    let repo = TestRepo::new();
+    repo.write("bin.dat", &[0u8, 1, 2, 3]);
+    repo.write("run.sh", b"#!/bin/sh\n");
+    repo.symlink("README.md", "link");
+    let id = repo.snapshot(&[]);
+    repo.write("src/lib.rs", b"pub fn answer() -> u32 { 43 }\n");
+    repo.write("bin.dat", &[0u8, 9, 9]);
+    repo.chmod("run.sh", 0o755);
+    repo.remove("link");
+    repo.symlink("src", "link");
+    repo.remove("README.md");
+    repo.write("new.txt", b"one\ntwo\n");
+    let before = (repo.fingerprint(), object_count(&repo), repo.ckpt_refs());
+    let run = repo.ckpt_json(&["diff", &id[..8]], 0);
+    assert_eq!(
+        (repo.fingerprint(), object_count(&repo), repo.ckpt_refs()),
+        before,
+        "diff writes nothing"
+    );
+    let files: Vec<(String, String)> = run
+        .json
+        .iter()
+        .filter(|v| v["type"] == "diff.file")
+        .map(|v| {
+            (
+                v["path"].as_str().unwrap().to_owned(),
+                v["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("README.md", "D"),
+        ("bin.dat", "M"),
+        ("link", "M"),
+        ("new.txt", "A"),
+        ("run.sh", "M"),
+        ("src/lib.rs", "M"),
+    ]
+    .iter()
+    .map(|(p, s)| (p.to_string(), s.to_string()))
+    .collect();
+    assert_eq!(files, want);
+    let by_path = |p: &str| run.json.iter().find(|v| v["path"] == p).unwrap().clone();
+    assert_eq!(by_path("bin.dat")["binary"], true);
+    assert_eq!(by_path("run.sh")["new_mode"], "100755");
+    assert_eq!(by_path("new.txt")["added"], 2);
+    assert_eq!(by_path("src/lib.rs")["added"], 1);
+    assert_eq!(by_path("src/lib.rs")["removed"], 1);
+    assert_eq!(run.one("diff")["files"], 6);
+
+    let patch = repo.ckpt(&["diff", &id]);
+    assert_eq!(patch.code, 0);
+    assert!(
+        patch.stdout.contains("-pub fn answer() -> u32 { 42 }")
+            && patch.stdout.contains("+pub fn answer() -> u32 { 43 }")
+    );
+    assert!(patch.stdout.contains("Binary files a/bin.dat and b/bin.dat differ"));
+    assert!(patch.stdout.contains("old mode 100644\nnew mode 100755"));
+    assert!(
+        !patch.stdout.contains('\x1b'),
+        "no colors when stdout is not a terminal"
+    );
+    let stat = repo.ckpt(&["diff", &id, "--stat"]);
+    assert!(stat.stdout.contains("6 file(s) changed"), "{}", stat.stdout);
+    let names = repo.ckpt(&["diff", &id, "--name-status", "--", "src"]);
+    assert_eq!(names.stdout, "M\tsrc/lib.rs\n");
+}
+
+#[test]
+fn diff_between_two_checkpoints() {
+    let repo = TestRepo::new();
+    let first = repo.snapshot(&[]);
+    repo.write("src/lib.rs", b"changed\n");
+    let second = repo.snapshot(&[]);
+    repo.write("src/lib.rs", b"changed again, not in either checkpoint\n");
+    let run = repo.ckpt_json(&["diff", &first, &second], 0);
+    assert_eq!(ids(&run, "diff.file", "path"), vec!["src/lib.rs".to_owned()]);
+    let patch = repo.ckpt(&["diff", &first, &second]);
+    assert!(
+        patch.stdout.contains("+changed\n") && !patch.stdout.contains("again"),
+        "{}",
+        patch.stdout
+    );
+    let same = repo.ckpt(&["diff", &second, &second]);
+    assert!(
+        same.stderr.contains("no differences") || same.stdout.contains("no differences"),
+        "{}",
+        same.stderr
+    );
+}
