@@ -87,6 +87,35 @@ enum Command {
         #[arg(last = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
+    /// Remove checkpoints by retention policy: keep the newest per session, then a byte quota
+    Prune {
+        /// Only say what would be removed, and why
+        #[arg(long)]
+        dry_run: bool,
+        /// Newest checkpoints kept per session
+        #[arg(long, default_value_t = 50)]
+        max_per_session: usize,
+        /// Soft cap on the incremental bytes of all kept checkpoints
+        #[arg(long, default_value_t = 512 * 1024 * 1024)]
+        quota_bytes: u64,
+    },
+    /// Delete checkpoints: these targets, or every checkpoint of --session
+    Delete {
+        /// `latest`, id prefixes, `turn:T`, `turn:T.S`
+        targets: Vec<String>,
+        /// With no targets: every checkpoint of this session; with targets: the session for `turn:`
+        #[arg(long)]
+        session: Option<String>,
+        /// Confirm without asking
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Delete every checkpoint of this workspace
+    Clear {
+        /// Confirm without asking
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
     /// Check this workspace's ckpt state (read-only); exits 1 on any problem
     Audit,
     /// Report problems in this workspace's ckpt state; --fix repairs them
@@ -218,6 +247,23 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
         Command::Preview(args) => preview(provider.as_ref(), &cwd, args, out),
         Command::Restore { args, yes } => restore(provider.as_ref(), &cwd, args, *yes, out),
         Command::Audit => audit(provider.as_ref(), out),
+        Command::Prune {
+            dry_run,
+            max_per_session,
+            quota_bytes,
+        } => {
+            let policy = provider::retention::Policy {
+                max_per_session: *max_per_session,
+                quota_bytes: *quota_bytes,
+            };
+            prune(provider.as_ref(), &policy, *dry_run, out)
+        }
+        Command::Delete { targets, session, yes } => delete(provider.as_ref(), targets, session.as_deref(), *yes, out),
+        Command::Clear { yes } => {
+            let all: Vec<Record> = provider.checkpoints(false)?;
+            confirm_removal(&all, *yes, "clear")?;
+            remove(provider.as_ref(), &all, "clear", out)
+        }
         Command::Diff {
             from,
             to,
@@ -569,4 +615,107 @@ fn diff(provider: &dyn Provider, cwd: &Path, request: &DiffRequest<'_>, out: &Ou
         }
     }
     Ok(0)
+}
+
+fn prune(
+    provider: &dyn Provider,
+    policy: &provider::retention::Policy,
+    dry_run: bool,
+    out: &Output,
+) -> Result<i32, CkptError> {
+    let records = provider.checkpoints(false)?;
+    let plan = provider::retention::plan(&records, policy);
+    let ids: Vec<String> = plan.iter().map(|r| r.id.clone()).collect();
+    let removed = if dry_run { Vec::new() } else { provider.remove(&ids)? };
+    for removal in &plan {
+        out.record(
+            "prune.remove",
+            json!({"id": removal.id, "rule": removal.rule, "done": !dry_run}),
+        );
+        let short = &removal.id[..8.min(removal.id.len())];
+        out.human(&format!(
+            "{} {short}  [{}]",
+            if dry_run { "would remove" } else { "removed" },
+            removal.rule
+        ));
+    }
+    out.record(
+        "prune",
+        json!({"removed": removed.len(), "planned": plan.len(), "kept": records.len() - plan.len(), "dry_run": dry_run}),
+    );
+    out.human(&format!(
+        "prune: {} of {} checkpoint(s) {}; objects are freed by git gc (git provider)",
+        plan.len(),
+        records.len(),
+        if dry_run { "would be removed" } else { "removed" }
+    ));
+    Ok(0)
+}
+
+/// Removing checkpoints follows the restore rule: `--yes`, or a `y` on a terminal.
+fn confirm_removal(records: &[Record], yes: bool, what: &str) -> Result<(), CkptError> {
+    if yes || records.is_empty() {
+        return Ok(());
+    }
+    if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+        eprint!("{what}: delete {} checkpoint(s)? [y/N] ", records.len());
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        if std::io::stdin().lock().read_line(&mut answer).is_ok() && matches!(answer.trim(), "y" | "Y" | "yes") {
+            return Ok(());
+        }
+    }
+    Err(CkptError::Refused(format!(
+        "{what} of {} checkpoint(s) needs confirmation: pass --yes; nothing was deleted",
+        records.len()
+    )))
+}
+
+fn remove(provider: &dyn Provider, records: &[Record], what: &str, out: &Output) -> Result<i32, CkptError> {
+    let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+    let removed = provider.remove(&ids)?;
+    out.record(what, json!({"removed": removed}));
+    out.human(&format!("{what}: removed {} checkpoint(s)", removed.len()));
+    Ok(0)
+}
+
+fn delete(
+    provider: &dyn Provider,
+    targets: &[String],
+    session: Option<&str>,
+    yes: bool,
+    out: &Output,
+) -> Result<i32, CkptError> {
+    let records: Vec<Record> = if targets.is_empty() {
+        let Some(session) = session else {
+            return Err(CkptError::InvalidInput(
+                "delete needs targets, or --session S for a whole session".into(),
+            ));
+        };
+        provider
+            .checkpoints(false)?
+            .into_iter()
+            .filter(|r| r.session.as_deref() == Some(session))
+            .collect()
+    } else {
+        let mut chosen: Vec<Record> = Vec::new();
+        for target in targets {
+            let record = resolve(
+                provider,
+                &TargetArgs {
+                    target: target.clone(),
+                    session: session.map(str::to_owned),
+                },
+            )?;
+            if !chosen.iter().any(|r| r.id == record.id) {
+                chosen.push(record);
+            }
+        }
+        chosen
+    };
+    if records.is_empty() {
+        return Err(CkptError::NotFound("no checkpoint matches".into()));
+    }
+    confirm_removal(&records, yes, "delete")?;
+    remove(provider, &records, "delete", out)
 }

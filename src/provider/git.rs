@@ -772,6 +772,34 @@ impl Provider for GitProvider {
         Ok(out)
     }
 
+    fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let registry = self.registry()?;
+        let lock = registry.lock()?;
+        let records = self.reconcile(registry.load()?)?.records;
+        let wanted: HashSet<&String> = ids.iter().collect();
+        let mut kept = Vec::with_capacity(records.len());
+        let mut removed = Vec::new();
+        for record in records {
+            if !wanted.contains(&record.id) {
+                kept.push(record);
+                continue;
+            }
+            // Unpin first: a crash before the registry is saved leaves a record without a ref,
+            // which audit reports, rather than a ref that silently brings the checkpoint back.
+            let id = record.object_id().map_err(CkptError::InvalidInput)?;
+            let pin = PinRef::for_checkpoint(&self.workspace, &id);
+            if self.vault.read_pin(&pin)? == Some(id) {
+                self.vault.unpin(&pin, &id)?;
+            }
+            removed.push(record.id);
+        }
+        registry.save(&kept, &lock)?;
+        Ok(removed)
+    }
+
     fn audit(&self) -> Result<crate::provider::AuditReport, CkptError> {
         self.audit_report()
     }

@@ -7,6 +7,7 @@ pub mod diff;
 pub mod git;
 pub mod plan;
 pub mod progress;
+pub mod retention;
 pub mod scan;
 pub mod target;
 
@@ -204,6 +205,9 @@ pub trait Provider {
         paths: &[RepoPath],
         max_file_size: u64,
     ) -> Result<Vec<FileDiff>, CkptError>;
+    /// Deletes these checkpoints (unpins, then drops the records); returns the ids removed.
+    /// Objects are left to git's gc (git provider) or `ckpt gc` (copy store).
+    fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError>;
     /// Read-only consistency check of this workspace's ckpt state.
     fn audit(&self) -> Result<AuditReport, CkptError>;
     /// Reports problems and, with `fix`, repairs them.
@@ -315,6 +319,14 @@ impl Provider for Layered {
             ))),
             _ => self.owner(from).diff(from, to, paths, max_file_size),
         }
+    }
+    fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError> {
+        let earlier: std::collections::HashSet<String> =
+            self.earlier.checkpoints(false)?.into_iter().map(|r| r.id).collect();
+        let (old, new): (Vec<String>, Vec<String>) = ids.iter().cloned().partition(|id| earlier.contains(id));
+        let mut removed = self.earlier.remove(&old)?;
+        removed.extend(self.primary.remove(&new)?);
+        Ok(removed)
     }
     fn audit(&self) -> Result<AuditReport, CkptError> {
         let mut report = self.primary.audit()?;

@@ -10,6 +10,7 @@ mod health;
 mod hostile;
 mod props;
 mod restore;
+mod retention;
 mod sandbox;
 mod snapshot;
 mod speed;

@@ -1,0 +1,156 @@
+//! The retention plan: which checkpoints a prune removes, and by which rule. Pure and
+//! unit-tested; applying it (unpinning refs, dropping records) is the provider's job.
+
+use std::collections::BTreeMap;
+
+use crate::records::Record;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Newest checkpoints kept per session (records without a session form one group).
+    pub max_per_session: usize,
+    /// Soft cap on the sum of incremental bytes of the kept checkpoints.
+    pub quota_bytes: u64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            max_per_session: 50,
+            quota_bytes: 512 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removal {
+    pub id: String,
+    pub rule: &'static str,
+}
+
+/// Records are oldest first. First each session keeps its newest `max_per_session`; then, while
+/// the kept checkpoints' incremental bytes exceed the quota, the oldest are removed — but never
+/// the newest checkpoint of a session.
+pub fn plan(records: &[Record], policy: &Policy) -> Vec<Removal> {
+    let mut by_session: BTreeMap<Option<&str>, Vec<usize>> = BTreeMap::new();
+    for (index, record) in records.iter().enumerate() {
+        by_session.entry(record.session.as_deref()).or_default().push(index);
+    }
+    let mut removed = vec![false; records.len()];
+    let mut newest_of_session = vec![false; records.len()];
+    let mut out = Vec::new();
+    for indices in by_session.values() {
+        if let Some(&newest) = indices.last() {
+            newest_of_session[newest] = true;
+        }
+        let keep_from = indices.len().saturating_sub(policy.max_per_session.max(1));
+        for &index in &indices[..keep_from] {
+            removed[index] = true;
+            out.push((index, "max_per_session"));
+        }
+    }
+    let mut total: u64 = records
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !removed[*i])
+        .map(|(_, r)| r.bytes)
+        .sum();
+    for (index, record) in records.iter().enumerate() {
+        if total <= policy.quota_bytes {
+            break;
+        }
+        if removed[index] || newest_of_session[index] {
+            continue;
+        }
+        removed[index] = true;
+        total = total.saturating_sub(record.bytes);
+        out.push((index, "quota"));
+    }
+    out.sort_by_key(|(index, _)| *index);
+    out.into_iter()
+        .map(|(index, rule)| Removal {
+            id: records[index].id.clone(),
+            rule,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::{Kind, WirePath};
+
+    fn record(n: usize, session: Option<&str>, bytes: u64) -> Record {
+        let id = format!("{n:040x}");
+        Record {
+            id: id.clone(),
+            provider: "git".into(),
+            commit: Some(id),
+            tree: "4b825dc642cb6eb9a060e54bf8d69288fbee4904".into(),
+            workspace: WirePath::from_bytes(b"/w"),
+            session: session.map(str::to_owned),
+            turn: None,
+            step: None,
+            trigger: None,
+            kind: Kind::Auto,
+            time: format!("2026-01-01T00:00:{:02}Z", n % 60),
+            files: 1,
+            total_files: 1,
+            bytes,
+            skipped: vec![],
+        }
+    }
+
+    fn ids(removals: &[Removal]) -> Vec<(usize, &'static str)> {
+        removals
+            .iter()
+            .map(|r| (usize::from_str_radix(&r.id, 16).unwrap(), r.rule))
+            .collect()
+    }
+
+    #[test]
+    fn keeps_the_newest_per_session() {
+        let records: Vec<Record> = (0..5)
+            .map(|n| record(n, Some(if n % 2 == 0 { "a" } else { "b" }), 1))
+            .collect();
+        let policy = Policy {
+            max_per_session: 1,
+            quota_bytes: u64::MAX,
+        };
+        assert_eq!(
+            ids(&plan(&records, &policy)),
+            vec![(0, "max_per_session"), (1, "max_per_session"), (2, "max_per_session")]
+        );
+    }
+
+    #[test]
+    fn quota_removes_oldest_first_but_never_a_sessions_newest() {
+        let records = vec![
+            record(0, Some("a"), 100),
+            record(1, Some("b"), 100),
+            record(2, Some("a"), 100),
+            record(3, Some("b"), 100),
+        ];
+        let policy = Policy {
+            max_per_session: 50,
+            quota_bytes: 150,
+        };
+        // Over quota even after removing 0 and 1, but 2 and 3 are their sessions' newest.
+        assert_eq!(ids(&plan(&records, &policy)), vec![(0, "quota"), (1, "quota")]);
+        let generous = Policy {
+            max_per_session: 50,
+            quota_bytes: 1000,
+        };
+        assert!(plan(&records, &generous).is_empty());
+    }
+
+    #[test]
+    fn sessionless_records_form_one_group() {
+        let records: Vec<Record> = (0..3).map(|n| record(n, None, 0)).collect();
+        let policy = Policy {
+            max_per_session: 2,
+            quota_bytes: 0,
+        };
+        assert_eq!(ids(&plan(&records, &policy)), vec![(0, "max_per_session")]);
+    }
+}

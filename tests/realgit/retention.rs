@@ -1,0 +1,95 @@
+//! prune, delete and clear: explicit retention, never the newest checkpoint of a session by
+//! quota, confirmation like restore, and refs and records removed together.
+
+use crate::common::*;
+
+fn sessions_and_ids(repo: &TestRepo) -> Vec<(String, String)> {
+    repo.ckpt_json(&["list"], 0)
+        .json
+        .iter()
+        .map(|v| {
+            (
+                v["session"].as_str().unwrap_or("-").to_owned(),
+                v["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn three_sessions(repo: &TestRepo) -> Vec<(String, String)> {
+    for round in 0..3 {
+        for session in ["a", "b", "c"] {
+            repo.write(format!("{session}.bin"), &vec![round as u8; 1000 * (round + 1)]);
+            repo.snapshot(&["--session", session]);
+        }
+    }
+    sessions_and_ids(repo)
+}
+
+#[test]
+fn prune_by_quota_keeps_every_sessions_newest() {
+    let repo = TestRepo::new();
+    let all = three_sessions(&repo);
+    let dry = repo.ckpt_json(&["prune", "--dry-run", "--quota-bytes", "0"], 0);
+    assert_eq!(dry.one("prune")["planned"], 6);
+    assert_eq!(sessions_and_ids(&repo), all, "--dry-run removes nothing");
+
+    let run = repo.ckpt_json(&["prune", "--quota-bytes", "0"], 0);
+    assert!(run
+        .json
+        .iter()
+        .filter(|v| v["type"] == "prune.remove")
+        .all(|v| v["rule"] == "quota"));
+    let left = sessions_and_ids(&repo);
+    let newest: Vec<(String, String)> = ["a", "b", "c"]
+        .iter()
+        .map(|s| all.iter().rev().find(|(session, _)| session == s).unwrap().clone())
+        .collect();
+    assert_eq!(left, newest, "exactly each session's newest survives");
+    assert_eq!(repo.ckpt_refs().len(), 3, "pruned checkpoints are unpinned");
+    repo.ckpt_json(&["audit"], 0);
+}
+
+#[test]
+fn prune_by_count_per_session() {
+    let repo = TestRepo::new();
+    let all = three_sessions(&repo);
+    let run = repo.ckpt_json(&["prune", "--max-per-session", "2"], 0);
+    assert_eq!(run.one("prune")["removed"], 3);
+    assert!(run
+        .json
+        .iter()
+        .filter(|v| v["type"] == "prune.remove")
+        .all(|v| v["rule"] == "max_per_session"));
+    let left = sessions_and_ids(&repo);
+    assert_eq!(left.len(), 6);
+    assert!(
+        !left.contains(&all[0]) && !left.contains(&all[1]) && !left.contains(&all[2]),
+        "the oldest round went"
+    );
+}
+
+#[test]
+fn delete_and_clear_need_confirmation_and_remove_refs_with_records() {
+    let repo = TestRepo::new();
+    let all = three_sessions(&repo);
+    let before = sessions_and_ids(&repo);
+    let refused = repo.ckpt_json(&["delete", &all[0].1[..8]], 4);
+    assert_eq!(refused.one("error")["code"], "refused");
+    assert_eq!(sessions_and_ids(&repo), before);
+
+    repo.ckpt_json(&["delete", &all[0].1[..8], "--yes"], 0);
+    assert_eq!(sessions_and_ids(&repo).len(), 8);
+    repo.ckpt_json(&["delete", "--session", "b", "--yes"], 0);
+    assert!(sessions_and_ids(&repo).iter().all(|(s, _)| s != "b"));
+    assert_eq!(repo.ckpt_refs().len(), 5);
+    repo.ckpt_json(&["audit"], 0);
+
+    repo.ckpt_json(&["clear"], 4);
+    repo.ckpt_json(&["clear", "--yes"], 0);
+    assert!(sessions_and_ids(&repo).is_empty());
+    assert!(repo.ckpt_refs().is_empty());
+    let fp = repo.fingerprint();
+    repo.snapshot(&[]);
+    assert_eq!(repo.fingerprint(), fp, "life goes on after clear");
+}
