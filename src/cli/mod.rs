@@ -116,6 +116,12 @@ enum Command {
         #[arg(long, short = 'y')]
         yes: bool,
     },
+    /// What is protected now and why the rest is not, checkpoints per session, disk usage
+    Status {
+        /// Files larger than this many bytes count as not protected
+        #[arg(long, default_value_t = DEFAULT_MAX_FILE_SIZE)]
+        max_file_size: u64,
+    },
     /// Check this workspace's ckpt state (read-only); exits 1 on any problem
     Audit,
     /// Report problems in this workspace's ckpt state; --fix repairs them
@@ -247,6 +253,7 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
         Command::Preview(args) => preview(provider.as_ref(), &cwd, args, out),
         Command::Restore { args, yes } => restore(provider.as_ref(), &cwd, args, *yes, out),
         Command::Audit => audit(provider.as_ref(), out),
+        Command::Status { max_file_size } => status(provider.as_ref(), *max_file_size, out),
         Command::Prune {
             dry_run,
             max_per_session,
@@ -718,4 +725,67 @@ fn delete(
     }
     confirm_removal(&records, yes, "delete")?;
     remove(provider, &records, "delete", out)
+}
+
+fn status(provider: &dyn Provider, max_file_size: u64, out: &Output) -> Result<i32, CkptError> {
+    let report = provider.status(max_file_size)?;
+    let mut sessions: std::collections::BTreeMap<Option<String>, usize> = std::collections::BTreeMap::new();
+    for record in &report.checkpoints {
+        *sessions.entry(record.session.clone()).or_default() += 1;
+    }
+    let oldest = report.checkpoints.first();
+    let newest = report.checkpoints.last();
+    out.record(
+        "status",
+        json!({
+            "provider": report.provider,
+            "workspace": crate::records::WirePath::from_bytes(provider.workdir().as_os_str().as_encoded_bytes()),
+            "protected": report.protected,
+            "not_protected": output::wire_reasons(&report.not_protected, "reason"),
+            "checkpoints": report.checkpoints.len(),
+            "sessions": sessions.iter().map(|(s, n)| json!({"session": s, "count": n})).collect::<Vec<_>>(),
+            "oldest": oldest.map(|r| r.id.clone()),
+            "newest": newest.map(|r| r.id.clone()),
+            "ckpt_only_bytes": report.ckpt_only_bytes,
+            "shared_bytes": report.shared_bytes,
+            "blobs": report.blobs,
+        }),
+    );
+    if !out.json {
+        let mut text = format!("provider {} for {}\n", report.provider, provider.workdir().display());
+        text.push_str(&format!("protected now: {} file(s)\n", report.protected));
+        if !report.not_protected.is_empty() {
+            text.push_str(&format!("not protected ({}):\n", report.not_protected.len()));
+            for (path, reason) in &report.not_protected {
+                text.push_str(&format!("  {}  [{reason}]\n", output::human_path(path)));
+            }
+        }
+        text.push_str(&format!("checkpoints: {}\n", report.checkpoints.len()));
+        for (session, count) in &sessions {
+            text.push_str(&format!(
+                "  {}: {count}\n",
+                session.as_deref().unwrap_or("(no session)")
+            ));
+        }
+        if let (Some(oldest), Some(newest)) = (oldest, newest) {
+            text.push_str(&format!(
+                "  oldest {}  {}\n",
+                oldest.short(),
+                output::human_time(oldest)
+            ));
+            text.push_str(&format!(
+                "  newest {}  {}\n",
+                newest.short(),
+                output::human_time(newest)
+            ));
+        }
+        text.push_str(&format!(
+            "disk: {} kept alive only by ckpt, {} shared with your repository ({} distinct files)",
+            output::human_bytes(report.ckpt_only_bytes),
+            output::human_bytes(report.shared_bytes),
+            report.blobs
+        ));
+        out.human(&text);
+    }
+    Ok(0)
 }

@@ -772,6 +772,53 @@ impl Provider for GitProvider {
         Ok(out)
     }
 
+    fn status(&self, max_file_size: u64) -> Result<crate::provider::StatusReport, CkptError> {
+        let cache = Registry::open_existing(&self.state_dir).and_then(|r| self.trusted_stat_cache(&r));
+        let capture = scan::capture(
+            &self.vault,
+            max_file_size,
+            BlobSink::HashOnly,
+            cache.as_ref(),
+            &self.progress,
+        )?;
+        let reconciled = self.reconcile(self.stored_records()?)?;
+        let pinned_trees: Vec<ObjectId> = reconciled
+            .records
+            .iter()
+            .filter(|r| !reconciled.unpinned.contains(&r.id))
+            .filter_map(|r| r.tree_id().ok())
+            .collect();
+        let blobs = self.vault.blobs_of(&pinned_trees)?;
+        let mut user_side: HashSet<ObjectId> = HashSet::new();
+        if self.kind == StoreKind::Repository {
+            if let Some(head) = self.vault.head_commit()? {
+                user_side = self.vault.blobs_of(&[self.vault.read_commit(&head)?.tree])?;
+            }
+            user_side.extend(self.vault.list_worktree()?.tracked.into_iter().map(|t| t.item.id));
+        }
+        let mut report = crate::provider::StatusReport {
+            provider: self.name(),
+            protected: capture
+                .files
+                .values()
+                .filter(|f| f.item.kind != EntryKind::Gitlink)
+                .count(),
+            not_protected: capture.unprotected(),
+            checkpoints: reconciled.records,
+            blobs: blobs.len(),
+            ..Default::default()
+        };
+        for blob in &blobs {
+            let size = self.vault.object_size(blob).unwrap_or(0);
+            if user_side.contains(blob) {
+                report.shared_bytes += size;
+            } else {
+                report.ckpt_only_bytes += size;
+            }
+        }
+        Ok(report)
+    }
+
     fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError> {
         if ids.is_empty() {
             return Ok(Vec::new());

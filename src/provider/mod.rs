@@ -141,6 +141,20 @@ pub struct FileDiff {
     pub removed: usize,
 }
 
+/// What `ckpt status` reports: protection now, checkpoints, and what they cost on disk.
+#[derive(Debug, Clone, Default)]
+pub struct StatusReport {
+    pub provider: &'static str,
+    pub protected: usize,
+    pub not_protected: Vec<(RepoPath, String)>,
+    pub checkpoints: Vec<Record>,
+    /// Content only ckpt keeps alive (not in HEAD's tree nor in the index).
+    pub ckpt_only_bytes: u64,
+    /// Content of checkpoints that the user's HEAD or index holds too.
+    pub shared_bytes: u64,
+    pub blobs: usize,
+}
+
 /// One thing wrong with a workspace's ckpt state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -208,6 +222,8 @@ pub trait Provider {
     /// Deletes these checkpoints (unpins, then drops the records); returns the ids removed.
     /// Objects are left to git's gc (git provider) or `ckpt gc` (copy store).
     fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError>;
+    /// Read-only: what is protected now and why the rest is not, and what checkpoints cost.
+    fn status(&self, max_file_size: u64) -> Result<StatusReport, CkptError>;
     /// Read-only consistency check of this workspace's ckpt state.
     fn audit(&self) -> Result<AuditReport, CkptError>;
     /// Reports problems and, with `fix`, repairs them.
@@ -319,6 +335,15 @@ impl Provider for Layered {
             ))),
             _ => self.owner(from).diff(from, to, paths, max_file_size),
         }
+    }
+    fn status(&self, max_file_size: u64) -> Result<StatusReport, CkptError> {
+        let mut report = self.primary.status(max_file_size)?;
+        let earlier = self.earlier.status(max_file_size)?;
+        report.checkpoints.extend(earlier.checkpoints);
+        report.checkpoints.sort_by(|a, b| a.time.cmp(&b.time));
+        report.ckpt_only_bytes += earlier.ckpt_only_bytes;
+        report.blobs += earlier.blobs;
+        Ok(report)
     }
     fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError> {
         let earlier: std::collections::HashSet<String> =

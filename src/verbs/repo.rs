@@ -447,6 +447,33 @@ impl Vault {
         })
     }
 
+    /// The uncompressed size of an object, if it is present.
+    pub fn object_size(&self, id: &ObjectId) -> Option<u64> {
+        self.repo.find_header(id.0).ok().map(|h| h.size())
+    }
+
+    /// Every blob reachable from these trees (submodule pointers excluded), each tree read once.
+    pub fn blobs_of(&self, trees: &[ObjectId]) -> Result<std::collections::HashSet<ObjectId>, VerbError> {
+        let mut blobs = std::collections::HashSet::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut pending: Vec<ObjectId> = trees.to_vec();
+        while let Some(id) = pending.pop() {
+            if !seen.insert(id) {
+                continue;
+            }
+            for (_, kind, child) in self.read_tree_level(&id)? {
+                match kind {
+                    None => pending.push(child),
+                    Some(EntryKind::Gitlink) => {}
+                    Some(_) => {
+                        blobs.insert(child);
+                    }
+                }
+            }
+        }
+        Ok(blobs)
+    }
+
     /// Reads every tree below `tree` and checks every name the way [`Self::read_tree`] does
     /// (no `/`, `.`, `..`, `.git`, empty or duplicate names), without building paths.
     pub fn validate_tree(&self, tree: &ObjectId) -> Result<(), VerbError> {

@@ -93,3 +93,45 @@ fn delete_and_clear_need_confirmation_and_remove_refs_with_records() {
     repo.snapshot(&[]);
     assert_eq!(repo.fingerprint(), fp, "life goes on after clear");
 }
+
+#[test]
+fn status_reports_protection_sessions_and_disk_use_without_writing() {
+    let repo = TestRepo::new();
+    repo.write("huge.bin", &vec![7u8; 5000]);
+    repo.write("debug.log", b"ignored");
+    repo.write("only-in-ckpt.txt", &vec![b'x'; 3000]);
+    repo.snapshot(&["--session", "s1", "--max-file-size", "4096"]);
+    repo.write("only-in-ckpt.txt", &vec![b'y'; 3000]);
+    repo.snapshot(&["--session", "s2"]);
+    let before = (repo.fingerprint(), repo.ckpt_refs());
+    let run = repo.ckpt_json(&["status", "--max-file-size", "4096"], 0);
+    assert_eq!((repo.fingerprint(), repo.ckpt_refs()), before, "status writes nothing");
+    let status = run.one("status");
+    assert_eq!(status["checkpoints"], 2);
+    assert_eq!(status["sessions"].as_array().unwrap().len(), 2);
+    let reasons: Vec<(String, String)> = status["not_protected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["path"].as_str().unwrap().to_owned(),
+                v["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        reasons.iter().any(|(p, r)| p == "debug.log" && r == "ignored"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|(p, r)| p == "huge.bin" && r.starts_with("too_large")),
+        "{reasons:?}"
+    );
+    // Both versions of only-in-ckpt.txt live only in checkpoints (3000 bytes each); the tracked
+    // files are shared with HEAD.
+    assert!(status["ckpt_only_bytes"].as_u64().unwrap() >= 6000, "{status}");
+    assert!(status["shared_bytes"].as_u64().unwrap() > 0, "{status}");
+}
