@@ -189,6 +189,7 @@ pub fn run(keep: bool, out: &Output) -> Result<i32, CkptError> {
         &root,
         provider::ProviderChoice::Git,
         provider::progress::Progress::hidden(),
+        None,
     )?;
     let guard = provider
         .checkpoints(false)?

@@ -16,6 +16,7 @@ use serde_json::json;
 use crate::provider::scan::DEFAULT_MAX_FILE_SIZE;
 use crate::provider::target::{self, ResolveError, Target};
 use crate::provider::{self, CkptError, Confirmation, Provider, Selection, SnapshotRequest};
+use crate::records::config::Config;
 use crate::records::{validate_label, Kind, Record};
 use output::Output;
 
@@ -34,8 +35,8 @@ struct Cli {
     json: bool,
     /// git (checkpoints in the repository), copy (a private store outside the workspace), or
     /// auto: git inside a repository whose HEAD is born, copy otherwise
-    #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "git", "copy"])]
-    provider: String,
+    #[arg(long, global = true, value_parser = ["auto", "git", "copy"])]
+    provider: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -81,8 +82,8 @@ enum Command {
         #[arg(long)]
         name_status: bool,
         /// Worktree files larger than this many bytes are left out
-        #[arg(long, default_value_t = DEFAULT_MAX_FILE_SIZE)]
-        max_file_size: u64,
+        #[arg(long)]
+        max_file_size: Option<u64>,
         /// Only these paths (files or directories), after `--`
         #[arg(last = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
@@ -93,11 +94,11 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
         /// Newest checkpoints kept per session
-        #[arg(long, default_value_t = 50)]
-        max_per_session: usize,
+        #[arg(long)]
+        max_per_session: Option<usize>,
         /// Soft cap on the incremental bytes of all kept checkpoints
-        #[arg(long, default_value_t = 512 * 1024 * 1024)]
-        quota_bytes: u64,
+        #[arg(long)]
+        quota_bytes: Option<u64>,
     },
     /// Delete checkpoints: these targets, or every checkpoint of --session
     Delete {
@@ -119,8 +120,8 @@ enum Command {
     /// What is protected now and why the rest is not, checkpoints per session, disk usage
     Status {
         /// Files larger than this many bytes count as not protected
-        #[arg(long, default_value_t = DEFAULT_MAX_FILE_SIZE)]
-        max_file_size: u64,
+        #[arg(long)]
+        max_file_size: Option<u64>,
     },
     /// Check this workspace's ckpt state (read-only); exits 1 on any problem
     Audit,
@@ -157,8 +158,8 @@ struct SnapshotArgs {
     #[arg(long, default_value = "manual", value_parser = ["auto", "manual", "guard"])]
     kind: String,
     /// Files larger than this many bytes are skipped and reported
-    #[arg(long, default_value_t = DEFAULT_MAX_FILE_SIZE)]
-    max_file_size: u64,
+    #[arg(long)]
+    max_file_size: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -178,8 +179,8 @@ struct RestoreArgs {
     #[arg(long)]
     exact: bool,
     /// Files larger than this many bytes are not captured by the guard
-    #[arg(long, default_value_t = DEFAULT_MAX_FILE_SIZE)]
-    max_file_size: u64,
+    #[arg(long)]
+    max_file_size: Option<u64>,
     /// Only these paths (files or directories), after `--`
     #[arg(last = true, value_name = "PATH")]
     paths: Vec<PathBuf>,
@@ -231,6 +232,28 @@ fn working_dir(cli: &Cli) -> Result<PathBuf, CkptError> {
     dir.canonicalize().map_err(|source| CkptError::Io { path: dir, source })
 }
 
+/// The config file for the workspace at `cwd`: `<git-common-dir>/ckpt/config.toml` inside a
+/// repository, the copy store's `workspaces/<key>/config.toml` otherwise.
+fn load_config(cwd: &Path) -> Result<Config, CkptError> {
+    let path = match crate::verbs::enclosing_common_dir(cwd) {
+        Some(common) => common.join("ckpt").join("config.toml"),
+        None => match provider::git::CopyLayout::for_root(cwd) {
+            Ok(layout) => layout.workspace_dir.join("config.toml"),
+            Err(_) => return Ok(Config::default()),
+        },
+    };
+    Config::load(&path).map_err(|e| CkptError::InvalidInput(e.to_string()))
+}
+
+fn retention_policy(config: &Config) -> provider::retention::Policy {
+    let mut policy = provider::retention::Policy::default();
+    if let Some(retention) = &config.retention {
+        policy.max_per_session = retention.max_per_session.unwrap_or(policy.max_per_session);
+        policy.quota_bytes = retention.quota_bytes.unwrap_or(policy.quota_bytes);
+    }
+    policy
+}
+
 fn check_label(what: &str, value: &Option<String>) -> Result<(), CkptError> {
     match value {
         Some(text) => validate_label(what, text).map_err(CkptError::InvalidInput),
@@ -243,26 +266,38 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
         return demo::run(*keep, out);
     }
     let cwd = working_dir(cli)?;
+    let config = load_config(&cwd)?;
     let show_progress = !cli.json && std::io::stderr().is_terminal();
-    let choice = provider::ProviderChoice::parse(&cli.provider).unwrap_or(provider::ProviderChoice::Auto);
-    let provider = provider::open(&cwd, choice, provider::progress::Progress::terminal(show_progress))?;
+    let choice = cli
+        .provider
+        .as_deref()
+        .or(config.provider.as_deref())
+        .and_then(provider::ProviderChoice::parse)
+        .unwrap_or(provider::ProviderChoice::Auto);
+    let excludes = config.copy.as_ref().and_then(|c| c.excludes.clone());
+    let provider = provider::open(
+        &cwd,
+        choice,
+        provider::progress::Progress::terminal(show_progress),
+        excludes,
+    )?;
+    let limit = |arg: &Option<u64>| arg.or(config.max_file_size).unwrap_or(DEFAULT_MAX_FILE_SIZE);
     match &cli.command {
-        Command::Snapshot(args) => snapshot(provider.as_ref(), args, out),
+        Command::Snapshot(args) => snapshot(provider.as_ref(), args, limit(&args.max_file_size), &config, out),
         Command::List { session, all } => list(provider.as_ref(), session.as_deref(), *all, out),
         Command::Show(args) => show(provider.as_ref(), args, out),
-        Command::Preview(args) => preview(provider.as_ref(), &cwd, args, out),
-        Command::Restore { args, yes } => restore(provider.as_ref(), &cwd, args, *yes, out),
+        Command::Preview(args) => preview(provider.as_ref(), &cwd, args, limit(&args.max_file_size), out),
+        Command::Restore { args, yes } => restore(provider.as_ref(), &cwd, args, *yes, limit(&args.max_file_size), out),
         Command::Audit => audit(provider.as_ref(), out),
-        Command::Status { max_file_size } => status(provider.as_ref(), *max_file_size, out),
+        Command::Status { max_file_size } => status(provider.as_ref(), limit(max_file_size), out),
         Command::Prune {
             dry_run,
             max_per_session,
             quota_bytes,
         } => {
-            let policy = provider::retention::Policy {
-                max_per_session: *max_per_session,
-                quota_bytes: *quota_bytes,
-            };
+            let mut policy = retention_policy(&config);
+            policy.max_per_session = max_per_session.unwrap_or(policy.max_per_session);
+            policy.quota_bytes = quota_bytes.unwrap_or(policy.quota_bytes);
             prune(provider.as_ref(), &policy, *dry_run, out)
         }
         Command::Delete { targets, session, yes } => delete(provider.as_ref(), targets, session.as_deref(), *yes, out),
@@ -292,7 +327,7 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
                 to: to.as_deref(),
                 session: session.as_deref(),
                 view,
-                max_file_size: *max_file_size,
+                max_file_size: limit(max_file_size),
                 paths,
             };
             diff(provider.as_ref(), &cwd, &request, out)
@@ -302,7 +337,13 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
     }
 }
 
-fn snapshot(provider: &dyn Provider, args: &SnapshotArgs, out: &Output) -> Result<i32, CkptError> {
+fn snapshot(
+    provider: &dyn Provider,
+    args: &SnapshotArgs,
+    max_file_size: u64,
+    config: &Config,
+    out: &Output,
+) -> Result<i32, CkptError> {
     check_label("session", &args.session)?;
     check_label("trigger", &args.trigger)?;
     let request = SnapshotRequest {
@@ -311,9 +352,16 @@ fn snapshot(provider: &dyn Provider, args: &SnapshotArgs, out: &Output) -> Resul
         step: args.step,
         trigger: args.trigger.clone(),
         kind: Kind::parse(&args.kind).unwrap_or(Kind::Manual),
-        max_file_size: args.max_file_size,
+        max_file_size,
     };
     let outcome = provider.snapshot(&request)?;
+    let auto_prune = config.retention.as_ref().and_then(|r| r.auto_prune).unwrap_or(false);
+    let pruned = if auto_prune && outcome.created {
+        let plan = provider::retention::plan(&provider.checkpoints(false)?, &retention_policy(config));
+        provider.remove(&plan.into_iter().map(|r| r.id).collect::<Vec<_>>())?
+    } else {
+        Vec::new()
+    };
     for warning in &outcome.warnings {
         eprintln!("ckpt: warning: {warning}");
     }
@@ -337,6 +385,7 @@ fn snapshot(provider: &dyn Provider, args: &SnapshotArgs, out: &Output) -> Resul
             "bytes": record.bytes,
             "skipped": skipped,
             "scan": {"from_cache": outcome.scan.from_cache, "from_index": outcome.scan.from_index, "read": outcome.scan.read},
+            "pruned": pruned,
         }),
     );
     if outcome.created {
@@ -462,10 +511,16 @@ fn selection(provider: &dyn Provider, cwd: &Path, args: &RestoreArgs) -> Result<
     })
 }
 
-fn preview(provider: &dyn Provider, cwd: &Path, args: &RestoreArgs, out: &Output) -> Result<i32, CkptError> {
+fn preview(
+    provider: &dyn Provider,
+    cwd: &Path,
+    args: &RestoreArgs,
+    max_file_size: u64,
+    out: &Output,
+) -> Result<i32, CkptError> {
     let record = resolve(provider, &args.target)?;
     let selection = selection(provider, cwd, args)?;
-    let preview = provider.preview(&record, &selection, args.max_file_size)?;
+    let preview = provider.preview(&record, &selection, max_file_size)?;
     out.record("preview", output::preview_json(&preview));
     out.human(output::preview_text(&preview, &record).trim_end());
     Ok(0)
@@ -484,7 +539,14 @@ fn ask_on_terminal(record: &Record) -> impl FnMut(&provider::Preview) -> bool + 
     }
 }
 
-fn restore(provider: &dyn Provider, cwd: &Path, args: &RestoreArgs, yes: bool, out: &Output) -> Result<i32, CkptError> {
+fn restore(
+    provider: &dyn Provider,
+    cwd: &Path,
+    args: &RestoreArgs,
+    yes: bool,
+    max_file_size: u64,
+    out: &Output,
+) -> Result<i32, CkptError> {
     let record = resolve(provider, &args.target)?;
     let selection = selection(provider, cwd, args)?;
     let request = SnapshotRequest {
@@ -493,7 +555,7 @@ fn restore(provider: &dyn Provider, cwd: &Path, args: &RestoreArgs, yes: bool, o
         step: None,
         trigger: Some("restore".into()),
         kind: Kind::Guard,
-        max_file_size: args.max_file_size,
+        max_file_size,
     };
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let mut ask = ask_on_terminal(&record);

@@ -170,14 +170,17 @@ impl GitProvider {
 
     /// The copy provider for the workspace containing `dir`: the enclosing repository's worktree
     /// if there is one (an unborn repository), else `dir` itself.
-    pub fn open_copy(dir: &Path, progress: Progress) -> Result<Self, CkptError> {
+    pub fn open_copy(dir: &Path, progress: Progress, excludes: Option<&[String]>) -> Result<Self, CkptError> {
         let root = crate::verbs::enclosing_worktree(dir).unwrap_or_else(|| dir.to_path_buf());
         let root = root.canonicalize().map_err(|source| CkptError::Io {
             path: root.clone(),
             source,
         })?;
         let layout = CopyLayout::for_root(&root)?;
-        let mut excludes = DEFAULT_EXCLUDES.join("\n");
+        let mut excludes = match excludes {
+            Some(patterns) => patterns.join("\n"),
+            None => DEFAULT_EXCLUDES.join("\n"),
+        };
         excludes.push('\n');
         match std::fs::read(root.join(".ckptignore")) {
             Ok(text) => excludes.push_str(&String::from_utf8_lossy(&text)),

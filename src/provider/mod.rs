@@ -252,22 +252,29 @@ impl ProviderChoice {
 
 /// Picks the provider for `dir`. With `auto`, a repository whose first commit came after copy
 /// checkpoints were taken keeps those checkpoints listed and restorable (by the copy provider).
-pub fn open(dir: &Path, choice: ProviderChoice, progress: progress::Progress) -> Result<Box<dyn Provider>, CkptError> {
+/// `copy_excludes` replaces the copy provider's default exclude patterns (from the config file).
+pub fn open(
+    dir: &Path,
+    choice: ProviderChoice,
+    progress: progress::Progress,
+    copy_excludes: Option<Vec<String>>,
+) -> Result<Box<dyn Provider>, CkptError> {
+    let excludes = copy_excludes.as_deref();
     match choice {
         ProviderChoice::Git => Ok(Box::new(git::GitProvider::open(dir, progress)?)),
-        ProviderChoice::Copy => Ok(Box::new(git::GitProvider::open_copy(dir, progress)?)),
+        ProviderChoice::Copy => Ok(Box::new(git::GitProvider::open_copy(dir, progress, excludes)?)),
         ProviderChoice::Auto => match git::GitProvider::open(dir, progress.clone()) {
             Ok(primary) => {
                 let layout = git::CopyLayout::for_root(primary.workdir());
                 let has_copies = layout.is_ok_and(|l| l.state_dir.join("records.json").is_file());
                 if has_copies {
-                    let earlier = git::GitProvider::open_copy(dir, progress)?;
+                    let earlier = git::GitProvider::open_copy(dir, progress, excludes)?;
                     Ok(Box::new(Layered { primary, earlier }))
                 } else {
                     Ok(Box::new(primary))
                 }
             }
-            Err(CkptError::NoProvider(_)) => Ok(Box::new(git::GitProvider::open_copy(dir, progress)?)),
+            Err(CkptError::NoProvider(_)) => Ok(Box::new(git::GitProvider::open_copy(dir, progress, excludes)?)),
             Err(e) => Err(e),
         },
     }

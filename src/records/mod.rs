@@ -3,6 +3,7 @@
 //! cross-process lock, plus the restore journal beside it. It owns only files inside that state
 //! directory; it must never touch the worktree or any repository file.
 
+pub mod config;
 pub mod statcache;
 mod trailers;
 mod wire;

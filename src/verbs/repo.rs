@@ -910,6 +910,11 @@ pub fn path_key(path: &Path) -> Result<WorkspaceKey, VerbError> {
     Ok(WorkspaceKey::new(&format!("ws-{}", &id.to_hex().to_string()[..20]))?)
 }
 
+/// The common git directory of the repository containing `dir` (unborn HEAD included), if any.
+pub fn enclosing_common_dir(dir: &Path) -> Option<PathBuf> {
+    gix::discover(dir).ok().map(|repo| repo.common_dir().to_path_buf())
+}
+
 /// Where the repository containing `dir` has its worktree, even when HEAD is unborn; `None`
 /// outside any repository.
 pub fn enclosing_worktree(dir: &Path) -> Option<PathBuf> {

@@ -135,3 +135,51 @@ fn status_reports_protection_sessions_and_disk_use_without_writing() {
     assert!(status["ckpt_only_bytes"].as_u64().unwrap() >= 6000, "{status}");
     assert!(status["shared_bytes"].as_u64().unwrap() > 0, "{status}");
 }
+
+#[test]
+fn config_file_sets_defaults_and_rejects_unknown_keys() {
+    let repo = TestRepo::new();
+    let config = repo.common_dir().join("ckpt/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, "max_file_sise = 10\n").unwrap();
+    let run = repo.ckpt_json(&["snapshot"], 2);
+    let message = run.one("error")["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains("max_file_sise") && message.contains("config.toml"),
+        "{message}"
+    );
+    assert!(repo.ckpt_refs().is_empty(), "a bad config writes nothing");
+
+    std::fs::write(
+        &config,
+        "max_file_size = 100\n[retention]\nmax_per_session = 2\nauto_prune = true\n",
+    )
+    .unwrap();
+    repo.write("big.bin", &[1u8; 500]);
+    let run = repo.ckpt_json(&["snapshot", "--session", "s"], 0);
+    assert!(run.one("snapshot")["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["path"] == "big.bin"));
+    for i in 0..3 {
+        repo.write("a.txt", format!("{i}").as_bytes());
+        repo.snapshot(&["--session", "s"]);
+    }
+    assert_eq!(
+        repo.ckpt_json(&["list"], 0).json.len(),
+        2,
+        "auto_prune keeps max_per_session"
+    );
+    assert_eq!(repo.ckpt_refs().len(), 2);
+
+    std::fs::write(&config, "provider = \"copy\"\n").unwrap();
+    let run = repo.ckpt_json(&["snapshot"], 0);
+    assert_eq!(
+        run.one("snapshot")["provider"],
+        "copy",
+        "the config chooses the provider"
+    );
+    let run = repo.ckpt_json(&["--provider", "git", "snapshot"], 0);
+    assert_eq!(run.one("snapshot")["provider"], "git", "the flag wins over the config");
+}

@@ -1,0 +1,120 @@
+//! The optional config file (TOML): `<git-common-dir>/ckpt/config.toml` inside a repository,
+//! `$CKPT_HOME/workspaces/<key>/config.toml` for a plain directory. Unknown keys and bad values
+//! are refused at load, naming the key; a missing file means the defaults.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `auto`, `git` or `copy`.
+    pub provider: Option<String>,
+    /// Files larger than this are skipped (bytes).
+    pub max_file_size: Option<u64>,
+    pub retention: Option<Retention>,
+    pub copy: Option<Copy>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retention {
+    pub max_per_session: Option<usize>,
+    pub quota_bytes: Option<u64>,
+    /// Apply the retention policy after every snapshot that created a checkpoint.
+    pub auto_prune: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Copy {
+    /// Replaces the copy provider's default exclude patterns (gitignore syntax).
+    pub excludes: Option<Vec<String>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("config {path}: {message}")]
+pub struct ConfigError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+impl Config {
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let fail = |message: String| ConfigError {
+            path: path.to_path_buf(),
+            message,
+        };
+        let config: Config = toml::from_str(text).map_err(|e| fail(e.to_string().trim().to_owned()))?;
+        if let Some(provider) = &config.provider {
+            if !matches!(provider.as_str(), "auto" | "git" | "copy") {
+                return Err(fail(format!(
+                    "key `provider`: {provider:?} is not one of auto, git, copy"
+                )));
+            }
+        }
+        if config.max_file_size == Some(0) {
+            return Err(fail("key `max_file_size`: must be at least 1".into()));
+        }
+        if let Some(retention) = &config.retention {
+            if retention.max_per_session == Some(0) {
+                return Err(fail("key `retention.max_per_session`: must be at least 1".into()));
+            }
+        }
+        if let Some(excludes) = config.copy.as_ref().and_then(|c| c.excludes.as_ref()) {
+            if let Some(bad) = excludes.iter().find(|e| e.contains('\n') || e.trim().is_empty()) {
+                return Err(fail(format!("key `copy.excludes`: {bad:?} is not a single pattern")));
+            }
+        }
+        Ok(config)
+    }
+
+    /// Loads `path`; a missing file is the default config.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(e) => Err(ConfigError {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse(text, Path::new("config.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_full_config_parses() {
+        let config = parse(
+            "provider = \"copy\"\nmax_file_size = 1024\n[retention]\nmax_per_session = 5\nquota_bytes = 99\nauto_prune = true\n[copy]\nexcludes = [\"*.tmp\", \"cache/\"]\n",
+        )
+        .unwrap();
+        assert_eq!(config.provider.as_deref(), Some("copy"));
+        assert_eq!(config.retention.unwrap().auto_prune, Some(true));
+        assert_eq!(parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_name_the_key() {
+        for (text, key) in [
+            ("max_file_sise = 3", "max_file_sise"),
+            ("[retention]\nquota = 3", "quota"),
+            ("provider = \"svn\"", "provider"),
+            ("max_file_size = \"big\"", "max_file_size"),
+            ("max_file_size = 0", "max_file_size"),
+            ("[retention]\nmax_per_session = 0", "retention.max_per_session"),
+            ("[copy]\nexcludes = [\"a\\nb\"]", "copy.excludes"),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(error.contains(key), "{text:?}: {error}");
+        }
+    }
+}
