@@ -123,6 +123,16 @@ enum Command {
         #[arg(long)]
         max_file_size: Option<u64>,
     },
+    /// Remove content of the copy store that no checkpoint of any workspace references (git
+    /// provider checkpoints are left to git's own gc)
+    Gc {
+        /// Keep unreferenced content younger than this many seconds
+        #[arg(long, default_value_t = 3600)]
+        grace_seconds: u64,
+        /// Only count what would be removed
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Check this workspace's ckpt state (read-only); exits 1 on any problem
     Audit,
     /// Report problems in this workspace's ckpt state; --fix repairs them
@@ -265,6 +275,23 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
     if let Command::Demo { keep } = &cli.command {
         return demo::run(*keep, out);
     }
+    if let Command::Gc { grace_seconds, dry_run } = &cli.command {
+        let grace = std::time::Duration::from_secs(*grace_seconds);
+        let report = provider::git::collect_copy_store_garbage(grace, *dry_run)?;
+        out.record(
+            "gc",
+            json!({"live_objects": report.live_objects, "removed": report.removed, "removed_bytes": report.removed_bytes, "kept_young": report.kept_young, "dry_run": dry_run}),
+        );
+        out.human(&format!(
+            "gc: {} unreferenced object(s), {} {}; {} kept (younger than the grace period); {} live",
+            report.removed,
+            output::human_bytes(report.removed_bytes),
+            if *dry_run { "would be removed" } else { "removed" },
+            report.kept_young,
+            report.live_objects
+        ));
+        return Ok(0);
+    }
     let cwd = working_dir(cli)?;
     let config = load_config(&cwd)?;
     let show_progress = !cli.json && std::io::stderr().is_terminal();
@@ -333,7 +360,7 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
             diff(provider.as_ref(), &cwd, &request, out)
         }
         Command::Doctor { fix, complete } => doctor(provider.as_ref(), *fix, *complete, out),
-        Command::Demo { .. } => Ok(0),
+        Command::Demo { .. } | Command::Gc { .. } => Ok(0),
     }
 }
 

@@ -73,6 +73,33 @@ pub fn ckpt_home() -> Result<PathBuf, CkptError> {
     }
 }
 
+/// `ckpt gc` for the copy store: with every workspace's lock held (so no snapshot can be
+/// publishing objects meanwhile), removes loose objects no pin of any workspace reaches and that
+/// are older than the grace period.
+pub fn collect_copy_store_garbage(
+    grace: std::time::Duration,
+    dry_run: bool,
+) -> Result<crate::verbs::GarbageReport, CkptError> {
+    let home = ckpt_home()?;
+    let mut locks = Vec::new();
+    let mut git_dirs = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(home.join("workspaces")) {
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            if WorkspaceKey::new(&entry.file_name().to_string_lossy()).is_err() || !dir.join("git").is_dir() {
+                continue;
+            }
+            let registry = Registry::open(&dir.join("state"))?;
+            locks.push(registry.lock()?);
+            git_dirs.push(dir.join("git"));
+        }
+    }
+    let older_than = std::time::SystemTime::now() - grace;
+    let report = crate::verbs::collect_private_garbage(&git_dirs, &home.join("objects"), older_than, dry_run)?;
+    drop(locks);
+    Ok(report)
+}
+
 /// Never captured by the copy provider unless `.ckptignore` re-includes them (`!dist/`).
 pub const DEFAULT_EXCLUDES: [&str; 7] = [
     ".git/",

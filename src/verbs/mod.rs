@@ -12,8 +12,9 @@ mod types;
 mod worktree;
 
 pub use repo::{
-    enclosing_common_dir, enclosing_worktree, path_key, CommitInfo, IndexStat, LocalBlobs, NewTreeEntry, ParallelBlobs,
-    PrivateStore, TrackedEntry, TreeChange, Vault, WorktreeListing, CKPT_EMAIL, CKPT_NAME, STREAM_THRESHOLD,
+    collect_private_garbage, enclosing_common_dir, enclosing_worktree, path_key, CommitInfo, GarbageReport, IndexStat,
+    LocalBlobs, NewTreeEntry, ParallelBlobs, PrivateStore, TrackedEntry, TreeChange, Vault, WorktreeListing,
+    CKPT_EMAIL, CKPT_NAME, STREAM_THRESHOLD,
 };
 pub use types::{EntryKind, ObjectId, PinRef, RepoPath, TreeItem, WorkspaceKey, PIN_NAMESPACE};
 pub use worktree::{open_no_follow, temp_file_owner, DiskItem, RestoreOp};

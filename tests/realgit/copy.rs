@@ -267,3 +267,100 @@ fn a_tampered_copy_registry_is_refused() {
     assert_eq!(out.one("error")["code"], "corrupt_registry");
     assert_eq!(repo.read("a.txt"), b"edited");
 }
+
+fn loose_objects(home: &Path) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for dir in std::fs::read_dir(home.join("objects")).unwrap().flatten() {
+        let prefix = dir.file_name().to_string_lossy().into_owned();
+        if prefix.len() == 2 {
+            for object in std::fs::read_dir(dir.path()).unwrap().flatten() {
+                out.insert(format!("{prefix}{}", object.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn gc_removes_only_unreferenced_content_past_the_grace_period() {
+    let repo = TestRepo::bare_dir();
+    repo.write("shared.txt", b"content both workspaces have\n");
+    repo.write("doomed.txt", b"content only a deleted checkpoint had\n");
+    snapshot(&repo);
+    let home = ckpt_home(&repo);
+    let second = repo.root.parent().unwrap().join("second");
+    std::fs::create_dir_all(&second).unwrap();
+    std::fs::write(second.join("shared.txt"), b"content both workspaces have\n").unwrap();
+    let out = repo
+        .ckpt_command()
+        .current_dir(&second)
+        .env("CKPT_HOME", &home)
+        .args(["--json", "snapshot"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let second_id = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    run(&repo, &["clear", "--yes"], 0);
+    let young = run(&repo, &["gc"], 0);
+    assert_eq!(
+        young.one("gc")["removed"],
+        0,
+        "the default grace period keeps fresh content"
+    );
+    let before = loose_objects(&home);
+    let dry = run(&repo, &["gc", "--grace-seconds", "0", "--dry-run"], 0);
+    assert!(dry.one("gc")["removed"].as_u64().unwrap() >= 2);
+    assert_eq!(loose_objects(&home), before, "--dry-run deletes nothing");
+
+    // A held workspace lock makes gc wait (and here give up) rather than race a snapshot.
+    let lock_path = workspace_dirs(&home).into_iter().next().unwrap().join("state/lock");
+    let holder = std::fs::OpenOptions::new().write(true).open(&lock_path).unwrap();
+    fs4::fs_std::FileExt::lock_exclusive(&holder).unwrap();
+    let blocked = repo
+        .ckpt_command()
+        .env("CKPT_HOME", &home)
+        .env("CKPT_LOCK_TIMEOUT_SECS", "1")
+        .args(["--json", "gc", "--grace-seconds", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(blocked.status.code(), Some(1));
+    assert_eq!(loose_objects(&home), before);
+    drop(holder);
+
+    let done = run(&repo, &["gc", "--grace-seconds", "0"], 0);
+    assert!(done.one("gc")["removed"].as_u64().unwrap() >= 2);
+    // The other workspace's checkpoint is whole and restorable.
+    std::fs::write(second.join("shared.txt"), b"edited").unwrap();
+    let restore = repo
+        .ckpt_command()
+        .current_dir(&second)
+        .env("CKPT_HOME", &home)
+        .args(["--json", "restore", &second_id, "--yes"])
+        .output()
+        .unwrap();
+    assert!(restore.status.success(), "{}", String::from_utf8_lossy(&restore.stderr));
+    assert_eq!(
+        std::fs::read(second.join("shared.txt")).unwrap(),
+        b"content both workspaces have\n"
+    );
+    let audit = repo
+        .ckpt_command()
+        .current_dir(&second)
+        .env("CKPT_HOME", &home)
+        .args(["audit"])
+        .output()
+        .unwrap();
+    assert!(audit.status.success(), "{}", String::from_utf8_lossy(&audit.stdout));
+}
+
+fn workspace_dirs(home: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(home.join("workspaces"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect()
+}
