@@ -118,6 +118,7 @@ def main():
     ckpt_snapshot(repo)
     results["ckpt snapshot: no-op"] = median_of(lambda: ckpt_snapshot(repo), args.runs)
     rss_noop = peak_rss_kib([ckpt, "snapshot"], repo)
+    results["ckpt status"] = median_of(lambda: run([ckpt, "status"], repo)[0], args.runs)
 
     base = subprocess.run([ckpt, "--json", "list"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
     import json
@@ -153,6 +154,7 @@ def main():
         "ckpt snapshot: after dirty.sh 100": 1.0,
         "ckpt snapshot: first in a fresh clone": 2.0,
         "ckpt restore: ~210 changed paths incl. guard + verify": 1.5,
+        "ckpt status": 2.0,
     }
     print(f"\nckpt bench: {args.files} files, median of {args.runs} runs, {os.cpu_count()} cores")
     print(f"{'measurement':58} {'median':>10} {'vs git status':>14}  target")
