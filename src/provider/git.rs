@@ -824,7 +824,7 @@ impl Provider for GitProvider {
             if let Some(head) = self.vault.head_commit()? {
                 user_side = self.vault.blobs_of(&[self.vault.read_commit(&head)?.tree])?;
             }
-            user_side.extend(self.vault.list_worktree()?.tracked.into_iter().map(|t| t.item.id));
+            user_side.extend(capture.index_ids.iter().copied());
         }
         let mut report = crate::provider::StatusReport {
             provider: self.name(),
@@ -838,8 +838,15 @@ impl Provider for GitProvider {
             blobs: blobs.len(),
             ..Default::default()
         };
+        // Sizes of content present in the worktree are known from the capture; only older
+        // content needs an object header lookup.
+        let known: std::collections::HashMap<ObjectId, u64> =
+            capture.files.values().map(|f| (f.item.id, f.size)).collect();
         for blob in &blobs {
-            let size = self.vault.object_size(blob).unwrap_or(0);
+            let size = match known.get(blob) {
+                Some(size) => *size,
+                None => self.vault.object_size(blob).unwrap_or(0),
+            };
             if user_side.contains(blob) {
                 report.shared_bytes += size;
             } else {

@@ -55,6 +55,8 @@ pub struct Capture {
     /// Names that cannot be represented as a repository path, for the user's information.
     pub warnings: Vec<String>,
     pub stats: CaptureStats,
+    /// Blob ids the user's index holds (what `status` counts as shared with the repository).
+    pub index_ids: std::collections::HashSet<crate::verbs::ObjectId>,
 }
 
 impl Capture {
@@ -284,6 +286,7 @@ pub fn capture(
     };
     let mut candidates: Vec<Candidate> = Vec::with_capacity(listing.tracked.len() + listing.untracked.len());
     for tracked in listing.tracked {
+        out.index_ids.insert(tracked.item.id);
         if tracked.item.kind == EntryKind::Gitlink {
             let full = root.join(tracked.path.to_os_path());
             if ancestors.reachable(&tracked.path) && fs::symlink_metadata(&full).map(|m| m.is_dir()).unwrap_or(false) {

@@ -891,11 +891,6 @@ impl Vault {
         }
         Ok(Vault { repo, workdir })
     }
-
-    /// True if this handle is a private copy-provider store rather than the user's repository.
-    pub fn is_private_store(&self) -> bool {
-        self.repo.git_dir().join("objects").is_symlink()
-    }
 }
 
 /// A stable key for a directory path (its SHA-1, hex, cut to 20 digits), for naming the private
