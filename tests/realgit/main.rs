@@ -8,6 +8,7 @@ mod diff;
 mod faults;
 mod health;
 mod hostile;
+mod plugin;
 mod props;
 mod restore;
 mod retention;

@@ -1,0 +1,216 @@
+// Adapter tests with a fake harness context and the real ckpt binary (CKPT_BIN, else the debug
+// build): config validation, pre-mutation capture on every hook path, shared in-flight captures,
+// failure policies, and /rewind list, preview, confirm-or-refuse, restore + fork, undo.
+
+import assert from 'node:assert/strict'
+import { execFileSync } from 'node:child_process'
+import { mkdtempSync, readFileSync, writeFileSync, mkdirSync, chmodSync, existsSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join, resolve } from 'node:path'
+import { test } from 'node:test'
+import { fileURLToPath } from 'node:url'
+
+import { apply, Config } from '../index.mjs'
+
+const here = dirname(fileURLToPath(import.meta.url))
+const CKPT = process.env.CKPT_BIN ?? resolve(here, '../../target/debug/ckpt')
+
+function repo() {
+  const dir = mkdtempSync(join(tmpdir(), 'ckpt-plugin-'))
+  const git = (...args) => execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@e', ...args], { cwd: dir, env: { ...process.env, HOME: dir } })
+  git('init', '-q')
+  writeFileSync(join(dir, 'a.txt'), 'original\n')
+  git('add', '-A')
+  git('commit', '-qm', 'init')
+  return dir
+}
+
+function checkpoints(dir) {
+  const out = execFileSync(CKPT, ['-C', dir, '--json', 'list'], { encoding: 'utf8' })
+  return out.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l))
+}
+
+/** Just enough of a cordis context: listeners by event, services by name. */
+function fakeContext(services = {}) {
+  const listeners = {}
+  const ctx = {
+    on(event, listener, options) {
+      ;(listeners[event] ??= []).push({ listener, options })
+    },
+    get: (name) => services[name],
+    logger: () => ({ info() {}, warn() {}, error() {} }),
+    listeners,
+  }
+  return ctx
+}
+
+function session(dir, events = []) {
+  return { id: 's1', header: { cwd: dir }, events }
+}
+
+function toolCall(seq, callId, turn, step) {
+  return { type: 'tool/call', seq, data: { callId, turn, step } }
+}
+
+test('config: defaults, unknown keys and bad values name the key', () => {
+  const { validate } = Config['~standard']
+  assert.equal(validate(undefined).value.commandName, 'rewind')
+  assert.deepEqual(validate({ failurePolicy: 'closed' }).value.shellTools, ['bash', 'pwsh', 'terminal_send'])
+  for (const [bad, key] of [[{ binry: 'x' }, 'binry'], [{ timeoutMs: -1 }, 'timeoutMs'], [{ commandName: 'Re wind' }, 'commandName'], [{ failurePolicy: 'maybe' }, 'failurePolicy'], [{ shellTools: 'bash' }, 'shellTools']]) {
+    const result = validate(bad)
+    assert.ok(result.issues?.some((i) => i.path?.[0] === key && i.message.includes(key)), JSON.stringify(result))
+  }
+})
+
+test('every hook path takes a checkpoint before the mutation and passes next() through', async () => {
+  const dir = repo()
+  const ctx = fakeContext()
+  apply(ctx, { binary: CKPT })
+  for (const event of ['fs/write-intent', 'fs/edit-intent', 'tools/execute']) {
+    assert.equal(ctx.listeners[event][0].options.prepend, true, `${event} must be prepended`)
+  }
+  const s = session(dir, [toolCall(1, 'c1', 1, 1), toolCall(2, 'c2', 1, 2), toolCall(3, 'c3', 2, 1), toolCall(4, 'c4', 2, 2)])
+  const agent = { session: s, status: 'running' }
+  const paths = [
+    ['fs/write-intent', (l) => l({ displayPath: 'a.txt' }, { agent, callId: 'c1' }, () => 'write-intent'), 'write-intent', 1, 1, 'write'],
+    ['fs/edit-intent', (l) => l({ displayPath: 'a.txt' }, { agent, callId: 'c2' }, () => ({ version: 7 })), { version: 7 }, 1, 2, 'edit'],
+    ['fs/write-intent (str_replace_editor create)', (l) => l({ displayPath: 'b.txt' }, { agent, callId: 'c3' }, () => ({ kind: 'createIfAbsent' })), { kind: 'createIfAbsent' }, 2, 1, 'write'],
+    ['tools/execute (bash)', (l) => l({ agent, callId: 'c4', name: 'bash' }, async () => 'ran'), 'ran', 2, 2, 'bash'],
+  ]
+  let content = 0
+  for (const [label, call, expected, turn, step, trigger] of paths) {
+    const event = label.split(' ')[0]
+    writeFileSync(join(dir, 'a.txt'), `state before ${label}\n`)
+    content += 1
+    const result = await call(ctx.listeners[event][0].listener)
+    assert.deepEqual(result, expected, `${label}: next()'s result is returned unchanged`)
+    const last = checkpoints(dir).at(-1)
+    assert.equal(last.turn, turn, label)
+    assert.equal(last.step, step, label)
+    assert.equal(last.trigger, trigger, label)
+    assert.equal(last.session, 's1', label)
+    const shown = execFileSync('git', ['-C', dir, 'show', `${last.id}:a.txt`], { encoding: 'utf8' })
+    assert.equal(shown, `state before ${label}\n`, `${label}: the checkpoint holds the pre-mutation bytes`)
+  }
+  assert.equal(checkpoints(dir).length, content)
+})
+
+test('concurrent intents in one step share the capture in flight', async () => {
+  const dir = repo()
+  const counter = join(dir, '..', `calls-${Date.now()}`)
+  const wrapper = join(dir, '..', `ckpt-wrapper-${Date.now()}.sh`)
+  writeFileSync(wrapper, `#!/bin/sh\necho x >> "${counter}"\nexec "${CKPT}" "$@"\n`)
+  chmodSync(wrapper, 0o755)
+  const ctx = fakeContext()
+  apply(ctx, { binary: wrapper })
+  const agent = { session: session(dir, [toolCall(1, 'c1', 1, 1)]) }
+  const listener = ctx.listeners['fs/write-intent'][0].listener
+  await listener({}, { agent, callId: 'c1' }, () => 1) // resolves the binary (one --version call)
+  const before = readFileSync(counter, 'utf8').split('\n').filter(Boolean).length
+  writeFileSync(join(dir, 'a.txt'), 'changed\n')
+  const agent2 = { session: session(dir, [toolCall(1, 'c9', 3, 1)]) }
+  await Promise.all([1, 2, 3].map((n) => listener({}, { agent: agent2, callId: 'c9' }, () => n)))
+  const after = readFileSync(counter, 'utf8').split('\n').filter(Boolean).length
+  assert.equal(after - before, 1, 'three intents in one step spawn one snapshot')
+})
+
+test('failure policy: open lets the tool run, closed fails the call', async () => {
+  const dir = repo()
+  const agent = { session: session(dir, [toolCall(1, 'c1', 1, 1)]) }
+  const open = fakeContext()
+  apply(open, { binary: '/nonexistent/ckpt' })
+  const env = process.env.CKPT_BIN
+  delete process.env.CKPT_BIN
+  const savedPath = process.env.PATH
+  process.env.PATH = '/nonexistent'
+  try {
+    assert.equal(await open.listeners['fs/write-intent'][0].listener({}, { agent, callId: 'c1' }, () => 'went ahead'), 'went ahead')
+    const closed = fakeContext()
+    apply(closed, { binary: '/nonexistent/ckpt', failurePolicy: 'closed' })
+    await assert.rejects(closed.listeners['fs/write-intent'][0].listener({}, { agent, callId: 'c1' }, () => 'never'), /no checkpoint could be taken/)
+  } finally {
+    process.env.PATH = savedPath
+    if (env !== undefined) process.env.CKPT_BIN = env
+  }
+})
+
+test('/rewind lists, previews, refuses without confirmation, restores, forks and undoes', async () => {
+  const dir = repo()
+  const created = []
+  let answer = 'Cancel'
+  const ctx = fakeContext({
+    userQuestions: { ask: async () => ({ answers: [{ id: 'ckpt-rewind', selected: [answer] }] }) },
+    agents: { create: async (options) => created.push(options) },
+  })
+  const { command, capture } = apply(ctx, { binary: CKPT })
+  const events = [
+    { type: 'turn/start', seq: 0, data: { turn: 1, text: 'please edit a.txt' } },
+    toolCall(1, 'c1', 1, 1),
+    { type: 'turn/end', seq: 2, data: { turn: 1 } },
+    { type: 'turn/start', seq: 3, data: { turn: 2, text: 'now break everything' } },
+    toolCall(4, 'c2', 2, 1),
+    { type: 'turn/end', seq: 5, data: { turn: 2 } },
+  ]
+  const s = session(dir, events)
+  const agent = { session: s, status: 'idle' }
+  await capture({ agent, callId: 'c1' }, 'write')
+  writeFileSync(join(dir, 'a.txt'), 'after turn 1\n')
+  await capture({ agent, callId: 'c2' }, 'bash')
+  writeFileSync(join(dir, 'a.txt'), 'after turn 2\n')
+  mkdirSync(join(dir, 'made'), { recursive: true })
+  writeFileSync(join(dir, 'made', 'new.txt'), 'created in turn 2\n')
+
+  const listed = await command.handler({ agent, rawInput: '' })
+  assert.equal(listed.kind, 'success')
+  assert.match(listed.text, /turn 1 .*please edit a\.txt/)
+  assert.match(listed.text, /turn 2 .*now break everything/)
+
+  const preview = await command.handler({ agent, rawInput: ' preview 2' })
+  assert.equal(preview.kind, 'success')
+  assert.match(preview.text, /a\.txt/)
+
+  const running = await command.handler({ agent: { ...agent, status: 'running' }, rawInput: ' 2' })
+  assert.equal(running.kind, 'error')
+
+  const refused = await command.handler({ agent, rawInput: ' 2 --exact' })
+  assert.equal(refused.kind, 'error')
+  assert.equal(readFileSync(join(dir, 'a.txt'), 'utf8'), 'after turn 2\n', 'no confirmation, nothing changed')
+
+  answer = 'Restore'
+  const restored = await command.handler({ agent, rawInput: ' 2 --exact' })
+  assert.equal(restored.kind, 'success', restored.text)
+  assert.equal(readFileSync(join(dir, 'a.txt'), 'utf8'), 'after turn 1\n')
+  assert.equal(existsSync(join(dir, 'made', 'new.txt')), false, '--exact removed what turn 2 created')
+  assert.equal(created.length, 1, 'the conversation was forked')
+  assert.equal(created[0].seed.length, 3, 'at the turn/end before turn 2')
+  assert.match(restored.text, /undo/)
+
+  const undone = await command.handler({ agent, rawInput: ' undo' })
+  assert.equal(undone.kind, 'success', undone.text)
+  assert.equal(readFileSync(join(dir, 'a.txt'), 'utf8'), 'after turn 2\n')
+  assert.equal(readFileSync(join(dir, 'made', 'new.txt'), 'utf8'), 'created in turn 2\n', 'undo is byte-exact')
+
+  const noUi = fakeContext()
+  const bare = apply(noUi, { binary: CKPT })
+  const failClosed = await bare.command.handler({ agent, rawInput: ' 1' })
+  assert.equal(failClosed.kind, 'error', 'no question provider: fail closed')
+  assert.equal(readFileSync(join(dir, 'a.txt'), 'utf8'), 'after turn 2\n')
+})
+
+test('a missing binary: the plugin loads, and /rewind says how to install', async () => {
+  const dir = repo()
+  const savedPath = process.env.PATH
+  const env = process.env.CKPT_BIN
+  delete process.env.CKPT_BIN
+  process.env.PATH = '/nonexistent'
+  try {
+    const ctx = fakeContext()
+    const { command } = apply(ctx, { binary: '/nonexistent/ckpt' })
+    const answer = await command.handler({ agent: { session: session(dir), status: 'idle' }, rawInput: '' })
+    assert.equal(answer.kind, 'error')
+    assert.match(answer.text, /not installed/)
+  } finally {
+    process.env.PATH = savedPath
+    if (env !== undefined) process.env.CKPT_BIN = env
+  }
+})
