@@ -33,6 +33,8 @@ export function apply(ctx, rawConfig) {
   const log = typeof ctx.logger === 'function' ? ctx.logger('ckpt') : { info() {}, warn() {}, error() {} }
   const inflight = new Map()
   const lastGuard = new Map()
+  // Forked sessions owed a notice: it joins their next step's messages, once.
+  const pendingNotices = new Map()
   let binary
   const binaryReady = () => (binary ??= resolveBinary(config.binary).then((found) => {
     if (!found) log.warn(INSTALL_HINT)
@@ -198,7 +200,13 @@ export function apply(ctx, rawConfig) {
     const agents = ctx.get?.('agents')
     if (agents?.create) {
       const sessionId = `session-${randomUUID()}`
-      await agents.create({ sessionId, seed: events.slice(0, cut), meta: { cwd, parentSession: session.id, seedLength: cut, notice } })
+      pendingNotices.set(sessionId, notice)
+      try {
+        await agents.create({ sessionId, seed: events.slice(0, cut), meta: { cwd, parentSession: session.id, seedLength: cut } })
+      } catch (error) {
+        pendingNotices.delete(sessionId)
+        throw error
+      }
       return sessionId
     }
     const sessions = ctx.get?.('sessions')
@@ -208,6 +216,23 @@ export function apply(ctx, rawConfig) {
     }
     throw new Error('no agents or sessions service to fork with')
   }
+
+  // The model in a forked conversation learns that the files were restored: the notice is
+  // prepended, as a user message, to the messages of that session's next step.
+  ctx.on('agent/pre-step', async (payload, next) => {
+    const decision = await next()
+    const id = String(payload?.agent?.session?.id ?? payload?.agent?.id ?? '')
+    const notice = pendingNotices.get(id)
+    if (notice === undefined || decision?.kind !== 'enter') return decision
+    pendingNotices.delete(id)
+    const message = Object.freeze({
+      id: randomUUID(),
+      role: 'user',
+      content: Object.freeze([Object.freeze({ type: 'text', text: `[ckpt] ${notice}` })]),
+      source: Object.freeze({ kind: 'user' }),
+    })
+    return { ...decision, messages: [message, ...decision.messages] }
+  })
 
   if (typeof ctx.inject === 'function') {
     ctx.inject(['commands'], (c) => c.commands.register(command))

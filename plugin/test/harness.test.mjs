@@ -96,6 +96,7 @@ test('three scripted turns, /rewind 2 with fork, and /rewind undo, byte-exact', 
     call('t3-create', 'str_replace_editor', { command: 'create', path: b, file_text: 'created in turn 3\n' }),
     call('t3-bash', 'bash', { command: `printf 'from bash\\n' > ${join(cwd, 'c.txt')}` }),
     text('turn 3 done'),
+    text('understood, the files were restored'),
   ])
 
   const ctx = new Context()
@@ -160,6 +161,17 @@ test('three scripted turns, /rewind 2 with fork, and /rewind undo, byte-exact', 
   assert.equal(existsSync(b), false, 'b.txt, created later, is gone with --exact')
   assert.equal(existsSync(c), false, 'c.txt, created later, is gone with --exact')
   assert.match(result.text, /conversation forked before turn 2 as session-/)
+  const childId = result.text.match(/(session-[0-9a-f-]+)/)[1]
+  const child = ctx.agents.get?.(childId) ?? [...(ctx.agents.list?.() ?? [])].find((x) => String(x.id) === childId)
+  assert.ok(child, 'the forked agent exists')
+  assert.equal(child.session.events.filter((e) => e.type === 'turn/start').length, 1, 'the fork holds turn 1 only')
+  const childIdle = idle(ctx, child)
+  child.followup(createUserMessage({ content: [{ type: 'text', text: 'continue' }], source: { kind: 'user' } }))
+  await childIdle
+  const userTexts = child.session.events
+    .filter((e) => e.type === 'user/message')
+    .flatMap((e) => e.data.content.map((block) => block.text))
+  assert.ok(userTexts.some((t) => /\[ckpt\] Files in .* were restored/.test(t)), `the notice reached the fork: ${JSON.stringify(userTexts)}`)
 
   const undone = await ctx.commands.execute(agent, '/rewind undo', [], signal)
   assert.ok(undone)
