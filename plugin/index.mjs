@@ -242,10 +242,18 @@ export function apply(ctx, rawConfig) {
   return { command, capture }
 }
 
+/** The first words of the user message that opened `turn`. */
 function turnText(session, turn) {
-  const start = (session.events ?? []).find((e) => e?.type === 'turn/start' && e?.data?.turn === turn)
-  const text = start?.data?.text ?? start?.data?.input ?? ''
-  return typeof text === 'string' ? text.split(/\s+/u).slice(0, 8).join(' ') : ''
+  const events = session.events ?? []
+  const start = events.findIndex((e) => e?.type === 'turn/start' && e?.data?.turn === turn)
+  if (start < 0) return ''
+  let text = events[start]?.data?.text
+  if (typeof text !== 'string') {
+    const message = events.slice(start).find((e) => e?.type === 'user/message')
+    const blocks = message?.data?.content ?? []
+    text = blocks.filter((b) => b?.type === 'text').map((b) => b.text).join(' ')
+  }
+  return typeof text === 'string' ? text.split(/\s+/u).filter(Boolean).slice(0, 8).join(' ') : ''
 }
 
 function describePreview(preview) {

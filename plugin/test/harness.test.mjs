@@ -153,6 +153,9 @@ test('three scripted turns, /rewind 2 with fork, and /rewind undo, byte-exact', 
 
   const c = join(cwd, 'c.txt')
   const before = { a: readFileSync(a, 'utf8'), b: readFileSync(b, 'utf8'), c: readFileSync(c, 'utf8') }
+  const points = await ctx.commands.execute(agent, '/rewind', [], new AbortController().signal)
+  assert.match(points.result.text, /turn 1 .*please update a/, points.result.text)
+  assert.match(points.result.text, /turn 3 .*add b/, points.result.text)
   const signal = new AbortController().signal
   const rewound = await ctx.commands.execute(agent, '/rewind 2 --exact --yes', [], signal)
   assert.ok(rewound, 'the command ran')
