@@ -4,6 +4,16 @@
 #[test]
 fn plugin_tests_pass_against_this_binary() {
     let plugin = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plugin");
+    // The harness packages are test-only dev dependencies, pinned by the lockfile; install them
+    // here when missing so `cargo test` alone runs everything on a fresh machine.
+    if !plugin.join("node_modules/@deepseek-ai/cordis").is_dir() {
+        let status = std::process::Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&plugin)
+            .status()
+            .expect("npm must be installed to test plugin/");
+        assert!(status.success(), "npm ci in plugin/ failed");
+    }
     let out = std::process::Command::new("node")
         .args(["--test", "test/"])
         .current_dir(&plugin)
