@@ -803,14 +803,8 @@ impl Provider for GitProvider {
     }
 
     fn status(&self, max_file_size: u64) -> Result<crate::provider::StatusReport, CkptError> {
-        let cache = Registry::open_existing(&self.state_dir).and_then(|r| self.trusted_stat_cache(&r));
-        let capture = scan::capture(
-            &self.vault,
-            max_file_size,
-            BlobSink::HashOnly,
-            cache.as_ref(),
-            &self.progress,
-        )?;
+        // Read-only and without reading file contents: protection comes from lstat alone.
+        let survey = scan::survey(&self.vault, max_file_size)?;
         let reconciled = self.reconcile(self.stored_records()?)?;
         let pinned_trees: Vec<ObjectId> = reconciled
             .records
@@ -819,38 +813,27 @@ impl Provider for GitProvider {
             .filter_map(|r| r.tree_id().ok())
             .collect();
         let blobs = self.vault.blobs_of(&pinned_trees)?;
-        let mut user_side: HashSet<ObjectId> = HashSet::new();
+        let mut head_blobs: HashSet<ObjectId> = HashSet::new();
         if self.kind == StoreKind::Repository {
             if let Some(head) = self.vault.head_commit()? {
-                user_side = self.vault.blobs_of(&[self.vault.read_commit(&head)?.tree])?;
+                head_blobs = self.vault.blobs_of(&[self.vault.read_commit(&head)?.tree])?;
             }
-            user_side.extend(capture.index_ids.iter().copied());
         }
         let mut report = crate::provider::StatusReport {
             provider: self.name(),
-            protected: capture
-                .files
-                .values()
-                .filter(|f| f.item.kind != EntryKind::Gitlink)
-                .count(),
-            not_protected: capture.unprotected(),
+            protected: survey.protected,
+            not_protected: survey.unprotected,
             checkpoints: reconciled.records,
             blobs: blobs.len(),
             ..Default::default()
         };
-        // Sizes of content present in the worktree are known from the capture; only older
-        // content needs an object header lookup.
-        let known: std::collections::HashMap<ObjectId, u64> =
-            capture.files.values().map(|f| (f.item.id, f.size)).collect();
         for blob in &blobs {
-            let size = match known.get(blob) {
-                Some(size) => *size,
-                None => self.vault.object_size(blob).unwrap_or(0),
-            };
-            if user_side.contains(blob) {
-                report.shared_bytes += size;
+            let in_index = survey.index_ids.get(blob).copied();
+            if in_index.is_some() || head_blobs.contains(blob) {
+                // The index records the worktree size of its files; good enough for an estimate.
+                report.shared_bytes += in_index.unwrap_or_else(|| self.vault.object_size(blob).unwrap_or(0));
             } else {
-                report.ckpt_only_bytes += size;
+                report.ckpt_only_bytes += self.vault.object_size(blob).unwrap_or(0);
             }
         }
         Ok(report)

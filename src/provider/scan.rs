@@ -55,8 +55,9 @@ pub struct Capture {
     /// Names that cannot be represented as a repository path, for the user's information.
     pub warnings: Vec<String>,
     pub stats: CaptureStats,
-    /// Blob ids the user's index holds (what `status` counts as shared with the repository).
-    pub index_ids: std::collections::HashSet<crate::verbs::ObjectId>,
+    /// Blob ids the user's index holds (what `status` counts as shared with the repository),
+    /// with the file size the index recorded for them.
+    pub index_ids: HashMap<crate::verbs::ObjectId, u64>,
 }
 
 impl Capture {
@@ -253,15 +254,14 @@ fn capture_one(
     Ok(Outcome::Captured(file, Source::Read))
 }
 
-/// Captures the worktree of `vault`. `cache` (if trusted by the caller) lets unchanged files
-/// skip reading; without it, the user's index seeds ids when that is provably safe.
-pub fn capture(
-    vault: &Vault,
-    max_file_size: u64,
-    sink: BlobSink,
-    cache: Option<&StatCache>,
-    progress: &Progress,
-) -> Result<Capture, CkptError> {
+/// A capture's skeleton (ignored, skipped, submodules, index ids), the paths still to capture,
+/// and the index mtime when index ids may seed the capture.
+type Prepared = (Capture, Vec<Candidate>, Option<(i64, u32)>);
+
+/// Lists the worktree and decides the candidates to capture: tracked and untracked paths below
+/// real directories, with submodules, nested repositories and ckpt temp files set aside. Also
+/// returns the index mtime when index ids may seed the capture.
+fn prepare(vault: &Vault) -> Result<Prepared, CkptError> {
     let started = std::time::Instant::now();
     let listing = vault.list_worktree()?;
     if std::env::var_os("CKPT_TIMING").is_some() {
@@ -270,6 +270,8 @@ pub fn capture(
             started.elapsed().as_secs_f64() * 1000.0
         );
     }
+    let listing_index_ids_are_raw = listing.index_ids_are_raw;
+    let listing_index_mtime = listing.index_mtime;
     let mut out = Capture {
         ignored: listing.ignored,
         warnings: listing
@@ -286,7 +288,8 @@ pub fn capture(
     };
     let mut candidates: Vec<Candidate> = Vec::with_capacity(listing.tracked.len() + listing.untracked.len());
     for tracked in listing.tracked {
-        out.index_ids.insert(tracked.item.id);
+        out.index_ids
+            .insert(tracked.item.id, tracked.stat.map(|s| u64::from(s.size)).unwrap_or(0));
         if tracked.item.kind == EntryKind::Gitlink {
             let full = root.join(tracked.path.to_os_path());
             if ancestors.reachable(&tracked.path) && fs::symlink_metadata(&full).map(|m| m.is_dir()).unwrap_or(false) {
@@ -328,13 +331,28 @@ pub fn capture(
         true
     });
 
+    let index_seed = if listing_index_ids_are_raw {
+        listing_index_mtime
+    } else {
+        None
+    };
+    Ok((out, candidates, index_seed))
+}
+
+/// Captures the worktree of `vault`. `cache` (if trusted by the caller) lets unchanged files
+/// skip reading; without it, the user's index seeds ids when that is provably safe.
+pub fn capture(
+    vault: &Vault,
+    max_file_size: u64,
+    sink: BlobSink,
+    cache: Option<&StatCache>,
+    progress: &Progress,
+) -> Result<Capture, CkptError> {
+    let (mut out, candidates, index_seed) = prepare(vault)?;
+    let root = vault.workdir();
     let shortcuts = Shortcuts {
         cache,
-        index_seed: if cache.is_none() && listing.index_ids_are_raw {
-            listing.index_mtime
-        } else {
-            None
-        },
+        index_seed: if cache.is_none() { index_seed } else { None },
     };
     let blobs = vault.parallel_blobs(sink == BlobSink::Store);
     let _phase = progress.phase("capturing", candidates.len() as u64);
@@ -367,4 +385,57 @@ pub fn capture(
     out.skipped.sort();
     out.skipped.dedup();
     Ok(out)
+}
+
+/// What `status` needs without reading any file: how many paths are protected, what is not and
+/// why (by `lstat` alone), and the sizes the user's index records per blob.
+#[derive(Debug, Default)]
+pub struct Survey {
+    pub protected: usize,
+    pub unprotected: Vec<(RepoPath, String)>,
+    pub index_ids: HashMap<crate::verbs::ObjectId, u64>,
+}
+
+pub fn survey(vault: &Vault, max_file_size: u64) -> Result<Survey, CkptError> {
+    let (prepared, candidates, _) = prepare(vault)?;
+    let root = vault.workdir();
+    let verdicts: Vec<Option<Result<(), String>>> = candidates
+        .par_iter()
+        .map(|candidate| {
+            let meta = match fs::symlink_metadata(root.join(candidate.path.to_os_path())) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+                Err(e) => return Some(Err(format!("unreadable: {e}"))),
+            };
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                None
+            } else if kind.is_symlink() {
+                Some(Ok(()))
+            } else if kind.is_file() {
+                if meta.len() > max_file_size {
+                    Some(Err(format!("too_large: {} bytes, limit {max_file_size}", meta.len())))
+                } else {
+                    Some(Ok(()))
+                }
+            } else {
+                Some(Err("special_file".into()))
+            }
+        })
+        .collect();
+    let mut survey = Survey {
+        protected: 0,
+        unprotected: prepared.unprotected(),
+        index_ids: prepared.index_ids,
+    };
+    for (candidate, verdict) in candidates.into_iter().zip(verdicts) {
+        match verdict {
+            Some(Ok(())) => survey.protected += 1,
+            Some(Err(reason)) => survey.unprotected.push((candidate.path, reason)),
+            None => {}
+        }
+    }
+    survey.unprotected.sort();
+    survey.unprotected.dedup();
+    Ok(survey)
 }
