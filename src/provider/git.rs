@@ -804,7 +804,9 @@ impl Provider for GitProvider {
 
     fn status(&self, max_file_size: u64) -> Result<crate::provider::StatusReport, CkptError> {
         // Read-only and without reading file contents: protection comes from lstat alone.
+        let t0 = std::time::Instant::now();
         let survey = scan::survey(&self.vault, max_file_size)?;
+        phase_time("survey", t0);
         let reconciled = self.reconcile(self.stored_records()?)?;
         let pinned_trees: Vec<ObjectId> = reconciled
             .records
@@ -812,13 +814,18 @@ impl Provider for GitProvider {
             .filter(|r| !reconciled.unpinned.contains(&r.id))
             .filter_map(|r| r.tree_id().ok())
             .collect();
+        let t1 = std::time::Instant::now();
         let blobs = self.vault.blobs_of(&pinned_trees)?;
+        phase_time("checkpoint blobs", t1);
+        let t2 = std::time::Instant::now();
         let mut head_blobs: HashSet<ObjectId> = HashSet::new();
         if self.kind == StoreKind::Repository {
             if let Some(head) = self.vault.head_commit()? {
                 head_blobs = self.vault.blobs_of(&[self.vault.read_commit(&head)?.tree])?;
             }
         }
+        phase_time("HEAD blobs", t2);
+        let t3 = std::time::Instant::now();
         let mut report = crate::provider::StatusReport {
             provider: self.name(),
             protected: survey.protected,
@@ -836,6 +843,7 @@ impl Provider for GitProvider {
                 report.ckpt_only_bytes += self.vault.object_size(blob).unwrap_or(0);
             }
         }
+        phase_time("sizes", t3);
         Ok(report)
     }
 
