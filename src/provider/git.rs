@@ -818,7 +818,7 @@ impl Provider for GitProvider {
         let blobs = self.vault.blobs_of(&pinned_trees)?;
         phase_time("checkpoint blobs", t1);
         let t2 = std::time::Instant::now();
-        let mut head_blobs: HashSet<ObjectId> = HashSet::new();
+        let mut head_blobs = crate::verbs::IdSet::default();
         if self.kind == StoreKind::Repository {
             if let Some(head) = self.vault.head_commit()? {
                 head_blobs = self.vault.blobs_of(&[self.vault.read_commit(&head)?.tree])?;

@@ -57,7 +57,7 @@ pub struct Capture {
     pub stats: CaptureStats,
     /// Blob ids the user's index holds (what `status` counts as shared with the repository),
     /// with the file size the index recorded for them.
-    pub index_ids: HashMap<crate::verbs::ObjectId, u64>,
+    pub index_ids: crate::verbs::IdMap<u64>,
 }
 
 impl Capture {
@@ -319,9 +319,10 @@ fn prepare(vault: &Vault) -> Result<Prepared, CkptError> {
     for path in listing.nested_repos {
         out.skipped.push((path, "nested_repo".into()));
     }
-    let mut seen = std::collections::HashSet::new();
+    // The index lists each path once (stages merged) and the walk emits no tracked path, so
+    // candidates are already unique.
     candidates.retain(|c| {
-        if out.files.contains_key(&c.path) || !seen.insert(c.path.clone()) || !ancestors.reachable(&c.path) {
+        if out.files.contains_key(&c.path) || !ancestors.reachable(&c.path) {
             return false;
         }
         if c.path.components().last().and_then(temp_file_owner).is_some() {
@@ -393,7 +394,7 @@ pub fn capture(
 pub struct Survey {
     pub protected: usize,
     pub unprotected: Vec<(RepoPath, String)>,
-    pub index_ids: HashMap<crate::verbs::ObjectId, u64>,
+    pub index_ids: crate::verbs::IdMap<u64>,
 }
 
 pub fn survey(vault: &Vault, max_file_size: u64) -> Result<Survey, CkptError> {

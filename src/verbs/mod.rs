@@ -16,7 +16,7 @@ pub use repo::{
     LocalBlobs, NewTreeEntry, ParallelBlobs, PrivateStore, TrackedEntry, TreeChange, Vault, WorktreeListing,
     CKPT_EMAIL, CKPT_NAME, STREAM_THRESHOLD,
 };
-pub use types::{EntryKind, ObjectId, PinRef, RepoPath, TreeItem, WorkspaceKey, PIN_NAMESPACE};
+pub use types::{EntryKind, IdMap, IdSet, ObjectId, PinRef, RepoPath, TreeItem, WorkspaceKey, PIN_NAMESPACE};
 pub use worktree::{open_no_follow, temp_file_owner, DiskItem, RestoreOp};
 
 /// A value that failed validation before reaching a verb.

@@ -453,9 +453,9 @@ impl Vault {
     }
 
     /// Every blob reachable from these trees (submodule pointers excluded), each tree read once.
-    pub fn blobs_of(&self, trees: &[ObjectId]) -> Result<std::collections::HashSet<ObjectId>, VerbError> {
-        let mut blobs = std::collections::HashSet::new();
-        let mut seen = std::collections::HashSet::new();
+    pub fn blobs_of(&self, trees: &[ObjectId]) -> Result<super::IdSet, VerbError> {
+        let mut blobs = super::IdSet::default();
+        let mut seen = super::IdSet::default();
         let mut pending: Vec<ObjectId> = trees.to_vec();
         while let Some(id) = pending.pop() {
             if !seen.insert(id) {

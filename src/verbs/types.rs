@@ -63,6 +63,29 @@ impl fmt::Display for ObjectId {
     }
 }
 
+/// Hashes object ids by their leading bytes: ids are already uniformly distributed, so the
+/// default SipHash only costs time in sets of tens of thousands of them.
+#[derive(Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut word = [0u8; 8];
+        let n = bytes.len().min(8);
+        word[..n].copy_from_slice(&bytes[..n]);
+        self.0 = self.0.rotate_left(5) ^ u64::from_le_bytes(word);
+    }
+}
+
+/// A set of object ids with [`IdHasher`].
+pub type IdSet = std::collections::HashSet<ObjectId, std::hash::BuildHasherDefault<IdHasher>>;
+/// A map keyed by object ids with [`IdHasher`].
+pub type IdMap<V> = std::collections::HashMap<ObjectId, V, std::hash::BuildHasherDefault<IdHasher>>;
+
 /// Is `text` usable as one component of a ref name under `refs/ckpt/`? Deliberately narrower than
 /// git's own rules: ASCII letters, digits, `-`, `_` and non-leading `.`, no `..`, no `.lock` suffix.
 fn is_safe_ref_component(text: &str) -> bool {
