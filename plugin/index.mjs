@@ -23,7 +23,7 @@ function position(exec) {
   const callId = exec.rootCallId ?? exec.callId
   const events = session.events ?? []
   const call = [...events].reverse().find((e) => e?.type === 'tool/call' && e?.data?.callId === callId)
-  return { session, id: String(session.id), cwd: session.header?.cwd, turn: call?.data?.turn, step: call?.data?.step }
+  return { session, id: String(session.id), cwd: session.header?.cwd, turn: call?.data?.turn, step: call?.data?.step, callId }
 }
 
 export function apply(ctx, rawConfig) {
@@ -51,7 +51,10 @@ export function apply(ctx, rawConfig) {
   const capture = async (exec, trigger) => {
     const pos = position(exec)
     if (!pos?.cwd) return
-    const key = `${pos.id}\u0000${pos.turn}\u0000${pos.step}`
+    // Without a position in the log, a call is its own step: sharing by an unknown (turn, step)
+    // would silently skip every later mutation of the session.
+    const known = pos.turn !== undefined && pos.step !== undefined
+    const key = known ? `${pos.id}\u0000${pos.turn}\u0000${pos.step}` : `${pos.id}\u0000call\u0000${pos.callId}`
     if (!inflight.has(key)) {
       const args = ['snapshot', '--kind', 'auto', '--session', pos.id, '--trigger', trigger]
       if (pos.turn !== undefined) args.push('--turn', String(pos.turn))

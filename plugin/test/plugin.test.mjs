@@ -114,6 +114,19 @@ test('concurrent intents in one step share the capture in flight', async () => {
   assert.equal(after - before, 1, 'three intents in one step spawn one snapshot')
 })
 
+test('calls with no position in the session log each get their own checkpoint', async () => {
+  const dir = repo()
+  const ctx = fakeContext()
+  apply(ctx, { binary: CKPT })
+  const agent = { session: session(dir, []) } // no tool/call events: turn and step unknown
+  const listener = ctx.listeners['fs/write-intent'][0].listener
+  for (const [n, callId] of ['x1', 'x2', 'x3'].entries()) {
+    writeFileSync(join(dir, 'a.txt'), `version ${n}\n`)
+    await listener({}, { agent, callId }, () => undefined)
+  }
+  assert.equal(checkpoints(dir).length, 3, 'every mutation was preceded by a checkpoint')
+})
+
 test('failure policy: open lets the tool run, closed fails the call', async () => {
   const dir = repo()
   const agent = { session: session(dir, [toolCall(1, 'c1', 1, 1)]) }
