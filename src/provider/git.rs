@@ -803,10 +803,8 @@ impl Provider for GitProvider {
     }
 
     fn status(&self, max_file_size: u64) -> Result<crate::provider::StatusReport, CkptError> {
-        // Read-only and without reading file contents: protection comes from lstat alone.
-        let t0 = std::time::Instant::now();
-        let survey = scan::survey(&self.vault, max_file_size)?;
-        phase_time("survey", t0);
+        // Read-only and without reading file contents: protection comes from lstat alone. The
+        // checkpoint trees are walked on another thread while this one surveys the worktree.
         let reconciled = self.reconcile(self.stored_records()?)?;
         let pinned_trees: Vec<ObjectId> = reconciled
             .records
@@ -814,36 +812,34 @@ impl Provider for GitProvider {
             .filter(|r| !reconciled.unpinned.contains(&r.id))
             .filter_map(|r| r.tree_id().ok())
             .collect();
-        let t1 = std::time::Instant::now();
-        let blobs = self.vault.blobs_of(&pinned_trees)?;
-        phase_time("checkpoint blobs", t1);
-        let t2 = std::time::Instant::now();
-        let mut head_blobs = crate::verbs::IdSet::default();
-        if self.kind == StoreKind::Repository {
-            if let Some(head) = self.vault.head_commit()? {
-                head_blobs = self.vault.blobs_of(&[self.vault.read_commit(&head)?.tree])?;
-            }
-        }
-        phase_time("HEAD blobs", t2);
-        let t3 = std::time::Instant::now();
+        let head_tree = match (self.kind, self.vault.head_commit()?) {
+            (StoreKind::Repository, Some(head)) => Some(self.vault.read_commit(&head)?.tree),
+            _ => None,
+        };
+        let started = std::time::Instant::now();
+        let census = self.vault.spawn_blob_census(pinned_trees, head_tree);
+        let survey = scan::survey(&self.vault, max_file_size);
+        phase_time("survey", started);
+        let census = census.join()?;
+        phase_time("survey and blob census", started);
+        let survey = survey?;
         let mut report = crate::provider::StatusReport {
             provider: self.name(),
             protected: survey.protected,
             not_protected: survey.unprotected,
             checkpoints: reconciled.records,
-            blobs: blobs.len(),
+            blobs: census.blobs.len(),
             ..Default::default()
         };
-        for blob in &blobs {
-            let in_index = survey.index_ids.get(blob).copied();
-            if in_index.is_some() || head_blobs.contains(blob) {
+        for blob in &census.blobs {
+            let outside_head = census.sizes_outside_head.get(blob).copied();
+            match (survey.index_ids.get(blob).copied(), outside_head) {
                 // The index records the worktree size of its files; good enough for an estimate.
-                report.shared_bytes += in_index.unwrap_or_else(|| self.vault.object_size(blob).unwrap_or(0));
-            } else {
-                report.ckpt_only_bytes += self.vault.object_size(blob).unwrap_or(0);
+                (Some(index_size), _) => report.shared_bytes += index_size,
+                (None, None) => report.shared_bytes += self.vault.object_size(blob).unwrap_or(0),
+                (None, Some(size)) => report.ckpt_only_bytes += size,
             }
         }
-        phase_time("sizes", t3);
         Ok(report)
     }
 

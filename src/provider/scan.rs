@@ -16,7 +16,8 @@ use crate::provider::progress::Progress;
 use crate::provider::CkptError;
 use crate::records::statcache::{CacheEntry, FileStat, StatCache};
 use crate::verbs::{
-    temp_file_owner, EntryKind, IndexStat, LocalBlobs, ParallelBlobs, RepoPath, TreeItem, Vault, STREAM_THRESHOLD,
+    temp_file_owner, EntryKind, IndexStat, LocalBlobs, ParallelBlobs, PathKind, RepoPath, TreeItem, Vault,
+    WorktreeProbe, STREAM_THRESHOLD,
 };
 
 pub const DEFAULT_MAX_FILE_SIZE: u64 = 64 * 1024 * 1024;
@@ -173,40 +174,32 @@ fn open_no_follow(path: &Path) -> std::io::Result<fs::File> {
 
 fn capture_one(
     root: &Path,
+    probe: &WorktreeProbe,
     candidate: &Candidate,
     max_file_size: u64,
     shortcuts: &Shortcuts<'_>,
     blobs: &ParallelBlobs,
     local: &mut Option<LocalBlobs>,
 ) -> Result<Outcome, CkptError> {
-    let full = root.join(candidate.path.to_os_path());
-    let meta = match fs::symlink_metadata(&full) {
-        Ok(meta) => meta,
+    let probed = match probe.lstat(&candidate.path) {
+        Ok(probed) => probed,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Absent),
         Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
     };
-    let file_type = meta.file_type();
-    let kind = if file_type.is_symlink() {
-        EntryKind::Symlink
-    } else if file_type.is_file() {
-        use std::os::unix::fs::MetadataExt;
-        if meta.len() > max_file_size {
+    let kind = match probed.kind {
+        PathKind::Symlink => EntryKind::Symlink,
+        PathKind::File if probed.stat.size > max_file_size => {
             return Ok(Outcome::Skipped(format!(
                 "too_large: {} bytes, limit {max_file_size}",
-                meta.len()
+                probed.stat.size
             )));
         }
-        if meta.mode() & 0o100 != 0 {
-            EntryKind::Executable
-        } else {
-            EntryKind::File
-        }
-    } else if file_type.is_dir() {
-        return Ok(Outcome::Absent);
-    } else {
-        return Ok(Outcome::Skipped("special_file".into()));
+        PathKind::File if probed.is_executable() => EntryKind::Executable,
+        PathKind::File => EntryKind::File,
+        PathKind::Directory => return Ok(Outcome::Absent),
+        PathKind::Special => return Ok(Outcome::Skipped("special_file".into())),
     };
-    let stat = FileStat::from_metadata(&meta);
+    let stat = probed.stat;
     if let Some((item, source)) = shortcuts.known_id(candidate, &stat, kind) {
         let file = CapturedFile {
             item,
@@ -215,6 +208,7 @@ fn capture_one(
         };
         return Ok(Outcome::Captured(file, source));
     }
+    let full = root.join(candidate.path.to_os_path());
     let (id, size) = if kind == EntryKind::Symlink {
         match fs::read_link(&full) {
             Ok(target) => {
@@ -356,6 +350,7 @@ pub fn capture(
         index_seed: if cache.is_none() { index_seed } else { None },
     };
     let blobs = vault.parallel_blobs(sink == BlobSink::Store);
+    let probe = vault.worktree_probe()?;
     let _phase = progress.phase("capturing", candidates.len() as u64);
     let outcomes: Vec<Result<Outcome, CkptError>> = candidates
         .par_iter()
@@ -363,7 +358,7 @@ pub fn capture(
         .map_init(
             || None,
             |local, candidate| {
-                let outcome = capture_one(root, candidate, max_file_size, &shortcuts, &blobs, local);
+                let outcome = capture_one(root, &probe, candidate, max_file_size, &shortcuts, &blobs, local);
                 progress.inc(1);
                 outcome
             },
@@ -399,28 +394,24 @@ pub struct Survey {
 
 pub fn survey(vault: &Vault, max_file_size: u64) -> Result<Survey, CkptError> {
     let (prepared, candidates, _) = prepare(vault)?;
-    let root = vault.workdir();
+    let probe = vault.worktree_probe()?;
     let verdicts: Vec<Option<Result<(), String>>> = candidates
         .par_iter()
         .map(|candidate| {
-            let meta = match fs::symlink_metadata(root.join(candidate.path.to_os_path())) {
-                Ok(meta) => meta,
+            let probed = match probe.lstat(&candidate.path) {
+                Ok(probed) => probed,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
                 Err(e) => return Some(Err(format!("unreadable: {e}"))),
             };
-            let kind = meta.file_type();
-            if kind.is_dir() {
-                None
-            } else if kind.is_symlink() {
-                Some(Ok(()))
-            } else if kind.is_file() {
-                if meta.len() > max_file_size {
-                    Some(Err(format!("too_large: {} bytes, limit {max_file_size}", meta.len())))
-                } else {
-                    Some(Ok(()))
-                }
-            } else {
-                Some(Err("special_file".into()))
+            match probed.kind {
+                PathKind::Directory => None,
+                PathKind::Symlink => Some(Ok(())),
+                PathKind::File if probed.stat.size > max_file_size => Some(Err(format!(
+                    "too_large: {} bytes, limit {max_file_size}",
+                    probed.stat.size
+                ))),
+                PathKind::File => Some(Ok(())),
+                PathKind::Special => Some(Err("special_file".into())),
             }
         })
         .collect();

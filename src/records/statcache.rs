@@ -8,36 +8,12 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
+pub use crate::verbs::FileStat;
 use crate::verbs::{ObjectId, RepoPath};
 
 const MAGIC: &[u8; 8] = b"CKPTSTAT";
 const VERSION: u32 = 2;
 pub const FILE_NAME: &str = "statcache.bin";
-
-/// What `lstat` says about a file, as far as change detection needs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileStat {
-    pub size: u64,
-    pub mtime: (i64, u32),
-    pub ctime: (i64, u32),
-    pub ino: u64,
-    pub dev: u64,
-    pub mode: u32,
-}
-
-impl FileStat {
-    pub fn from_metadata(meta: &std::fs::Metadata) -> FileStat {
-        use std::os::unix::fs::MetadataExt;
-        FileStat {
-            size: meta.size(),
-            mtime: (meta.mtime(), meta.mtime_nsec() as u32),
-            ctime: (meta.ctime(), meta.ctime_nsec() as u32),
-            ino: meta.ino(),
-            dev: meta.dev(),
-            mode: meta.mode(),
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct CacheEntry {

@@ -12,12 +12,15 @@ mod types;
 mod worktree;
 
 pub use repo::{
-    collect_private_garbage, enclosing_common_dir, enclosing_worktree, path_key, CommitInfo, GarbageReport, IndexStat,
-    LocalBlobs, NewTreeEntry, ParallelBlobs, PrivateStore, TrackedEntry, TreeChange, Vault, WorktreeListing,
-    CKPT_EMAIL, CKPT_NAME, STREAM_THRESHOLD,
+    collect_private_garbage, enclosing_common_dir, enclosing_worktree, path_key, BlobCensus, CensusHandle, CommitInfo,
+    GarbageReport, IndexStat, LocalBlobs, NewTreeEntry, ParallelBlobs, PrivateStore, TrackedEntry, TreeChange, Vault,
+    WorktreeListing, CKPT_EMAIL, CKPT_NAME, STREAM_THRESHOLD,
 };
-pub use types::{EntryKind, IdMap, IdSet, ObjectId, PinRef, RepoPath, TreeItem, WorkspaceKey, PIN_NAMESPACE};
-pub use worktree::{open_no_follow, temp_file_owner, DiskItem, RestoreOp};
+pub use types::{
+    EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PathStat, PinRef, RepoPath, TreeItem, WorkspaceKey,
+    PIN_NAMESPACE,
+};
+pub use worktree::{open_no_follow, temp_file_owner, DiskItem, RestoreOp, WorktreeProbe};
 
 /// A value that failed validation before reaching a verb.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -452,26 +452,13 @@ impl Vault {
         self.repo.find_header(id.0).ok().map(|h| h.size())
     }
 
-    /// Every blob reachable from these trees (submodule pointers excluded), each tree read once.
-    pub fn blobs_of(&self, trees: &[ObjectId]) -> Result<super::IdSet, VerbError> {
-        let mut blobs = super::IdSet::default();
-        let mut seen = super::IdSet::default();
-        let mut pending: Vec<ObjectId> = trees.to_vec();
-        while let Some(id) = pending.pop() {
-            if !seen.insert(id) {
-                continue;
-            }
-            for (_, kind, child) in self.read_tree_level(&id)? {
-                match kind {
-                    None => pending.push(child),
-                    Some(EntryKind::Gitlink) => {}
-                    Some(_) => {
-                        blobs.insert(child);
-                    }
-                }
-            }
-        }
-        Ok(blobs)
+    /// Starts counting, on a thread of its own, the blobs the checkpoint trees keep alive and
+    /// which of them HEAD's tree holds too; the caller goes on with its own work meanwhile.
+    /// Read-only: it decodes trees and reads object headers, nothing else.
+    pub fn spawn_blob_census(&self, checkpoint_trees: Vec<ObjectId>, head_tree: Option<ObjectId>) -> CensusHandle {
+        let repo = self.repo.clone().into_sync();
+        let thread = std::thread::spawn(move || blob_census(&repo.to_thread_local(), &checkpoint_trees, head_tree));
+        CensusHandle { thread }
     }
 
     /// Reads every tree below `tree` and checks every name the way [`Self::read_tree`] does
@@ -575,6 +562,7 @@ impl Vault {
     /// Lists the worktree read-only: index entries and a directory walk that applies git's
     /// ignore rules, never entering ignored directories or nested repositories.
     pub fn list_worktree(&self) -> Result<WorktreeListing, VerbError> {
+        let started = std::time::Instant::now();
         let index = self
             .repo
             .index_or_empty()
@@ -619,7 +607,11 @@ impl Vault {
         }
 
         if std::env::var_os("CKPT_TIMING").is_some() {
-            eprintln!("ckpt: index read: {} entries", listing.tracked.len());
+            eprintln!(
+                "ckpt: index read: {} entries, {:.1} ms",
+                listing.tracked.len(),
+                started.elapsed().as_secs_f64() * 1000.0
+            );
         }
         listing.index_mtime = std::fs::metadata(self.repo.index_path()).ok().map(|m| {
             use std::os::unix::fs::MetadataExt;
@@ -668,6 +660,105 @@ impl Vault {
         }
         Ok(listing)
     }
+}
+
+/// The blobs reachable from checkpoint trees (submodule pointers excluded), split by whether
+/// HEAD's tree holds them too.
+#[derive(Debug, Default)]
+pub struct BlobCensus {
+    pub blobs: super::IdSet,
+    pub in_head: super::IdSet,
+    /// The stored size of every blob in `blobs` that HEAD's tree does not hold.
+    pub sizes_outside_head: super::IdMap<u64>,
+}
+
+/// A census running on its own thread.
+pub struct CensusHandle {
+    thread: std::thread::JoinHandle<Result<BlobCensus, VerbError>>,
+}
+
+impl CensusHandle {
+    pub fn join(self) -> Result<BlobCensus, VerbError> {
+        self.thread.join().unwrap_or_else(|_| {
+            Err(VerbError::git(
+                "counting checkpoint blobs",
+                "the census thread panicked",
+            ))
+        })
+    }
+}
+
+/// HEAD's tree is walked first and every tree it decodes is remembered, so the checkpoint trees
+/// (mostly HEAD's trees with a few changed levels) decode only what differs.
+fn blob_census(
+    repo: &gix::Repository,
+    checkpoint_trees: &[ObjectId],
+    head_tree: Option<ObjectId>,
+) -> Result<BlobCensus, VerbError> {
+    type Level = Vec<(Option<EntryKind>, ObjectId)>;
+    let decode = |id: &ObjectId| -> Result<Level, VerbError> {
+        let tree = repo
+            .find_tree(id.0)
+            .map_err(|_| VerbError::MissingObject { id: *id, what: "tree" })?;
+        let decoded = tree
+            .decode()
+            .map_err(|e| VerbError::git(format!("decoding tree {id}"), e))?;
+        Ok(decoded
+            .entries
+            .iter()
+            .map(|e| (entry_kind(e.mode), ObjectId(e.oid.to_owned())))
+            .collect())
+    };
+    let mut census = BlobCensus::default();
+    let mut head_levels: super::IdMap<Level> = super::IdMap::default();
+    let mut pending: Vec<ObjectId> = head_tree.into_iter().collect();
+    while let Some(id) = pending.pop() {
+        if head_levels.contains_key(&id) {
+            continue;
+        }
+        let level = decode(&id)?;
+        for (kind, child) in &level {
+            match kind {
+                None => pending.push(*child),
+                Some(EntryKind::Gitlink) => {}
+                Some(_) => {
+                    census.in_head.insert(*child);
+                }
+            }
+        }
+        head_levels.insert(id, level);
+    }
+    let mut seen = super::IdSet::default();
+    let mut pending: Vec<ObjectId> = checkpoint_trees.to_vec();
+    while let Some(id) = pending.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let decoded;
+        let level = match head_levels.get(&id) {
+            Some(level) => level,
+            None => {
+                decoded = decode(&id)?;
+                &decoded
+            }
+        };
+        for (kind, child) in level {
+            match kind {
+                None => pending.push(*child),
+                Some(EntryKind::Gitlink) => {}
+                Some(_) => {
+                    census.blobs.insert(*child);
+                }
+            }
+        }
+    }
+    for blob in &census.blobs {
+        if !census.in_head.contains(blob) {
+            let size = repo.find_header(blob.0).map(|h| h.size()).unwrap_or(0);
+            census.sizes_outside_head.insert(*blob, size);
+        }
+    }
+    Ok(census)
 }
 
 /// A `Sync` handle that hashes (or stores) blobs from many threads; each thread takes a

@@ -391,3 +391,38 @@ mod tests {
         }
     }
 }
+
+/// What `lstat` says about a worktree path, as far as change detection needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    pub size: u64,
+    pub mtime: (i64, u32),
+    pub ctime: (i64, u32),
+    pub ino: u64,
+    pub dev: u64,
+    pub mode: u32,
+}
+
+/// The kind of a worktree path as `lstat` sees it (the last component is never followed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathKind {
+    File,
+    Symlink,
+    Directory,
+    /// A socket, fifo or device.
+    Special,
+}
+
+/// One `lstat` of a worktree path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathStat {
+    pub kind: PathKind,
+    pub stat: FileStat,
+}
+
+impl PathStat {
+    /// Regular files with the owner's execute bit are executables, as git records them.
+    pub fn is_executable(&self) -> bool {
+        self.kind == PathKind::File && self.stat.mode & 0o100 != 0
+    }
+}

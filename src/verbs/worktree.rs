@@ -11,7 +11,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::repo::Vault;
-use super::types::{EntryKind, RepoPath, TreeItem};
+use super::types::{EntryKind, FileStat, PathKind, PathStat, RepoPath, TreeItem};
 use super::VerbError;
 
 /// What occupies a worktree path right now.
@@ -113,7 +113,46 @@ fn temp_name() -> Vec<u8> {
     format!(".ckpt-{}-{suffix}.tmp", std::process::id()).into_bytes()
 }
 
+/// Read-only `lstat` of worktree paths relative to one open root directory, so each call walks
+/// only the path's own components (the way git's relative lstat does). It never opens a file and
+/// never follows a symlink at the last component; reachability through symlinked ancestors is
+/// the caller's check.
+pub struct WorktreeProbe {
+    root: OwnedFd,
+}
+
+impl WorktreeProbe {
+    pub fn lstat(&self, path: &RepoPath) -> std::io::Result<PathStat> {
+        let stat = rustix::fs::statat(&self.root, path.as_bytes(), AtFlags::SYMLINK_NOFOLLOW)?;
+        let file_type = FileType::from_raw_mode(stat.st_mode);
+        let kind = match file_type {
+            FileType::RegularFile => PathKind::File,
+            FileType::Symlink => PathKind::Symlink,
+            FileType::Directory => PathKind::Directory,
+            _ => PathKind::Special,
+        };
+        Ok(PathStat {
+            kind,
+            stat: FileStat {
+                size: stat.st_size as u64,
+                mtime: (stat.st_mtime, stat.st_mtime_nsec as u32),
+                ctime: (stat.st_ctime, stat.st_ctime_nsec as u32),
+                ino: stat.st_ino,
+                dev: stat.st_dev,
+                mode: stat.st_mode,
+            },
+        })
+    }
+}
+
 impl Vault {
+    /// A probe for many `lstat` calls under this worktree's root.
+    pub fn worktree_probe(&self) -> Result<WorktreeProbe, VerbError> {
+        Ok(WorktreeProbe {
+            root: self.open_root()?,
+        })
+    }
+
     fn open_root(&self) -> Result<OwnedFd, VerbError> {
         rustix::fs::open(
             self.workdir(),

@@ -136,6 +136,62 @@ fn status_reports_protection_sessions_and_disk_use_without_writing() {
     assert!(status["shared_bytes"].as_u64().unwrap() > 0, "{status}");
 }
 
+/// Blob ids (no submodule pointers) reachable from `treeish`, by git itself.
+fn blobs_by_git(repo: &TestRepo, treeish: &str) -> std::collections::BTreeSet<String> {
+    repo.git(&["ls-tree", "-r", "--format=%(objecttype) %(objectname)", treeish])
+        .lines()
+        .filter_map(|line| line.strip_prefix("blob "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn status_disk_use_matches_git_own_view_of_the_objects() {
+    let repo = TestRepo::new();
+    repo.write("docs/guide.md", &vec![b'g'; 700]);
+    repo.write("kept.txt", &vec![b'k'; 300]);
+    repo.commit_all("more");
+    // Staged only (index, not HEAD), committed but dropped from the index (HEAD, not index),
+    // and two versions that live only in checkpoints.
+    repo.write("staged.txt", &vec![b's'; 1100]);
+    repo.git(&["add", "staged.txt"]);
+    repo.git(&["rm", "-q", "--cached", "kept.txt"]);
+    repo.write("scratch.txt", &vec![b'1'; 2300]);
+    repo.snapshot(&["--session", "a"]);
+    repo.write("scratch.txt", &vec![b'2'; 4100]);
+    repo.write("docs/guide.md", &vec![b'h'; 900]);
+    repo.snapshot(&["--session", "b"]);
+
+    let mut in_checkpoints = std::collections::BTreeSet::new();
+    for pin in repo.ckpt_refs() {
+        in_checkpoints.extend(blobs_by_git(&repo, &format!("{pin}^{{tree}}")));
+    }
+    let in_head = blobs_by_git(&repo, "HEAD");
+    let in_index: std::collections::BTreeSet<String> = repo
+        .git(&["ls-files", "-s"])
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(1).map(str::to_owned))
+        .collect();
+    let size = |id: &String| -> u64 { repo.git(&["cat-file", "-s", id]).trim().parse().unwrap() };
+    let (shared, only): (Vec<&String>, Vec<&String>) = in_checkpoints
+        .iter()
+        .partition(|id| in_head.contains(*id) || in_index.contains(*id));
+    assert!(only.len() >= 3 && shared.len() >= 5, "the scenario covers both sides");
+
+    let status = repo.ckpt_json(&["status"], 0).one("status").clone();
+    assert_eq!(status["blobs"].as_u64(), Some(in_checkpoints.len() as u64), "{status}");
+    assert_eq!(
+        status["shared_bytes"].as_u64(),
+        Some(shared.iter().map(|id| size(id)).sum()),
+        "{status}"
+    );
+    assert_eq!(
+        status["ckpt_only_bytes"].as_u64(),
+        Some(only.iter().map(|id| size(id)).sum()),
+        "{status}"
+    );
+}
+
 #[test]
 fn config_file_sets_defaults_and_rejects_unknown_keys() {
     let repo = TestRepo::new();
