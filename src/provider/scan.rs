@@ -140,17 +140,28 @@ struct Candidate {
     index: Option<(TreeItem, Option<IndexStat>)>,
 }
 
-/// What lets a capture skip reading a file.
-struct Shortcuts<'a> {
-    cache: Option<&'a StatCache>,
+/// What every file's capture shares: where the worktree is, the size limit, where blobs go, and
+/// what lets a capture skip reading a file.
+struct CaptureContext<'a> {
+    root: &'a Path,
+    probe: WorktreeProbe,
+    max_file_size: u64,
+    blobs: ParallelBlobs,
     /// The index's mtime, when its ids may seed the capture.
     index_seed: Option<(i64, u32)>,
 }
 
-impl Shortcuts<'_> {
-    fn known_id(&self, candidate: &Candidate, stat: &FileStat, kind: EntryKind) -> Option<(TreeItem, Source)> {
-        if let Some(id) = self.cache.and_then(|c| c.lookup(&candidate.path, stat)) {
-            return Some((TreeItem { kind, id }, Source::Cache));
+impl CaptureContext<'_> {
+    /// `cached` is the stat cache's entry for the candidate's path, if any.
+    fn known_id(
+        &self,
+        candidate: &Candidate,
+        cached: Option<&CacheEntry>,
+        stat: &FileStat,
+        kind: EntryKind,
+    ) -> Option<(TreeItem, Source)> {
+        if let Some(entry) = cached.filter(|entry| entry.stat == *stat) {
+            return Some((TreeItem { kind, id: entry.id }, Source::Cache));
         }
         let index_mtime = self.index_seed?;
         let (item, Some(index_stat)) = candidate.index.as_ref()? else {
@@ -173,14 +184,19 @@ fn open_no_follow(path: &Path) -> std::io::Result<fs::File> {
 }
 
 fn capture_one(
-    root: &Path,
-    probe: &WorktreeProbe,
+    context: &CaptureContext<'_>,
     candidate: &Candidate,
-    max_file_size: u64,
-    shortcuts: &Shortcuts<'_>,
-    blobs: &ParallelBlobs,
+    cached: Option<&CacheEntry>,
     local: &mut Option<LocalBlobs>,
 ) -> Result<Outcome, CkptError> {
+    let CaptureContext {
+        root,
+        probe,
+        max_file_size,
+        blobs,
+        ..
+    } = context;
+    let max_file_size = *max_file_size;
     let probed = match probe.lstat(&candidate.path) {
         Ok(probed) => probed,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Absent),
@@ -200,7 +216,7 @@ fn capture_one(
         PathKind::Special => return Ok(Outcome::Skipped("special_file".into())),
     };
     let stat = probed.stat;
-    if let Some((item, source)) = shortcuts.known_id(candidate, &stat, kind) {
+    if let Some((item, source)) = context.known_id(candidate, cached, &stat, kind) {
         let file = CapturedFile {
             item,
             size: stat.size,
@@ -344,21 +360,26 @@ pub fn capture(
     progress: &Progress,
 ) -> Result<Capture, CkptError> {
     let (mut out, candidates, index_seed) = prepare(vault)?;
-    let root = vault.workdir();
-    let shortcuts = Shortcuts {
-        cache,
+    let context = CaptureContext {
+        root: vault.workdir(),
+        probe: vault.worktree_probe()?,
+        max_file_size,
+        blobs: vault.parallel_blobs(sink == BlobSink::Store),
         index_seed: if cache.is_none() { index_seed } else { None },
     };
-    let blobs = vault.parallel_blobs(sink == BlobSink::Store);
-    let probe = vault.worktree_probe()?;
+    let cached = match cache {
+        Some(cache) => cache.locate(candidates.iter().map(|c| &c.path)),
+        None => vec![None; candidates.len()],
+    };
     let _phase = progress.phase("capturing", candidates.len() as u64);
     let outcomes: Vec<Result<Outcome, CkptError>> = candidates
         .par_iter()
+        .zip(cached.par_iter())
         // A repository handle per worker is made only once that worker has a file to read.
         .map_init(
             || None,
-            |local, candidate| {
-                let outcome = capture_one(root, &probe, candidate, max_file_size, &shortcuts, &blobs, local);
+            |local, (candidate, cached)| {
+                let outcome = capture_one(&context, candidate, *cached, local);
                 progress.inc(1);
                 outcome
             },

@@ -4,7 +4,6 @@
 //! written is not trusted. The file is versioned and checksummed; anything unexpected discards
 //! the whole cache (it is rebuilt on the next snapshot), never trusts part of it.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
@@ -27,7 +26,9 @@ pub struct StatCache {
     /// The checkpoint whose objects every entry refers to; the cache is only used while that
     /// checkpoint is still pinned (so its objects cannot have been collected).
     pub checkpoint: Option<ObjectId>,
-    entries: HashMap<RepoPath, CacheEntry>,
+    /// Sorted by path, each path once: a capture walks its paths in the same order, so finding
+    /// each one is a step forward rather than a hash of the path.
+    entries: Vec<(RepoPath, CacheEntry)>,
     /// Entries dropped at load because they were racily clean: while any are missing, the cache
     /// no longer describes its checkpoint completely.
     dropped: usize,
@@ -37,13 +38,20 @@ impl StatCache {
     pub fn new(checkpoint: Option<ObjectId>) -> Self {
         StatCache {
             checkpoint,
-            entries: HashMap::new(),
+            entries: Vec::new(),
             dropped: 0,
         }
     }
 
+    /// Adds or replaces the entry for `path`; in path order this is a push.
     pub fn insert(&mut self, path: RepoPath, entry: CacheEntry) {
-        self.entries.insert(path, entry);
+        match self.entries.last() {
+            Some((last, _)) if *last >= path => match self.entries.binary_search_by(|(p, _)| p.cmp(&path)) {
+                Ok(at) => self.entries[at].1 = entry,
+                Err(at) => self.entries.insert(at, (path, entry)),
+            },
+            _ => self.entries.push((path, entry)),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -62,7 +70,39 @@ impl StatCache {
 
     /// The cached id for `path` if its stat is exactly `stat`.
     pub fn lookup(&self, path: &RepoPath, stat: &FileStat) -> Option<ObjectId> {
-        self.entries.get(path).filter(|e| e.stat == *stat).map(|e| e.id)
+        let at = self.entries.binary_search_by(|(p, _)| p.cmp(path)).ok()?;
+        Some(&self.entries[at].1).filter(|e| e.stat == *stat).map(|e| e.id)
+    }
+
+    /// The entry of each path, in the order given. Paths in sorted order cost one comparison
+    /// each; any other order still gets correct answers, by binary search.
+    pub fn locate<'a>(&self, paths: impl IntoIterator<Item = &'a RepoPath>) -> Vec<Option<&CacheEntry>> {
+        let mut next = 0;
+        paths
+            .into_iter()
+            .map(|path| {
+                let fits_at_next = self.entries.get(next).is_none_or(|(p, _)| p >= path)
+                    && (next == 0 || self.entries[next - 1].0 < *path);
+                let found = if fits_at_next {
+                    match self.entries.get(next) {
+                        Some((p, _)) if p == path => Ok(next),
+                        _ => Err(next),
+                    }
+                } else {
+                    self.entries.binary_search_by(|(p, _)| p.cmp(path))
+                };
+                match found {
+                    Ok(at) => {
+                        next = at + 1;
+                        Some(&self.entries[at].1)
+                    }
+                    Err(at) => {
+                        next = at;
+                        None
+                    }
+                }
+            })
+            .collect()
     }
 
     fn encode(&self, written: (i64, u32)) -> Vec<u8> {
@@ -75,10 +115,7 @@ impl StatCache {
         out.push(checkpoint.len() as u8);
         out.extend_from_slice(checkpoint.as_bytes());
         out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
-        let mut paths: Vec<&RepoPath> = self.entries.keys().collect();
-        paths.sort();
-        for path in paths {
-            let entry = &self.entries[path];
+        for (path, entry) in &self.entries {
             let bytes = path.as_bytes();
             out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
             out.extend_from_slice(bytes);
@@ -122,9 +159,17 @@ impl StatCache {
         };
         let count = r.u64()?;
         let mut cache = StatCache::new(checkpoint);
+        cache.entries.reserve(usize::try_from(count).ok()?.min(body.len() / 64));
+        let mut previous: &[u8] = &[];
         for _ in 0..count {
             let len = r.u32()? as usize;
-            let path = RepoPath::new(r.take(len)?.to_vec()).ok()?;
+            let raw = r.take(len)?;
+            // Written strictly sorted; anything else is not a file this code wrote.
+            if !previous.is_empty() && raw <= previous {
+                return None;
+            }
+            previous = raw;
+            let path = RepoPath::new(raw.to_vec()).ok()?;
             let stat = FileStat {
                 size: r.u64()?,
                 mtime: (r.i64()?, r.u32()?),
@@ -138,7 +183,7 @@ impl StatCache {
             // Racy-clean rule: a file modified in the same second the cache was written may
             // change again without its stat changing, so it must be re-read.
             if stat.mtime.0 < written.0 {
-                cache.entries.insert(path, CacheEntry { stat, id });
+                cache.entries.push((path, CacheEntry { stat, id }));
             } else {
                 cache.dropped += 1;
             }
@@ -263,6 +308,55 @@ mod tests {
             None,
             "any stat change misses"
         );
+    }
+
+    fn cache_of(names: &[&str]) -> StatCache {
+        let mut cache = StatCache::new(None);
+        for (n, name) in names.iter().enumerate() {
+            cache.insert(
+                path(name),
+                CacheEntry {
+                    stat: stat(1),
+                    id: id(n as u8 + 1),
+                },
+            );
+        }
+        cache
+    }
+
+    #[test]
+    fn locate_answers_like_lookup_in_any_order() {
+        // Inserted out of order on purpose: insert keeps the entries sorted.
+        let cache = cache_of(&["m/x", "b", "a/z", "z", "a/b"]);
+        let probe: Vec<RepoPath> = ["a/b", "a/c", "a/z", "b", "c", "m/x", "zz", "b", "a/b", "0"]
+            .iter()
+            .map(|name| path(name))
+            .collect();
+        let located: Vec<Option<ObjectId>> = cache.locate(&probe).iter().map(|e| e.map(|e| e.id)).collect();
+        let looked_up: Vec<Option<ObjectId>> = probe.iter().map(|p| cache.lookup(p, &stat(1))).collect();
+        assert_eq!(located, looked_up);
+        assert_eq!(
+            located.iter().filter(|found| found.is_some()).count(),
+            6,
+            "a/b twice, a/z, b twice, m/x"
+        );
+    }
+
+    #[test]
+    fn a_file_with_unsorted_or_repeated_paths_is_discarded() {
+        let sorted = cache_of(&["a", "b"]).encode((100, 0));
+        assert!(StatCache::decode(&sorted).is_some());
+        // Same length names, so swapping their bytes keeps the file well-formed but unsorted.
+        let swapped = |from: &[u8], to: &[u8]| {
+            let mut body = sorted[..sorted.len() - 4].to_vec();
+            let at = body.windows(5).position(|w| w == [1, 0, 0, 0, from[0]]).unwrap();
+            body[at + 4] = to[0];
+            let crc = crc32fast::hash(&body);
+            body.extend_from_slice(&crc.to_le_bytes());
+            body
+        };
+        assert!(StatCache::decode(&swapped(b"a", b"c")).is_none(), "c before b");
+        assert!(StatCache::decode(&swapped(b"a", b"b")).is_none(), "b twice");
     }
 
     #[test]
