@@ -411,7 +411,9 @@ impl GitProvider {
                 None => None,
             },
         };
+        let t3 = std::time::Instant::now();
         let changes = self.vault.diff_trees(base_tree.as_ref(), Some(&tree))?;
+        phase_time("diff against the previous checkpoint", t3);
         let old_blobs: HashSet<ObjectId> = changes.iter().filter_map(|c| c.old.map(|i| i.id)).collect();
         let mut counted: HashSet<ObjectId> = HashSet::new();
         let mut bytes = 0u64;
@@ -446,6 +448,7 @@ impl GitProvider {
             bytes,
             skipped,
         };
+        let t4 = std::time::Instant::now();
         let commit = self
             .vault
             .write_commit(&tree, head.as_ref(), &trailers.format(), unix)?;
@@ -460,7 +463,10 @@ impl GitProvider {
             self.vault.unpin(&pin, &commit).ok();
             return Err(error.into());
         }
+        phase_time("commit, pin and record", t4);
+        let t5 = std::time::Instant::now();
         self.save_stat_cache(registry, lock, &capture, &record, cache.as_ref());
+        phase_time("stat cache save", t5);
         Ok((
             SnapshotOutcome {
                 record,

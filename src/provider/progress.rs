@@ -49,6 +49,11 @@ impl Progress {
         }
     }
 
+    /// Adds `n` units to the current phase, for work discovered while it runs.
+    pub fn grow(&self, n: u64) {
+        self.shared.total.fetch_add(n, Ordering::Relaxed);
+    }
+
     pub fn inc(&self, n: u64) {
         self.shared.done.fetch_add(n, Ordering::Relaxed);
     }
@@ -85,6 +90,7 @@ fn draw(shared: Arc<Shared>, label: &'static str) {
     );
     bar.set_message(label);
     while !shared.finished.load(Ordering::Relaxed) {
+        bar.set_length(shared.total.load(Ordering::Relaxed));
         bar.set_position(shared.done.load(Ordering::Relaxed));
         std::thread::sleep(Duration::from_millis(100));
     }

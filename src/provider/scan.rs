@@ -144,9 +144,9 @@ struct Candidate {
 /// what lets a capture skip reading a file.
 struct CaptureContext<'a> {
     root: &'a Path,
-    probe: WorktreeProbe,
+    probe: &'a WorktreeProbe,
     max_file_size: u64,
-    blobs: ParallelBlobs,
+    blobs: &'a ParallelBlobs,
     /// The index's mtime, when its ids may seed the capture.
     index_seed: Option<(i64, u32)>,
 }
@@ -264,73 +264,85 @@ fn capture_one(
     Ok(Outcome::Captured(file, Source::Read))
 }
 
-/// A capture's skeleton (ignored, skipped, submodules, index ids), the paths still to capture,
-/// and the index mtime when index ids may seed the capture.
-type Prepared = (Capture, Vec<Candidate>, Option<(i64, u32)>);
+/// A capture's skeleton (ignored, skipped, submodules, index ids), the paths it decided to
+/// capture, and what `work` made of each of them (same order).
+type Prepared<T> = (Capture, Vec<Candidate>, Vec<T>);
 
-/// Lists the worktree and decides the candidates to capture: tracked and untracked paths below
-/// real directories, with submodules, nested repositories and ckpt temp files set aside. Also
-/// returns the index mtime when index ids may seed the capture.
-fn prepare(vault: &Vault) -> Result<Prepared, CkptError> {
-    let started = std::time::Instant::now();
-    let listing = vault.list_worktree()?;
-    if std::env::var_os("CKPT_TIMING").is_some() {
-        eprintln!(
-            "ckpt: list worktree (index + walk): {:.1} ms",
-            started.elapsed().as_secs_f64() * 1000.0
-        );
-    }
-    let listing_index_ids_are_raw = listing.index_ids_are_raw;
-    let listing_index_mtime = listing.index_mtime;
-    let mut out = Capture {
-        ignored: listing.ignored,
-        warnings: listing
-            .unrepresentable
-            .into_iter()
-            .map(|(name, why)| format!("not protected: {name:?}: {why}"))
-            .collect(),
-        ..Capture::default()
-    };
+/// Lists the worktree, decides the candidates to capture (tracked and untracked paths below real
+/// directories, with submodules, nested repositories and ckpt temp files set aside), and runs
+/// `work` over them: over the tracked ones while the walk for untracked paths is still running,
+/// then over the untracked ones. `work` also gets the index mtime when index ids may seed a
+/// capture.
+fn prepare_and_run<T>(
+    vault: &Vault,
+    work: impl Fn(&[Candidate], Option<(i64, u32)>) -> Vec<T>,
+) -> Result<Prepared<T>, CkptError> {
     let root = vault.workdir();
+    let mut out = Capture::default();
     let mut ancestors = AncestorCheck {
         root,
         known: HashMap::new(),
     };
-    let mut candidates: Vec<Candidate> = Vec::with_capacity(listing.tracked.len() + listing.untracked.len());
-    for tracked in listing.tracked {
-        out.index_ids
-            .insert(tracked.item.id, tracked.stat.map(|s| u64::from(s.size)).unwrap_or(0));
-        if tracked.item.kind == EntryKind::Gitlink {
-            let full = root.join(tracked.path.to_os_path());
-            if ancestors.reachable(&tracked.path) && fs::symlink_metadata(&full).map(|m| m.is_dir()).unwrap_or(false) {
-                out.files.insert(
-                    tracked.path.clone(),
-                    CapturedFile {
-                        item: tracked.item,
-                        size: 0,
-                        stat: None,
-                    },
-                );
-                out.skipped.push((tracked.path, "submodule".into()));
+    let (listing, (mut candidates, mut results, index_seed)) = vault.list_worktree_overlapped(|listing| {
+        let index_seed = if listing.index_ids_are_raw {
+            listing.index_mtime
+        } else {
+            None
+        };
+        let mut candidates = Vec::with_capacity(listing.tracked.len());
+        for tracked in std::mem::take(&mut listing.tracked) {
+            out.index_ids
+                .insert(tracked.item.id, tracked.stat.map(|s| u64::from(s.size)).unwrap_or(0));
+            if tracked.item.kind == EntryKind::Gitlink {
+                let full = root.join(tracked.path.to_os_path());
+                if ancestors.reachable(&tracked.path)
+                    && fs::symlink_metadata(&full).map(|m| m.is_dir()).unwrap_or(false)
+                {
+                    out.files.insert(
+                        tracked.path.clone(),
+                        CapturedFile {
+                            item: tracked.item,
+                            size: 0,
+                            stat: None,
+                        },
+                    );
+                    out.skipped.push((tracked.path, "submodule".into()));
+                }
+                continue;
             }
-            continue;
+            candidates.push(Candidate {
+                path: tracked.path,
+                index: Some((tracked.item, tracked.stat)),
+            });
         }
-        candidates.push(Candidate {
-            path: tracked.path,
-            index: Some((tracked.item, tracked.stat)),
-        });
-    }
-    candidates.extend(
-        listing
-            .untracked
-            .into_iter()
-            .map(|path| Candidate { path, index: None }),
-    );
+        keep_capturable(&mut candidates, &mut out, &mut ancestors);
+        let results = work(&candidates, index_seed);
+        (candidates, results, index_seed)
+    })?;
+    out.ignored = listing.ignored;
+    out.warnings = listing
+        .unrepresentable
+        .into_iter()
+        .map(|(name, why)| format!("not protected: {name:?}: {why}"))
+        .collect();
     for path in listing.nested_repos {
         out.skipped.push((path, "nested_repo".into()));
     }
-    // The index lists each path once (stages merged) and the walk emits no tracked path, so
-    // candidates are already unique.
+    let mut untracked: Vec<Candidate> = listing
+        .untracked
+        .into_iter()
+        .map(|path| Candidate { path, index: None })
+        .collect();
+    keep_capturable(&mut untracked, &mut out, &mut ancestors);
+    results.extend(work(&untracked, index_seed));
+    candidates.extend(untracked);
+    Ok((out, candidates, results))
+}
+
+/// Drops candidates that are submodules, sit below a symlink or non-directory, or are ckpt's
+/// own temp files (those are reported as skipped). The index lists each path once (stages
+/// merged) and the walk emits no tracked path, so candidates are already unique.
+fn keep_capturable(candidates: &mut Vec<Candidate>, out: &mut Capture, ancestors: &mut AncestorCheck<'_>) {
     candidates.retain(|c| {
         if out.files.contains_key(&c.path) || !ancestors.reachable(&c.path) {
             return false;
@@ -341,13 +353,6 @@ fn prepare(vault: &Vault) -> Result<Prepared, CkptError> {
         }
         true
     });
-
-    let index_seed = if listing_index_ids_are_raw {
-        listing_index_mtime
-    } else {
-        None
-    };
-    Ok((out, candidates, index_seed))
 }
 
 /// Captures the worktree of `vault`. `cache` (if trusted by the caller) lets unchanged files
@@ -359,32 +364,37 @@ pub fn capture(
     cache: Option<&StatCache>,
     progress: &Progress,
 ) -> Result<Capture, CkptError> {
-    let (mut out, candidates, index_seed) = prepare(vault)?;
-    let context = CaptureContext {
-        root: vault.workdir(),
-        probe: vault.worktree_probe()?,
-        max_file_size,
-        blobs: vault.parallel_blobs(sink == BlobSink::Store),
-        index_seed: if cache.is_none() { index_seed } else { None },
+    let probe = vault.worktree_probe()?;
+    let blobs = vault.parallel_blobs(sink == BlobSink::Store);
+    let _phase = progress.phase("capturing", 0);
+    let capture_all = |candidates: &[Candidate], index_seed: Option<(i64, u32)>| {
+        progress.grow(candidates.len() as u64);
+        let context = CaptureContext {
+            root: vault.workdir(),
+            probe: &probe,
+            max_file_size,
+            blobs: &blobs,
+            index_seed: if cache.is_none() { index_seed } else { None },
+        };
+        let cached = match cache {
+            Some(cache) => cache.locate(candidates.iter().map(|c| &c.path)),
+            None => vec![None; candidates.len()],
+        };
+        candidates
+            .par_iter()
+            .zip(cached.par_iter())
+            // A repository handle per worker is made only once that worker has a file to read.
+            .map_init(
+                || None,
+                |local, (candidate, cached)| {
+                    let outcome = capture_one(&context, candidate, *cached, local);
+                    progress.inc(1);
+                    outcome
+                },
+            )
+            .collect::<Vec<Result<Outcome, CkptError>>>()
     };
-    let cached = match cache {
-        Some(cache) => cache.locate(candidates.iter().map(|c| &c.path)),
-        None => vec![None; candidates.len()],
-    };
-    let _phase = progress.phase("capturing", candidates.len() as u64);
-    let outcomes: Vec<Result<Outcome, CkptError>> = candidates
-        .par_iter()
-        .zip(cached.par_iter())
-        // A repository handle per worker is made only once that worker has a file to read.
-        .map_init(
-            || None,
-            |local, (candidate, cached)| {
-                let outcome = capture_one(&context, candidate, *cached, local);
-                progress.inc(1);
-                outcome
-            },
-        )
-        .collect();
+    let (mut out, candidates, outcomes) = prepare_and_run(vault, capture_all)?;
     for (candidate, outcome) in candidates.into_iter().zip(outcomes) {
         match outcome? {
             Outcome::Captured(file, source) => {
@@ -414,28 +424,30 @@ pub struct Survey {
 }
 
 pub fn survey(vault: &Vault, max_file_size: u64) -> Result<Survey, CkptError> {
-    let (prepared, candidates, _) = prepare(vault)?;
     let probe = vault.worktree_probe()?;
-    let verdicts: Vec<Option<Result<(), String>>> = candidates
-        .par_iter()
-        .map(|candidate| {
-            let probed = match probe.lstat(&candidate.path) {
-                Ok(probed) => probed,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-                Err(e) => return Some(Err(format!("unreadable: {e}"))),
-            };
-            match probed.kind {
-                PathKind::Directory => None,
-                PathKind::Symlink => Some(Ok(())),
-                PathKind::File if probed.stat.size > max_file_size => Some(Err(format!(
-                    "too_large: {} bytes, limit {max_file_size}",
-                    probed.stat.size
-                ))),
-                PathKind::File => Some(Ok(())),
-                PathKind::Special => Some(Err("special_file".into())),
-            }
-        })
-        .collect();
+    let verdict_of_each = |candidates: &[Candidate], _: Option<(i64, u32)>| {
+        candidates
+            .par_iter()
+            .map(|candidate| {
+                let probed = match probe.lstat(&candidate.path) {
+                    Ok(probed) => probed,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+                    Err(e) => return Some(Err(format!("unreadable: {e}"))),
+                };
+                match probed.kind {
+                    PathKind::Directory => None,
+                    PathKind::Symlink => Some(Ok(())),
+                    PathKind::File if probed.stat.size > max_file_size => Some(Err(format!(
+                        "too_large: {} bytes, limit {max_file_size}",
+                        probed.stat.size
+                    ))),
+                    PathKind::File => Some(Ok(())),
+                    PathKind::Special => Some(Err("special_file".into())),
+                }
+            })
+            .collect::<Vec<Option<Result<(), String>>>>()
+    };
+    let (prepared, candidates, verdicts) = prepare_and_run(vault, verdict_of_each)?;
     let mut survey = Survey {
         protected: 0,
         unprotected: prepared.unprotected(),

@@ -562,15 +562,60 @@ impl Vault {
     /// Lists the worktree read-only: index entries and a directory walk that applies git's
     /// ignore rules, never entering ignored directories or nested repositories.
     pub fn list_worktree(&self) -> Result<WorktreeListing, VerbError> {
+        self.list_worktree_overlapped(|_| ()).map(|(listing, ())| listing)
+    }
+
+    /// [`Self::list_worktree`], with the walk for untracked paths running on a thread of its own
+    /// while `with_index` works on this thread with the index half of the listing (`tracked`,
+    /// `index_mtime`, `index_ids_are_raw`). Whatever `with_index` leaves in the listing is
+    /// returned with the walk's findings added.
+    pub fn list_worktree_overlapped<R>(
+        &self,
+        with_index: impl FnOnce(&mut WorktreeListing) -> R,
+    ) -> Result<(WorktreeListing, R), VerbError> {
         let started = std::time::Instant::now();
         let index = self
             .repo
             .index_or_empty()
             .map_err(|e| VerbError::git("reading the index (read-only)", e))?;
+        let mut listing = self.index_listing(&index);
+        if std::env::var_os("CKPT_TIMING").is_some() {
+            eprintln!(
+                "ckpt: index read: {} entries, {:.1} ms",
+                listing.tracked.len(),
+                started.elapsed().as_secs_f64() * 1000.0
+            );
+        }
+        let walk_repo = self.repo.clone().into_sync();
+        let (walked, result) = std::thread::scope(|scope| {
+            let walker = scope.spawn(|| walk_untracked(&walk_repo.to_thread_local(), &index));
+            let result = with_index(&mut listing);
+            let walked = walker
+                .join()
+                .unwrap_or_else(|_| Err(VerbError::git("walking the worktree", "the walk thread panicked")));
+            (walked, result)
+        });
+        let walked = walked?;
+        listing.untracked = walked.untracked;
+        listing.ignored = walked.ignored;
+        listing.nested_repos = walked.nested_repos;
+        listing.unrepresentable.extend(walked.unrepresentable);
+        if std::env::var_os("CKPT_TIMING").is_some() {
+            eprintln!(
+                "ckpt: list worktree (index + walk): {:.1} ms",
+                started.elapsed().as_secs_f64() * 1000.0
+            );
+        }
+        Ok((listing, result))
+    }
+
+    /// The index half of a listing: every entry (stages merged) with its stat, and whether index
+    /// ids may stand for the bytes on disk.
+    fn index_listing(&self, index: &gix::index::File) -> WorktreeListing {
         let mut listing = WorktreeListing::default();
         let mut last: Option<RepoPath> = None;
         for entry in index.entries() {
-            let raw_path = entry.path(&index);
+            let raw_path = entry.path(index);
             let Some(kind) = index_entry_kind(entry.mode) else {
                 continue;
             };
@@ -605,61 +650,56 @@ impl Vault {
                 Err(e) => listing.unrepresentable.push((raw_path.to_string(), e.to_string())),
             }
         }
-
-        if std::env::var_os("CKPT_TIMING").is_some() {
-            eprintln!(
-                "ckpt: index read: {} entries, {:.1} ms",
-                listing.tracked.len(),
-                started.elapsed().as_secs_f64() * 1000.0
-            );
-        }
         listing.index_mtime = std::fs::metadata(self.repo.index_path()).ok().map(|m| {
             use std::os::unix::fs::MetadataExt;
             (m.mtime(), m.mtime_nsec() as u32)
         });
         listing.index_ids_are_raw = self.index_ids_are_raw(&listing.tracked);
+        listing
+    }
+}
 
-        let options = self
-            .repo
-            .dirwalk_options()
-            .map_err(|e| VerbError::git("preparing the worktree walk", e))?
-            .emit_tracked(false)
-            .emit_untracked(gix::dir::walk::EmissionMode::Matching)
-            .emit_ignored(Some(gix::dir::walk::EmissionMode::CollapseDirectory))
-            .emit_pruned(false)
-            .emit_empty_directories(false)
-            .recurse_repositories(false)
-            .classify_untracked_bare_repositories(true)
-            .symlinks_to_directories_are_ignored_like_directories(false);
-        let mut collect = gix::dir::walk::delegate::Collect::default();
-        let interrupt = std::sync::atomic::AtomicBool::new(false);
-        let no_patterns: [&BStr; 0] = [];
-        self.repo
-            .dirwalk(&index, no_patterns, &interrupt, options, &mut collect)
-            .map_err(|e| VerbError::git("walking the worktree", e))?;
-        for (entry, _) in collect.into_entries_by_path() {
-            use gix::dir::entry::{Kind, Status};
-            let raw = entry.rela_path;
-            if raw.is_empty() {
+/// What the walk for untracked paths finds: the walk half of a [`WorktreeListing`].
+fn walk_untracked(repo: &gix::Repository, index: &gix::index::File) -> Result<WorktreeListing, VerbError> {
+    let options = repo
+        .dirwalk_options()
+        .map_err(|e| VerbError::git("preparing the worktree walk", e))?
+        .emit_tracked(false)
+        .emit_untracked(gix::dir::walk::EmissionMode::Matching)
+        .emit_ignored(Some(gix::dir::walk::EmissionMode::CollapseDirectory))
+        .emit_pruned(false)
+        .emit_empty_directories(false)
+        .recurse_repositories(false)
+        .classify_untracked_bare_repositories(true)
+        .symlinks_to_directories_are_ignored_like_directories(false);
+    let mut collect = gix::dir::walk::delegate::Collect::default();
+    let interrupt = std::sync::atomic::AtomicBool::new(false);
+    let no_patterns: [&BStr; 0] = [];
+    repo.dirwalk(index, no_patterns, &interrupt, options, &mut collect)
+        .map_err(|e| VerbError::git("walking the worktree", e))?;
+    let mut listing = WorktreeListing::default();
+    for (entry, _) in collect.into_entries_by_path() {
+        use gix::dir::entry::{Kind, Status};
+        let raw = entry.rela_path;
+        if raw.is_empty() {
+            continue;
+        }
+        let path = match RepoPath::new(raw.to_vec()) {
+            Ok(path) => path,
+            Err(e) => {
+                listing.unrepresentable.push((raw.to_string(), e.to_string()));
                 continue;
             }
-            let path = match RepoPath::new(raw.to_vec()) {
-                Ok(path) => path,
-                Err(e) => {
-                    listing.unrepresentable.push((raw.to_string(), e.to_string()));
-                    continue;
-                }
-            };
-            match (entry.status, entry.disk_kind) {
-                (Status::Ignored(_), kind) => listing.ignored.push((path, matches!(kind, Some(Kind::Directory)))),
-                (Status::Untracked, Some(Kind::Repository)) => listing.nested_repos.push(path),
-                (Status::Untracked, Some(Kind::Directory)) => {}
-                (Status::Untracked, _) => listing.untracked.push(path),
-                _ => {}
-            }
+        };
+        match (entry.status, entry.disk_kind) {
+            (Status::Ignored(_), kind) => listing.ignored.push((path, matches!(kind, Some(Kind::Directory)))),
+            (Status::Untracked, Some(Kind::Repository)) => listing.nested_repos.push(path),
+            (Status::Untracked, Some(Kind::Directory)) => {}
+            (Status::Untracked, _) => listing.untracked.push(path),
+            _ => {}
         }
-        Ok(listing)
     }
+    Ok(listing)
 }
 
 /// The blobs reachable from checkpoint trees (submodule pointers excluded), split by whether
