@@ -11,12 +11,13 @@ use std::path::{Path, PathBuf};
 use crate::provider::plan::{self, PlanInput};
 use crate::provider::progress::Progress;
 use crate::provider::scan::{self, BlobSink, Capture};
+use crate::provider::treebuild;
 use crate::provider::{
     CkptError, Confirmation, Preview, Provider, RestoreReport, Selection, SnapshotOutcome, SnapshotRequest,
 };
 use crate::records::statcache::StatCache;
 use crate::records::{Record, Registry, RegistryLock, Skipped, Trailers, WirePath};
-use crate::verbs::{EntryKind, NewTreeEntry, ObjectId, PinRef, RepoPath, RestoreOp, TreeItem, Vault, WorkspaceKey};
+use crate::verbs::{EntryKind, ObjectId, PinRef, RepoPath, RestoreOp, TreeItem, Vault, WorkspaceKey};
 
 /// The registry checked against the refs.
 #[derive(Debug, Default)]
@@ -314,34 +315,35 @@ impl GitProvider {
         Ok(record)
     }
 
-    /// Writes the nested trees for `files` bottom-up and returns the root tree id.
-    fn write_trees(&self, files: &BTreeMap<RepoPath, TreeItem>) -> Result<ObjectId, CkptError> {
-        #[derive(Default)]
-        struct Dir {
-            files: Vec<(Vec<u8>, TreeItem)>,
-            dirs: BTreeMap<Vec<u8>, Dir>,
-        }
-        let mut root = Dir::default();
-        for (path, item) in files {
-            let components: Vec<&[u8]> = path.components().collect();
-            let mut dir = &mut root;
-            for component in &components[..components.len() - 1] {
-                dir = dir.dirs.entry(component.to_vec()).or_default();
+    /// Writes the capture's trees. With a complete stat cache, the cache's checkpoint is the
+    /// base: only directories holding a file that did not come from the cache, or a cached file
+    /// that is gone, are written again; every other subtree id is the base's.
+    fn write_trees(&self, capture: &Capture, cache: Option<&StatCache>) -> Result<ObjectId, CkptError> {
+        let files: Vec<(&RepoPath, TreeItem)> = capture.files.iter().map(|(path, file)| (path, file.item)).collect();
+        let base_tree = cache
+            .filter(|cache| cache.is_complete())
+            .and_then(|cache| cache.checkpoint)
+            .and_then(|checkpoint| self.vault.read_commit(&checkpoint).ok())
+            .map(|info| info.tree);
+        let (Some(cache), Some(base_tree)) = (cache, base_tree) else {
+            return treebuild::build_trees(&self.vault, &files, None);
+        };
+        let mut changed = HashSet::new();
+        for (path, file) in &capture.files {
+            if !file.cached {
+                treebuild::mark_parents_changed(&mut changed, path);
             }
-            dir.files.push((components[components.len() - 1].to_vec(), *item));
         }
-        fn write(vault: &Vault, dir: Dir) -> Result<ObjectId, CkptError> {
-            let mut entries = Vec::with_capacity(dir.files.len() + dir.dirs.len());
-            for (name, item) in dir.files {
-                entries.push(NewTreeEntry::new(&name, Some(item.kind), item.id)?);
+        for path in cache.paths() {
+            if !capture.files.contains_key(path) {
+                treebuild::mark_parents_changed(&mut changed, path);
             }
-            for (name, sub) in dir.dirs {
-                let id = write(vault, sub)?;
-                entries.push(NewTreeEntry::new(&name, None, id)?);
-            }
-            Ok(vault.write_tree(entries)?)
         }
-        write(&self.vault, root)
+        let base = treebuild::Base {
+            tree: base_tree,
+            changed_dirs: &changed,
+        };
+        treebuild::build_trees(&self.vault, &files, Some(&base))
     }
 
     /// The snapshot transaction; the caller holds the workspace lock. All or nothing: the record
@@ -384,7 +386,7 @@ impl GitProvider {
         let t1 = std::time::Instant::now();
         let tree = match self.unchanged_since_cache(&capture, cache.as_ref()) {
             Some(tree) => tree,
-            None => self.write_trees(&capture.items())?,
+            None => self.write_trees(&capture, cache.as_ref())?,
         };
         phase_time("trees", t1);
         let warnings = capture.warnings.clone();

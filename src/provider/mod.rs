@@ -10,6 +10,7 @@ pub mod progress;
 pub mod retention;
 pub mod scan;
 pub mod target;
+pub mod treebuild;
 
 use std::path::{Component, Path, PathBuf};
 

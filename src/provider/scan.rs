@@ -35,6 +35,8 @@ pub struct CapturedFile {
     pub size: u64,
     /// The stat the content was captured under (none for submodule pointers).
     pub stat: Option<FileStat>,
+    /// The id came from the stat cache: the cache's checkpoint holds this file as it is.
+    pub cached: bool,
 }
 
 /// How much of a capture was served without reading files.
@@ -221,6 +223,7 @@ fn capture_one(
             item,
             size: stat.size,
             stat: Some(stat),
+            cached: matches!(source, Source::Cache),
         };
         return Ok(Outcome::Captured(file, source));
     }
@@ -260,6 +263,7 @@ fn capture_one(
         item: TreeItem { kind, id },
         size,
         stat: Some(stat),
+        cached: false,
     };
     Ok(Outcome::Captured(file, Source::Read))
 }
@@ -304,6 +308,7 @@ fn prepare_and_run<T>(
                             item: tracked.item,
                             size: 0,
                             stat: None,
+                            cached: false,
                         },
                     );
                     out.skipped.push((tracked.path, "submodule".into()));

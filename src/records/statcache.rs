@@ -68,6 +68,11 @@ impl StatCache {
         self.entries.is_empty()
     }
 
+    /// Every path in the cache, in sorted order.
+    pub fn paths(&self) -> impl Iterator<Item = &RepoPath> {
+        self.entries.iter().map(|(path, _)| path)
+    }
+
     /// The cached id for `path` if its stat is exactly `stat`.
     pub fn lookup(&self, path: &RepoPath, stat: &FileStat) -> Option<ObjectId> {
         let at = self.entries.binary_search_by(|(p, _)| p.cmp(path)).ok()?;

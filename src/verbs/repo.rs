@@ -35,7 +35,7 @@ pub struct Vault {
 pub type PinListing = (Vec<(PinRef, ObjectId)>, Vec<String>);
 
 /// One entry of one tree level: name, kind (`None` for a subtree), id.
-type LevelEntry = (Vec<u8>, Option<EntryKind>, ObjectId);
+pub type LevelEntry = (Vec<u8>, Option<EntryKind>, ObjectId);
 
 /// What a commit says, decoded.
 #[derive(Debug, Clone)]
@@ -459,6 +459,12 @@ impl Vault {
         let repo = self.repo.clone().into_sync();
         let thread = std::thread::spawn(move || blob_census(&repo.to_thread_local(), &checkpoint_trees, head_tree));
         CensusHandle { thread }
+    }
+
+    /// One level of a stored tree: name, kind (`None` for a subtree), id. A name twice in the
+    /// level is an error.
+    pub fn tree_level(&self, tree: &ObjectId) -> Result<Vec<LevelEntry>, VerbError> {
+        self.read_tree_level(tree)
     }
 
     /// Reads every tree below `tree` and checks every name the way [`Self::read_tree`] does

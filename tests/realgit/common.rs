@@ -100,6 +100,36 @@ impl TestRepo {
         self.git_in(&self.root, args)
     }
 
+    /// The tree git itself would write for the worktree now (tracked + untracked, not ignored),
+    /// built in a throwaway index so the repository's own index is untouched.
+    pub fn worktree_tree_by_git(&self) -> String {
+        let scratch = tempfile::tempdir().expect("tempdir");
+        let index = scratch.path().join("index");
+        let own_index = self.git_dir().join("index");
+        if own_index.exists() {
+            std::fs::copy(&own_index, &index).expect("copy index");
+        }
+        for args in [&["add", "-A"][..], &["write-tree"][..]] {
+            let mut cmd = Command::new("git");
+            isolate(&mut cmd, &self.home);
+            let out = cmd
+                .current_dir(&self.root)
+                .env("GIT_INDEX_FILE", &index)
+                .args(args)
+                .output()
+                .expect("run git");
+            assert!(
+                out.status.success(),
+                "git {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if args[0] == "write-tree" {
+                return String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            }
+        }
+        unreachable!("write-tree returns above")
+    }
+
     pub fn git_raw(&self, args: &[&str]) -> Output {
         let mut cmd = Command::new("git");
         isolate(&mut cmd, &self.home);

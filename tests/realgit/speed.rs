@@ -35,6 +35,52 @@ fn unchanged_files_come_from_the_stat_cache() {
 }
 
 #[test]
+fn trees_rebuilt_from_the_cached_checkpoint_match_git_exactly() {
+    let repo = TestRepo::new();
+    repo.write("deep/a/b/c.txt", b"c");
+    repo.write("deep/a/b/sibling.txt", b"s");
+    repo.write("deep/a/keep.txt", b"k");
+    repo.write("deep/z/untouched.txt", b"u");
+    repo.write("deep/z/deleted.txt", b"d");
+    repo.write("lonely/only.txt", b"o");
+    repo.write("x", b"a file, then a directory");
+    repo.write("exec.sh", b"#!/bin/sh\n");
+    repo.symlink("deep/a/keep.txt", "link");
+    repo.write("gone-dir/sub/f.txt", b"g");
+    repo.commit_all("tree shapes");
+    repo.write("untracked/u.txt", b"u");
+    settle();
+    repo.snapshot(&[]);
+    settle();
+
+    repo.write("deep/a/b/c.txt", b"changed");
+    // The only change in deep/z: nothing but the cache says it was there.
+    repo.remove("deep/z/deleted.txt");
+    repo.remove("lonely/only.txt");
+    std::fs::remove_dir(repo.path("lonely")).unwrap();
+    repo.remove("x");
+    repo.write("x/y.txt", b"now a directory");
+    repo.write("brand/new/dir/z.txt", b"new");
+    repo.chmod("exec.sh", 0o755);
+    repo.remove("link");
+    repo.write("link", b"a file now");
+    std::fs::remove_dir_all(repo.path("gone-dir")).unwrap();
+    repo.write("untracked/u.txt", b"edited");
+    let run = repo.ckpt_json(&["snapshot"], 0);
+    let (cached, _, read) = scan(&run);
+    assert!(
+        cached >= 5 && read >= 5,
+        "the cache served the unchanged files: {cached} cached, {read} read"
+    );
+    let id = run.one("snapshot")["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        repo.git(&["rev-parse", &format!("{id}^{{tree}}")]).trim(),
+        repo.worktree_tree_by_git(),
+        "the checkpoint's tree is the tree git writes for this worktree"
+    );
+}
+
+#[test]
 fn same_size_rewrite_with_old_mtime_is_still_seen() {
     let repo = TestRepo::new();
     repo.write("f.txt", b"aaaa");
