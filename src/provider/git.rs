@@ -970,8 +970,9 @@ impl Provider for GitProvider {
         registry.write_journal(&journal(record, &guard.record, selection, &plan.ops), &lock)?;
         crate::fault::point("restore:after-journal");
         let phase = self.progress.phase("restoring", plan.ops.len() as u64);
+        let progress = &self.progress;
         let results = self.vault.restore_paths_with(&plan.ops, |done| {
-            self.progress.inc(1);
+            progress.inc(1);
             if done == 1 {
                 crate::fault::point("restore:after-first-write");
             }

@@ -175,6 +175,19 @@ impl Vault {
     }
 
     /// The worktree root.
+    pub(super) fn repo_handle(&self) -> &gix::Repository {
+        &self.repo
+    }
+
+    /// A handle each worker thread can open its own repository from.
+    pub(super) fn repo_for_threads(&self) -> gix::ThreadSafeRepository {
+        self.repo.clone().into_sync()
+    }
+
+    pub(super) fn object_hash_kind(&self) -> gix::hash::Kind {
+        self.repo.object_hash()
+    }
+
     pub fn workdir(&self) -> &Path {
         &self.workdir
     }

@@ -11,7 +11,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use super::repo::Vault;
-use super::types::{EntryKind, FileStat, PathKind, PathStat, RepoPath, TreeItem};
+use super::types::{EntryKind, FileStat, ObjectId, PathKind, PathStat, RepoPath, TreeItem};
 use super::VerbError;
 
 /// What occupies a worktree path right now.
@@ -145,22 +145,148 @@ impl WorktreeProbe {
     }
 }
 
+/// What worktree I/O needs from a vault (its root and object hash), free of the repository
+/// handle so that many threads can use it at once.
+#[derive(Clone, Copy)]
+struct Worktree<'a> {
+    root: &'a std::path::Path,
+    object_hash: gix::hash::Kind,
+}
+
 impl Vault {
     /// A probe for many `lstat` calls under this worktree's root.
     pub fn worktree_probe(&self) -> Result<WorktreeProbe, VerbError> {
         Ok(WorktreeProbe {
-            root: self.open_root()?,
+            root: self.worktree().open_root()?,
         })
+    }
+
+    fn worktree(&self) -> Worktree<'_> {
+        Worktree {
+            root: self.workdir(),
+            object_hash: self.object_hash_kind(),
+        }
+    }
+
+    /// Reads what is at `path` now, without following any symlink, and hashes it as a blob.
+    pub fn read_worktree_item(&self, path: &RepoPath) -> Result<DiskItem, VerbError> {
+        self.worktree().read_item(path)
+    }
+
+    /// Applies `ops` in order. Each op succeeds or fails on its own; a failed op leaves its path
+    /// as it was (the temp file is removed). Returns one result per op.
+    pub fn restore_paths(&self, ops: &[RestoreOp]) -> Vec<Result<(), VerbError>> {
+        self.restore_paths_with(ops, |_| {})
+    }
+
+    /// Like [`Self::restore_paths`], calling `after_each(n)` once `n` ops are done (progress,
+    /// fault injection). Consecutive file removals, and consecutive writes, touch distinct
+    /// paths and never each other's parents, so each such run is applied in parallel; directory
+    /// removals and prunes keep their deepest-first order.
+    pub fn restore_paths_with(
+        &self,
+        ops: &[RestoreOp],
+        after_each: impl Fn(usize) + Sync,
+    ) -> Vec<Result<(), VerbError>> {
+        use rayon::prelude::*;
+        let worktree = self.worktree();
+        let shared = self.repo_for_threads();
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let finish = |result| {
+            after_each(done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
+            result
+        };
+        let mut results = Vec::with_capacity(ops.len());
+        let mut start = 0;
+        while start < ops.len() {
+            let parallel = |op: &RestoreOp| matches!(op, RestoreOp::Remove { .. } | RestoreOp::Write { .. });
+            let same_kind = |op: &RestoreOp| std::mem::discriminant(op) == std::mem::discriminant(&ops[start]);
+            let end = if parallel(&ops[start]) {
+                start + ops[start..].iter().take_while(|op| same_kind(op)).count()
+            } else {
+                start + 1
+            };
+            let run = &ops[start..end];
+            if run.len() > 1 {
+                results.par_extend(
+                    run.par_iter()
+                        .map_init(|| shared.to_thread_local(), |repo, op| finish(worktree.apply(op, repo))),
+                );
+            } else {
+                results.extend(run.iter().map(|op| finish(worktree.apply(op, self.repo_handle()))));
+            }
+            start = end;
+        }
+        // Each file was fsynced before its rename; the directories that hold the renames and
+        // removals are synced once each, not once per file.
+        let mut dirs: Vec<Option<RepoPath>> = ops.iter().map(|op| op.path().parent()).collect();
+        dirs.sort();
+        dirs.dedup();
+        for dir in dirs {
+            let fd = match &dir {
+                None => worktree.open_root().ok(),
+                Some(dir) => worktree.open_dir(dir).ok().flatten(),
+            };
+            if let Some(fd) = fd {
+                rustix::fs::fsync(&fd).ok();
+            }
+        }
+        results
+    }
+
+    /// Removes a temp file that a ckpt process which is no longer running left behind. Refuses
+    /// any other name; `Ok(false)` if its process is still alive or it is already gone.
+    pub fn remove_stale_temp(&self, path: &RepoPath) -> Result<bool, VerbError> {
+        let worktree = self.worktree();
+        let Some(pid) = temp_file_owner(Worktree::leaf(path)) else {
+            return Err(worktree_error(path, "not a ckpt temp file; refusing to remove it"));
+        };
+        if process_is_alive(pid) {
+            return Ok(false);
+        }
+        let Some(parent) = worktree.open_parent(path, false)? else {
+            return Ok(false);
+        };
+        match worktree.read_item_at(&parent, path)? {
+            DiskItem::Entry(_) => {}
+            DiskItem::Missing => return Ok(false),
+            other => {
+                return Err(worktree_error(
+                    path,
+                    format!("expected a leftover temp file, found {}", describe(&other)),
+                ))
+            }
+        }
+        rustix::fs::unlinkat(&parent, Worktree::leaf(path), AtFlags::empty())
+            .map_err(|e| worktree_error(path, format!("cannot remove: {}", errno_text(e))))?;
+        Ok(true)
+    }
+
+    /// Checks that `path` holds `item` (or nothing, for `None`).
+    pub fn verify_path(&self, path: &RepoPath, item: Option<&TreeItem>) -> Result<bool, VerbError> {
+        let now = self.read_worktree_item(path)?;
+        Ok(match item {
+            Some(item) => now == DiskItem::Entry(*item),
+            None => !matches!(now, DiskItem::Entry(_)),
+        })
+    }
+}
+
+impl Worktree<'_> {
+    fn hash_blob(&self, bytes: &[u8]) -> Result<ObjectId, VerbError> {
+        gix::objs::compute_hash(self.object_hash, gix::objs::Kind::Blob, bytes)
+            .map(ObjectId)
+            .map_err(|e| VerbError::git("hashing a blob", e))
     }
 
     fn open_root(&self) -> Result<OwnedFd, VerbError> {
         rustix::fs::open(
-            self.workdir(),
+            self.root,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
         .map_err(|e| VerbError::Worktree {
-            path: self.workdir().display().to_string(),
+            path: self.root.display().to_string(),
             message: format!("cannot open the worktree root: {}", errno_text(e)),
         })
     }
@@ -227,7 +353,7 @@ impl Vault {
     }
 
     /// Reads what is at `path` now, without following any symlink, and hashes it as a blob.
-    pub fn read_worktree_item(&self, path: &RepoPath) -> Result<DiskItem, VerbError> {
+    fn read_item(&self, path: &RepoPath) -> Result<DiskItem, VerbError> {
         let parent = match self.open_parent(path, false) {
             Ok(Some(parent)) => parent,
             Ok(None) => return Ok(DiskItem::Missing),
@@ -283,45 +409,6 @@ impl Vault {
         }
     }
 
-    /// Applies `ops` in order. Each op succeeds or fails on its own; a failed op leaves its path
-    /// as it was (the temp file is removed). Returns one result per op.
-    pub fn restore_paths(&self, ops: &[RestoreOp]) -> Vec<Result<(), VerbError>> {
-        self.restore_paths_with(ops, |_| {})
-    }
-
-    /// Like [`Self::restore_paths`], calling `after_each(n)` once `n` ops are done (progress,
-    /// fault injection).
-    pub fn restore_paths_with(
-        &self,
-        ops: &[RestoreOp],
-        mut after_each: impl FnMut(usize),
-    ) -> Vec<Result<(), VerbError>> {
-        let results: Vec<Result<(), VerbError>> = ops
-            .iter()
-            .enumerate()
-            .map(|(i, op)| {
-                let result = self.apply(op);
-                after_each(i + 1);
-                result
-            })
-            .collect();
-        // Each file was fsynced before its rename; the directories that hold the renames and
-        // removals are synced once each, not once per file.
-        let mut dirs: Vec<Option<RepoPath>> = ops.iter().map(|op| op.path().parent()).collect();
-        dirs.sort();
-        dirs.dedup();
-        for dir in dirs {
-            let fd = match &dir {
-                None => self.open_root().ok(),
-                Some(dir) => self.open_dir(dir).ok().flatten(),
-            };
-            if let Some(fd) = fd {
-                rustix::fs::fsync(&fd).ok();
-            }
-        }
-        results
-    }
-
     /// Opens a directory of the worktree without following symlinks; `None` if it is gone.
     fn open_dir(&self, dir: &RepoPath) -> Result<Option<OwnedFd>, VerbError> {
         let Some(parent) = self.open_parent(dir, false)? else {
@@ -338,7 +425,7 @@ impl Vault {
         }
     }
 
-    fn apply(&self, op: &RestoreOp) -> Result<(), VerbError> {
+    fn apply(&self, op: &RestoreOp, repo: &gix::Repository) -> Result<(), VerbError> {
         let path = op.path();
         let create = matches!(op, RestoreOp::Write { .. });
         let Some(parent) = self.open_parent(path, create)? else {
@@ -391,13 +478,25 @@ impl Vault {
                     return Err(changed_since_guard(path, &now));
                 }
                 // The caller verifies every written path once the whole batch has landed.
-                self.write_item(&parent, path, item)
+                self.write_item(&parent, path, item, repo)
             }
         }
     }
 
-    fn write_item(&self, parent: &OwnedFd, path: &RepoPath, item: &TreeItem) -> Result<(), VerbError> {
-        let content = self.read_blob(&item.id)?;
+    fn write_item(
+        &self,
+        parent: &OwnedFd,
+        path: &RepoPath,
+        item: &TreeItem,
+        repo: &gix::Repository,
+    ) -> Result<(), VerbError> {
+        let content = repo
+            .find_blob(item.id.0)
+            .map_err(|_| VerbError::MissingObject {
+                id: item.id,
+                what: "blob",
+            })?
+            .take_data();
         let temp = temp_name();
         let created = match item.kind {
             EntryKind::Symlink => rustix::fs::symlinkat(content.as_slice(), parent, temp.as_slice())
@@ -446,42 +545,6 @@ impl Vault {
             }
         }
         Ok(())
-    }
-
-    /// Removes a temp file that a ckpt process which is no longer running left behind. Refuses
-    /// any other name; `Ok(false)` if its process is still alive or it is already gone.
-    pub fn remove_stale_temp(&self, path: &RepoPath) -> Result<bool, VerbError> {
-        let Some(pid) = temp_file_owner(Self::leaf(path)) else {
-            return Err(worktree_error(path, "not a ckpt temp file; refusing to remove it"));
-        };
-        if process_is_alive(pid) {
-            return Ok(false);
-        }
-        let Some(parent) = self.open_parent(path, false)? else {
-            return Ok(false);
-        };
-        match self.read_item_at(&parent, path)? {
-            DiskItem::Entry(_) => {}
-            DiskItem::Missing => return Ok(false),
-            other => {
-                return Err(worktree_error(
-                    path,
-                    format!("expected a leftover temp file, found {}", describe(&other)),
-                ))
-            }
-        }
-        rustix::fs::unlinkat(&parent, Self::leaf(path), AtFlags::empty())
-            .map_err(|e| worktree_error(path, format!("cannot remove: {}", errno_text(e))))?;
-        Ok(true)
-    }
-
-    /// Checks that `path` holds `item` (or nothing, for `None`).
-    pub fn verify_path(&self, path: &RepoPath, item: Option<&TreeItem>) -> Result<bool, VerbError> {
-        let now = self.read_worktree_item(path)?;
-        Ok(match item {
-            Some(item) => now == DiskItem::Entry(*item),
-            None => !matches!(now, DiskItem::Entry(_)),
-        })
     }
 }
 
