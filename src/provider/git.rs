@@ -321,7 +321,6 @@ impl GitProvider {
     fn write_trees(&self, capture: &Capture, cache: Option<&StatCache>) -> Result<ObjectId, CkptError> {
         let files: Vec<(&RepoPath, TreeItem)> = capture.files.iter().map(|(path, file)| (path, file.item)).collect();
         let base_tree = cache
-            .filter(|cache| cache.is_complete())
             .and_then(|cache| cache.checkpoint)
             .and_then(|checkpoint| self.vault.read_commit(&checkpoint).ok())
             .map(|info| info.tree);
@@ -513,16 +512,14 @@ impl GitProvider {
         (self.vault.read_pin(&pin).ok()? == Some(checkpoint)).then_some(cache)
     }
 
-    /// When every captured file came from the stat cache and the set of paths is the cache's own,
-    /// the worktree is exactly the cached checkpoint: its tree is reused without hashing a
-    /// single tree object. Submodule pointers come from the index, so their presence disables it.
+    /// When every captured file is the cached checkpoint's own (by stat, or read back to the same
+    /// id and kind) and the set of paths is the cache's own, the worktree is exactly that
+    /// checkpoint: its tree is reused without hashing a single tree object. Submodule pointers
+    /// come from the index, so their presence disables it.
     fn unchanged_since_cache(&self, capture: &Capture, cache: Option<&StatCache>) -> Option<ObjectId> {
         let cache = cache?;
-        let only_cached_files = cache.is_complete()
-            && capture.stats.read == 0
-            && capture.stats.from_index == 0
-            && capture.files.values().all(|f| f.stat.is_some())
-            && capture.files.len() == cache.len();
+        // Every file is the checkpoint's own and none of its files is missing.
+        let only_cached_files = capture.files.values().all(|f| f.cached) && capture.files.len() == cache.len();
         if !only_cached_files {
             return None;
         }
@@ -541,7 +538,7 @@ impl GitProvider {
     ) {
         let checkpoint = record.object_id().ok();
         let all_cached = capture.stats.read == 0 && capture.stats.from_index == 0;
-        if let Some(loaded) = loaded.filter(|c| c.is_complete()) {
+        if let Some(loaded) = loaded {
             let same_paths = loaded.len() == capture.files.values().filter(|f| f.stat.is_some()).count();
             if all_cached && same_paths && loaded.checkpoint == checkpoint {
                 return;

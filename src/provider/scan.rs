@@ -35,7 +35,8 @@ pub struct CapturedFile {
     pub size: u64,
     /// The stat the content was captured under (none for submodule pointers).
     pub stat: Option<FileStat>,
-    /// The id came from the stat cache: the cache's checkpoint holds this file as it is.
+    /// The stat cache's checkpoint holds this file exactly as captured (same content and kind):
+    /// either its stat proved it, or it was read and hashed to the cached id.
     pub cached: bool,
 }
 
@@ -84,7 +85,14 @@ impl Capture {
         let mut cache = StatCache::new(checkpoint);
         for (path, file) in &self.files {
             if let (Some(stat), true) = (file.stat, file.item.kind != EntryKind::Gitlink) {
-                cache.insert(path.clone(), CacheEntry { stat, id: file.item.id });
+                cache.insert(
+                    path.clone(),
+                    CacheEntry {
+                        stat,
+                        id: file.item.id,
+                        racy: false,
+                    },
+                );
             }
         }
         cache
@@ -162,7 +170,7 @@ impl CaptureContext<'_> {
         stat: &FileStat,
         kind: EntryKind,
     ) -> Option<(TreeItem, Source)> {
-        if let Some(entry) = cached.filter(|entry| entry.stat == *stat) {
+        if let Some(entry) = cached.filter(|entry| entry.trusts(stat)) {
             return Some((TreeItem { kind, id: entry.id }, Source::Cache));
         }
         let index_mtime = self.index_seed?;
@@ -263,9 +271,23 @@ fn capture_one(
         item: TreeItem { kind, id },
         size,
         stat: Some(stat),
-        cached: false,
+        // A racy or touched file read back unchanged is still the checkpoint's file.
+        cached: cached.is_some_and(|entry| entry.id == id && kind_of_mode(entry.stat.mode) == kind),
     };
     Ok(Outcome::Captured(file, Source::Read))
+}
+
+/// The kind git records for a file with this `st_mode` (regular or symlink).
+fn kind_of_mode(mode: u32) -> EntryKind {
+    const FILE_TYPE_MASK: u32 = 0o170000;
+    const SYMLINK: u32 = 0o120000;
+    if mode & FILE_TYPE_MASK == SYMLINK {
+        EntryKind::Symlink
+    } else if mode & 0o100 != 0 {
+        EntryKind::Executable
+    } else {
+        EntryKind::File
+    }
 }
 
 /// A capture's skeleton (ignored, skipped, submodules, index ids), the paths it decided to

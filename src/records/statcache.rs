@@ -18,9 +18,20 @@ pub const FILE_NAME: &str = "statcache.bin";
 pub struct CacheEntry {
     pub stat: FileStat,
     pub id: ObjectId,
+    /// Modified in the second the cache was written: the file may have changed again without
+    /// its stat changing, so its stat proves nothing and the file must be read. The entry still
+    /// says what the cache's checkpoint holds at this path.
+    pub racy: bool,
 }
 
-/// The cache as loaded: only entries that are safe to trust.
+impl CacheEntry {
+    /// True when a file with this stat certainly still holds `id`.
+    pub fn trusts(&self, stat: &FileStat) -> bool {
+        !self.racy && self.stat == *stat
+    }
+}
+
+/// The cache as loaded: every file of its checkpoint, racy ones flagged.
 #[derive(Debug, Default)]
 pub struct StatCache {
     /// The checkpoint whose objects every entry refers to; the cache is only used while that
@@ -29,9 +40,6 @@ pub struct StatCache {
     /// Sorted by path, each path once: a capture walks its paths in the same order, so finding
     /// each one is a step forward rather than a hash of the path.
     entries: Vec<(RepoPath, CacheEntry)>,
-    /// Entries dropped at load because they were racily clean: while any are missing, the cache
-    /// no longer describes its checkpoint completely.
-    dropped: usize,
 }
 
 impl StatCache {
@@ -39,7 +47,6 @@ impl StatCache {
         StatCache {
             checkpoint,
             entries: Vec::new(),
-            dropped: 0,
         }
     }
 
@@ -58,12 +65,6 @@ impl StatCache {
         self.entries.len()
     }
 
-    /// True when every entry written was trusted at load, so the cache names every file of its
-    /// checkpoint.
-    pub fn is_complete(&self) -> bool {
-        self.dropped == 0
-    }
-
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -73,10 +74,10 @@ impl StatCache {
         self.entries.iter().map(|(path, _)| path)
     }
 
-    /// The cached id for `path` if its stat is exactly `stat`.
+    /// The cached id for `path` if its stat is exactly `stat` and can be trusted.
     pub fn lookup(&self, path: &RepoPath, stat: &FileStat) -> Option<ObjectId> {
         let at = self.entries.binary_search_by(|(p, _)| p.cmp(path)).ok()?;
-        Some(&self.entries[at].1).filter(|e| e.stat == *stat).map(|e| e.id)
+        Some(&self.entries[at].1).filter(|e| e.trusts(stat)).map(|e| e.id)
     }
 
     /// The entry of each path, in the order given. Paths in sorted order cost one comparison
@@ -143,7 +144,7 @@ impl StatCache {
     }
 
     /// Decodes a cache file; `None` for anything but a well-formed current-version file. Entries
-    /// that are racily clean relative to the write time are dropped.
+    /// that are racily clean relative to the write time are flagged.
     fn decode(data: &[u8]) -> Option<StatCache> {
         if data.len() < MAGIC.len() + 4 {
             return None;
@@ -187,11 +188,8 @@ impl StatCache {
             let id = ObjectId::from_bytes(r.take(id_len)?).ok()?;
             // Racy-clean rule: a file modified in the same second the cache was written may
             // change again without its stat changing, so it must be re-read.
-            if stat.mtime.0 < written.0 {
-                cache.entries.push((path, CacheEntry { stat, id }));
-            } else {
-                cache.dropped += 1;
-            }
+            let racy = stat.mtime.0 >= written.0;
+            cache.entries.push((path, CacheEntry { stat, id, racy }));
         }
         (r.pos == body.len()).then_some(cache)
     }
@@ -286,6 +284,7 @@ mod tests {
             CacheEntry {
                 stat: stat(1000),
                 id: id(1),
+                racy: false,
             },
         );
         cache.insert(
@@ -293,6 +292,7 @@ mod tests {
             CacheEntry {
                 stat: stat(2000),
                 id: id(2),
+                racy: false,
             },
         );
         let decoded = StatCache::decode(&cache.encode((2000, 500))).unwrap();
@@ -303,9 +303,10 @@ mod tests {
             None,
             "same-second mtime is racy"
         );
+        let racy = decoded.locate([&path("racy.txt")]);
         assert!(
-            !decoded.is_complete(),
-            "a dropped racy entry makes the cache incomplete"
+            racy[0].is_some_and(|e| e.racy && e.id == id(2)),
+            "a racy entry stays, flagged: it still names its checkpoint's file"
         );
         let mut changed = stat(1000);
         changed.ctime.1 += 1;
@@ -324,6 +325,7 @@ mod tests {
                 CacheEntry {
                     stat: stat(1),
                     id: id(n as u8 + 1),
+                    racy: false,
                 },
             );
         }
@@ -373,6 +375,7 @@ mod tests {
             CacheEntry {
                 stat: stat(1),
                 id: id(1),
+                racy: false,
             },
         );
         let good = cache.encode((100, 0));

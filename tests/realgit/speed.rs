@@ -81,6 +81,29 @@ fn trees_rebuilt_from_the_cached_checkpoint_match_git_exactly() {
 }
 
 #[test]
+fn files_written_in_the_second_of_the_cache_are_read_again_not_trusted() {
+    let repo = TestRepo::new();
+    repo.write("hot.txt", b"v1");
+    // No settle: hot.txt and the cache share a second, so its entry is racy.
+    let first = repo.snapshot(&[]);
+    let run = repo.ckpt_json(&["snapshot"], 0);
+    let (_, _, read) = scan(&run);
+    assert!(read >= 1, "a racy entry is read again: {:?}", run.one("snapshot")["scan"]);
+    assert_eq!(run.one("snapshot")["created"], false, "read back unchanged: same checkpoint");
+    assert_eq!(run.one("snapshot")["id"].as_str(), Some(first.as_str()));
+
+    repo.write("hot.txt", b"v2");
+    repo.write("sub/new.txt", b"new");
+    let id = repo.snapshot(&[]);
+    assert_ne!(id, first);
+    assert_eq!(repo.git(&["show", &format!("{id}:hot.txt")]), "v2");
+    assert_eq!(
+        repo.git(&["rev-parse", &format!("{id}^{{tree}}")]).trim(),
+        repo.worktree_tree_by_git()
+    );
+}
+
+#[test]
 fn same_size_rewrite_with_old_mtime_is_still_seen() {
     let repo = TestRepo::new();
     repo.write("f.txt", b"aaaa");
