@@ -88,8 +88,16 @@ fn files_written_in_the_second_of_the_cache_are_read_again_not_trusted() {
     let first = repo.snapshot(&[]);
     let run = repo.ckpt_json(&["snapshot"], 0);
     let (_, _, read) = scan(&run);
-    assert!(read >= 1, "a racy entry is read again: {:?}", run.one("snapshot")["scan"]);
-    assert_eq!(run.one("snapshot")["created"], false, "read back unchanged: same checkpoint");
+    assert!(
+        read >= 1,
+        "a racy entry is read again: {:?}",
+        run.one("snapshot")["scan"]
+    );
+    assert_eq!(
+        run.one("snapshot")["created"],
+        false,
+        "read back unchanged: same checkpoint"
+    );
     assert_eq!(run.one("snapshot")["id"].as_str(), Some(first.as_str()));
 
     repo.write("hot.txt", b"v2");
