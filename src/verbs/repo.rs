@@ -420,30 +420,7 @@ impl Vault {
 
     /// One level of a tree: `(name, kind, id)` with `kind: None` for subtrees.
     fn read_tree_level(&self, id: &ObjectId) -> Result<Vec<LevelEntry>, VerbError> {
-        let tree = self
-            .repo
-            .find_tree(id.0)
-            .map_err(|_| VerbError::MissingObject { id: *id, what: "tree" })?;
-        let decoded = tree
-            .decode()
-            .map_err(|e| VerbError::git(format!("decoding tree {id}"), e))?;
-        let entries: Vec<LevelEntry> = decoded
-            .entries
-            .iter()
-            .map(|e| (e.filename.to_vec(), entry_kind(e.mode), ObjectId(e.oid.to_owned())))
-            .collect();
-        // A name twice in one tree (say a symlink `a` and a directory `a`) would let a hostile
-        // tree put a path "under" a symlink; git never writes such trees.
-        let mut names: Vec<&[u8]> = entries.iter().map(|(name, _, _)| name.as_slice()).collect();
-        names.sort_unstable();
-        if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
-            return Err(InvalidInput::TreeName {
-                name: String::from_utf8_lossy(pair[0]).into_owned(),
-                why: "the name appears twice in one tree",
-            }
-            .into());
-        }
-        Ok(entries)
+        read_level(&self.repo, id)
     }
 
     fn child_path(parent: Option<&RepoPath>, name: &[u8]) -> Result<RepoPath, VerbError> {
@@ -483,18 +460,30 @@ impl Vault {
     /// Reads every tree below `tree` and checks every name the way [`Self::read_tree`] does
     /// (no `/`, `.`, `..`, `.git`, empty or duplicate names), without building paths.
     pub fn validate_tree(&self, tree: &ObjectId) -> Result<(), VerbError> {
-        let mut pending = vec![*tree];
-        let mut seen = std::collections::HashSet::new();
-        while let Some(id) = pending.pop() {
-            if !seen.insert(id) {
-                continue;
-            }
-            for (name, kind, child) in self.read_tree_level(&id)? {
-                NewTreeEntry::new(&name, kind, child)?;
-                if kind.is_none() {
-                    pending.push(child);
-                }
-            }
+        use rayon::prelude::*;
+        // Level by level, each level's trees read in parallel, each worker with its own handle.
+        let shared = self.repo.clone().into_sync();
+        let mut seen = super::IdSet::default();
+        seen.insert(*tree);
+        let mut frontier = vec![*tree];
+        while !frontier.is_empty() {
+            let subtrees: Vec<Vec<ObjectId>> = frontier
+                .par_iter()
+                .map_init(
+                    || shared.to_thread_local(),
+                    |repo, id| {
+                        let mut subtrees = Vec::new();
+                        for (name, kind, child) in read_level(repo, id)? {
+                            NewTreeEntry::new(&name, kind, child)?;
+                            if kind.is_none() {
+                                subtrees.push(child);
+                            }
+                        }
+                        Ok(subtrees)
+                    },
+                )
+                .collect::<Result<_, VerbError>>()?;
+            frontier = subtrees.into_iter().flatten().filter(|id| seen.insert(*id)).collect();
         }
         Ok(())
     }
@@ -719,6 +708,34 @@ fn walk_untracked(repo: &gix::Repository, index: &gix::index::File) -> Result<Wo
         }
     }
     Ok(listing)
+}
+
+/// One level of a tree: `(name, kind, id)` with `kind: None` for subtrees. A name twice in the
+/// level is an error.
+fn read_level(repo: &gix::Repository, id: &ObjectId) -> Result<Vec<LevelEntry>, VerbError> {
+    let tree = repo
+        .find_tree(id.0)
+        .map_err(|_| VerbError::MissingObject { id: *id, what: "tree" })?;
+    let decoded = tree
+        .decode()
+        .map_err(|e| VerbError::git(format!("decoding tree {id}"), e))?;
+    let entries: Vec<LevelEntry> = decoded
+        .entries
+        .iter()
+        .map(|e| (e.filename.to_vec(), entry_kind(e.mode), ObjectId(e.oid.to_owned())))
+        .collect();
+    // A name twice in one tree (say a symlink `a` and a directory `a`) would let a hostile
+    // tree put a path "under" a symlink; git never writes such trees.
+    let mut names: Vec<&[u8]> = entries.iter().map(|(name, _, _)| name.as_slice()).collect();
+    names.sort_unstable();
+    if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(InvalidInput::TreeName {
+            name: String::from_utf8_lossy(pair[0]).into_owned(),
+            why: "the name appears twice in one tree",
+        }
+        .into());
+    }
+    Ok(entries)
 }
 
 /// The blobs reachable from checkpoint trees (submodule pointers excluded), split by whether
