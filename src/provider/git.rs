@@ -544,8 +544,7 @@ impl GitProvider {
                 return;
             }
         }
-        let cache = capture.to_stat_cache(checkpoint);
-        if let Err(e) = cache.save(registry.dir(), lock) {
+        if let Err(e) = StatCache::save_entries(registry.dir(), lock, checkpoint, capture.stat_entries()) {
             eprintln!("ckpt: warning: could not write the stat cache: {e}");
         }
     }

@@ -80,22 +80,13 @@ impl Capture {
         out
     }
 
-    /// The stat cache describing this capture, for the checkpoint it became.
-    pub fn to_stat_cache(&self, checkpoint: Option<crate::verbs::ObjectId>) -> StatCache {
-        let mut cache = StatCache::new(checkpoint);
-        for (path, file) in &self.files {
-            if let (Some(stat), true) = (file.stat, file.item.kind != EntryKind::Gitlink) {
-                cache.insert(
-                    path.clone(),
-                    CacheEntry {
-                        stat,
-                        id: file.item.id,
-                        racy: false,
-                    },
-                );
-            }
-        }
-        cache
+    /// What the stat cache records of this capture, in path order: every file with a stat
+    /// (submodule pointers have none).
+    pub fn stat_entries(&self) -> impl Iterator<Item = (&RepoPath, &FileStat, &crate::verbs::ObjectId)> {
+        self.files
+            .iter()
+            .filter(|(_, file)| file.item.kind != EntryKind::Gitlink)
+            .filter_map(|(path, file)| file.stat.as_ref().map(|stat| (path, stat, &file.item.id)))
     }
 }
 

@@ -111,36 +111,13 @@ impl StatCache {
             .collect()
     }
 
+    #[cfg(test)]
     fn encode(&self, written: (i64, u32)) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64 + self.entries.len() * 120);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&written.0.to_le_bytes());
-        out.extend_from_slice(&written.1.to_le_bytes());
-        let checkpoint = self.checkpoint.map(|c| c.to_hex()).unwrap_or_default();
-        out.push(checkpoint.len() as u8);
-        out.extend_from_slice(checkpoint.as_bytes());
-        out.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
-        for (path, entry) in &self.entries {
-            let bytes = path.as_bytes();
-            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-            out.extend_from_slice(bytes);
-            let s = &entry.stat;
-            out.extend_from_slice(&s.size.to_le_bytes());
-            out.extend_from_slice(&s.mtime.0.to_le_bytes());
-            out.extend_from_slice(&s.mtime.1.to_le_bytes());
-            out.extend_from_slice(&s.ctime.0.to_le_bytes());
-            out.extend_from_slice(&s.ctime.1.to_le_bytes());
-            out.extend_from_slice(&s.ino.to_le_bytes());
-            out.extend_from_slice(&s.dev.to_le_bytes());
-            out.extend_from_slice(&s.mode.to_le_bytes());
-            let raw = entry.id.as_bytes();
-            out.push(raw.len() as u8);
-            out.extend_from_slice(raw);
-        }
-        let crc = crc32fast::hash(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
+        encode_entries(
+            self.checkpoint,
+            written,
+            self.entries.iter().map(|(path, entry)| (path, &entry.stat, &entry.id)),
+        )
     }
 
     /// Decodes a cache file; `None` for anything but a well-formed current-version file. Entries
@@ -200,13 +177,19 @@ impl StatCache {
         StatCache::decode(&data)
     }
 
-    /// Writes the cache atomically (temp + rename). The write time is taken now, after every
-    /// stat in it was taken, which is what makes the racy-clean rule sound.
-    pub fn save(&self, dir: &Path, _lock: &super::RegistryLock) -> std::io::Result<()> {
+    /// Writes a cache for `checkpoint` atomically (temp + rename) straight from `entries`, which
+    /// must come in strictly increasing path order (a `BTreeMap` walk). The write time is taken
+    /// now, after every stat in it was taken, which is what makes the racy-clean rule sound.
+    pub fn save_entries<'a>(
+        dir: &Path,
+        _lock: &super::RegistryLock,
+        checkpoint: Option<ObjectId>,
+        entries: impl Iterator<Item = (&'a RepoPath, &'a FileStat, &'a ObjectId)>,
+    ) -> std::io::Result<()> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        let data = self.encode((now.as_secs() as i64, now.subsec_nanos()));
+        let data = encode_entries(checkpoint, (now.as_secs() as i64, now.subsec_nanos()), entries);
         let temp = dir.join(format!(".{FILE_NAME}.{}.tmp", std::process::id()));
         let result = (|| {
             // No fsync: after a crash the file is the old cache, the new one, or bytes that fail
@@ -228,6 +211,47 @@ impl StatCache {
             _ => Ok(()),
         }
     }
+}
+
+fn encode_entries<'a>(
+    checkpoint: Option<ObjectId>,
+    written: (i64, u32),
+    entries: impl Iterator<Item = (&'a RepoPath, &'a FileStat, &'a ObjectId)>,
+) -> Vec<u8> {
+    let (lower, _) = entries.size_hint();
+    let mut out = Vec::with_capacity(64 + lower * 120);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&written.0.to_le_bytes());
+    out.extend_from_slice(&written.1.to_le_bytes());
+    let checkpoint = checkpoint.map(|c| c.to_hex()).unwrap_or_default();
+    out.push(checkpoint.len() as u8);
+    out.extend_from_slice(checkpoint.as_bytes());
+    // The count is known once the entries are written.
+    let count_at = out.len();
+    out.extend_from_slice(&0u64.to_le_bytes());
+    let mut count = 0u64;
+    for (path, stat, id) in entries {
+        let bytes = path.as_bytes();
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(bytes);
+        out.extend_from_slice(&stat.size.to_le_bytes());
+        out.extend_from_slice(&stat.mtime.0.to_le_bytes());
+        out.extend_from_slice(&stat.mtime.1.to_le_bytes());
+        out.extend_from_slice(&stat.ctime.0.to_le_bytes());
+        out.extend_from_slice(&stat.ctime.1.to_le_bytes());
+        out.extend_from_slice(&stat.ino.to_le_bytes());
+        out.extend_from_slice(&stat.dev.to_le_bytes());
+        out.extend_from_slice(&stat.mode.to_le_bytes());
+        let raw = id.as_bytes();
+        out.push(raw.len() as u8);
+        out.extend_from_slice(raw);
+        count += 1;
+    }
+    out[count_at..count_at + 8].copy_from_slice(&count.to_le_bytes());
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
 }
 
 struct Reader<'a> {
