@@ -210,14 +210,23 @@ impl GitProvider {
             None => DEFAULT_EXCLUDES.join("\n"),
         };
         excludes.push('\n');
-        match std::fs::read(root.join(".ckptignore")) {
-            Ok(text) => excludes.push_str(&String::from_utf8_lossy(&text)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(CkptError::Io {
-                    path: root.join(".ckptignore"),
-                    source,
-                })
+        // Within one excludes file the last match wins: git's own exclude files of an unborn
+        // repository come after the defaults, and `.ckptignore` last so it can re-include.
+        let mut sources = crate::verbs::enclosing_exclude_files(&root);
+        sources.push(root.join(".ckptignore"));
+        for source_path in sources {
+            match std::fs::read(&source_path) {
+                Ok(text) => {
+                    excludes.push_str(&String::from_utf8_lossy(&text));
+                    excludes.push('\n');
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(CkptError::Io {
+                        path: source_path,
+                        source,
+                    })
+                }
             }
         }
         crate::records::write_state_file(&layout.excludes_file, excludes.as_bytes())?;

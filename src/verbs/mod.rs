@@ -12,9 +12,9 @@ mod types;
 mod worktree;
 
 pub use repo::{
-    collect_private_garbage, enclosing_common_dir, enclosing_worktree, path_key, BlobCensus, CensusHandle, CommitInfo,
-    GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, ParallelBlobs, PrivateStore, TrackedEntry,
-    TreeChange, Vault, WorktreeListing, CKPT_EMAIL, CKPT_NAME, STREAM_THRESHOLD,
+    collect_private_garbage, enclosing_common_dir, enclosing_exclude_files, enclosing_worktree, path_key, BlobCensus,
+    CensusHandle, CommitInfo, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, ParallelBlobs,
+    PrivateStore, TrackedEntry, TreeChange, Vault, WorktreeListing, CKPT_EMAIL, CKPT_NAME, STREAM_THRESHOLD,
 };
 pub use types::{
     EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PathStat, PinRef, RepoPath, TreeItem, WorkspaceKey,

@@ -1077,6 +1077,26 @@ pub fn enclosing_common_dir(dir: &Path) -> Option<PathBuf> {
     gix::discover(dir).ok().map(|repo| repo.common_dir().to_path_buf())
 }
 
+/// The exclude files git itself applies in the repository containing `dir`, lowest precedence
+/// first: the global one (`core.excludesFile`, else `$XDG_CONFIG_HOME/git/ignore` or
+/// `~/.config/git/ignore`) and then `info/exclude`. Only files that exist are listed; empty
+/// outside any repository. Read-only.
+pub fn enclosing_exclude_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(repo) = gix::discover(dir) else {
+        return Vec::new();
+    };
+    let configured = repo.config_snapshot().trusted_path("core.excludesFile").ok().flatten();
+    let global = configured.or_else(|| {
+        std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))
+            .map(|config| config.join("git").join("ignore"))
+    });
+    let info = repo.common_dir().join("info").join("exclude");
+    global.into_iter().chain([info]).filter(|path| path.is_file()).collect()
+}
+
 /// Where the repository containing `dir` has its worktree, even when HEAD is unborn; `None`
 /// outside any repository.
 pub fn enclosing_worktree(dir: &Path) -> Option<PathBuf> {

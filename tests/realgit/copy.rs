@@ -174,6 +174,40 @@ fn ckptignore_and_gitignore_are_honoured_symmetrically() {
 }
 
 #[test]
+fn an_unborn_repository_gets_git_own_exclude_files_too() {
+    let repo = TestRepo::bare_dir();
+    repo.git(&["init", "-q"]);
+    std::fs::write(repo.git_dir().join("info/exclude"), b"local-only.txt\n").unwrap();
+    let global = repo.home.join(".config/git/ignore");
+    std::fs::create_dir_all(global.parent().unwrap()).unwrap();
+    std::fs::write(&global, b"*.bak\n").unwrap();
+    repo.write(".ckptignore", b"!keep.bak\n");
+    for name in ["a.txt", "local-only.txt", "old.bak", "keep.bak"] {
+        repo.write(name, name.as_bytes());
+    }
+    let id = snapshot(&repo);
+    let listing = std::process::Command::new("git")
+        .args([
+            "--git-dir",
+            workspace_dir(&repo).join("git").to_str().unwrap(),
+            "ls-tree",
+            "--name-only",
+            &id,
+        ])
+        .output()
+        .unwrap();
+    let names: Vec<String> = String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        names,
+        vec![".ckptignore", "a.txt", "keep.bak"],
+        "info/exclude and the global excludes apply; .ckptignore re-includes"
+    );
+}
+
+#[test]
 fn unborn_repository_then_first_commit_keeps_copy_checkpoints_restorable() {
     let repo = TestRepo::bare_dir();
     repo.git(&["init", "-q"]);
