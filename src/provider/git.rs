@@ -337,7 +337,7 @@ impl GitProvider {
             return treebuild::build_trees(&self.vault, &files, None);
         };
         let mut changed = HashSet::new();
-        for (path, file) in &capture.files {
+        for (path, file) in capture.files.iter() {
             if !file.cached {
                 treebuild::mark_parents_changed(&mut changed, path);
             }
@@ -397,6 +397,9 @@ impl GitProvider {
             None => self.write_trees(&capture, cache.as_ref())?,
         };
         phase_time("trees", t1);
+        // Only its size and checkpoint matter from here on; the entries go (memory at 200k files).
+        let loaded = cache.as_ref().map(|cache| (cache.len(), cache.checkpoint));
+        drop(cache);
         let warnings = capture.warnings.clone();
 
         if let Some(previous) = &previous {
@@ -408,7 +411,7 @@ impl GitProvider {
                     scan: capture.stats,
                 };
                 let t2 = std::time::Instant::now();
-                self.save_stat_cache(registry, lock, &capture, &outcome.record, cache.as_ref());
+                self.save_stat_cache(registry, lock, &capture, &outcome.record, loaded);
                 phase_time("stat cache save", t2);
                 return Ok((outcome, capture));
             }
@@ -475,7 +478,7 @@ impl GitProvider {
         }
         phase_time("commit, pin and record", t4);
         let t5 = std::time::Instant::now();
-        self.save_stat_cache(registry, lock, &capture, &record, cache.as_ref());
+        self.save_stat_cache(registry, lock, &capture, &record, loaded);
         phase_time("stat cache save", t5);
         Ok((
             SnapshotOutcome {
@@ -536,20 +539,21 @@ impl GitProvider {
     }
 
     /// Best effort: a cache that cannot be written only costs speed next time. When every file
-    /// came from the loaded cache for the same checkpoint, the file on disk already says it all.
+    /// came from the loaded cache (`loaded`: its length and checkpoint) for the same checkpoint,
+    /// the file on disk already says it all.
     fn save_stat_cache(
         &self,
         registry: &Registry,
         lock: &RegistryLock,
         capture: &Capture,
         record: &Record,
-        loaded: Option<&StatCache>,
+        loaded: Option<(usize, Option<ObjectId>)>,
     ) {
         let checkpoint = record.object_id().ok();
         let all_cached = capture.stats.read == 0 && capture.stats.from_index == 0;
-        if let Some(loaded) = loaded {
-            let same_paths = loaded.len() == capture.files.values().filter(|f| f.stat.is_some()).count();
-            if all_cached && same_paths && loaded.checkpoint == checkpoint {
+        if let Some((loaded_len, loaded_checkpoint)) = loaded {
+            let same_paths = loaded_len == capture.files.values().filter(|f| f.stat.is_some()).count();
+            if all_cached && same_paths && loaded_checkpoint == checkpoint {
                 return;
             }
         }

@@ -48,10 +48,54 @@ pub struct CaptureStats {
     pub read: u64,
 }
 
+/// Captured files in path order, each path once. A sorted vector rather than a map: built from
+/// sorted runs without rebalancing, and about a third of a `BTreeMap`'s memory at 200k files.
+#[derive(Debug, Default)]
+pub struct CapturedFiles(Vec<(RepoPath, CapturedFile)>);
+
+impl CapturedFiles {
+    /// Sorts `files` by path; runs that are already in order (tracked, untracked, submodules)
+    /// merge in linear time.
+    fn from_unsorted(mut files: Vec<(RepoPath, CapturedFile)>) -> Self {
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        files.dedup_by(|later, earlier| later.0 == earlier.0);
+        CapturedFiles(files)
+    }
+
+    pub fn get(&self, path: &RepoPath) -> Option<&CapturedFile> {
+        let at = self.0.binary_search_by(|(p, _)| p.cmp(path)).ok()?;
+        Some(&self.0[at].1)
+    }
+
+    pub fn contains_key(&self, path: &RepoPath) -> bool {
+        self.get(path).is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&RepoPath, &CapturedFile)> + Clone {
+        self.0.iter().map(|(path, file)| (path, file))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &RepoPath> + Clone {
+        self.0.iter().map(|(path, _)| path)
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &CapturedFile> + Clone {
+        self.0.iter().map(|(_, file)| file)
+    }
+}
+
 /// The worktree as one checkpoint sees it.
 #[derive(Debug, Default)]
 pub struct Capture {
-    pub files: BTreeMap<RepoPath, CapturedFile>,
+    pub files: CapturedFiles,
     /// Present on disk, not protected, with a reason code.
     pub skipped: Vec<(RepoPath, String)>,
     /// Ignored paths (`true`: a whole ignored directory).
@@ -60,7 +104,7 @@ pub struct Capture {
     pub warnings: Vec<String>,
     pub stats: CaptureStats,
     /// Blob ids the user's index holds (what `status` counts as shared with the repository),
-    /// with the file size the index recorded for them.
+    /// with the file size the index recorded for them. Filled for `status` only.
     pub index_ids: crate::verbs::IdMap<u64>,
 }
 
@@ -82,7 +126,7 @@ impl Capture {
 
     /// What the stat cache records of this capture, in path order: every file with a stat
     /// (submodule pointers have none).
-    pub fn stat_entries(&self) -> impl Iterator<Item = (&RepoPath, &FileStat, &crate::verbs::ObjectId)> {
+    pub fn stat_entries(&self) -> impl Iterator<Item = (&RepoPath, &FileStat, &crate::verbs::ObjectId)> + Clone {
         self.files
             .iter()
             .filter(|(_, file)| file.item.kind != EntryKind::Gitlink)
@@ -135,10 +179,11 @@ enum Source {
     Read,
 }
 
-/// A path to capture, with what the user's index says about it (tracked paths only).
+/// A path to capture, with what the user's index says about it when that can seed the capture
+/// (tracked paths of a capture without a stat cache). Boxed: most captures never need it.
 struct Candidate {
     path: RepoPath,
-    index: Option<(TreeItem, Option<IndexStat>)>,
+    index: Option<Box<(TreeItem, Option<IndexStat>)>>,
 }
 
 /// What every file's capture shares: where the worktree is, the size limit, where blobs go, and
@@ -165,7 +210,7 @@ impl CaptureContext<'_> {
             return Some((TreeItem { kind, id: entry.id }, Source::Cache));
         }
         let index_mtime = self.index_seed?;
-        let (item, Some(index_stat)) = candidate.index.as_ref()? else {
+        let (item, Some(index_stat)) = candidate.index.as_deref()? else {
             return None;
         };
         let matches = item.kind == kind
@@ -281,18 +326,22 @@ fn kind_of_mode(mode: u32) -> EntryKind {
     }
 }
 
-/// A capture's skeleton (ignored, skipped, submodules, index ids), the paths it decided to
-/// capture, and what `work` made of each of them (same order).
-type Prepared<T> = (Capture, Vec<Candidate>, Vec<T>);
+/// A capture's skeleton (ignored, skipped, submodules, index ids) and what `work` made of the
+/// candidates it was given.
+type Prepared<T> = (Capture, Vec<T>);
 
 /// Lists the worktree, decides the candidates to capture (tracked and untracked paths below real
 /// directories, with submodules, nested repositories and ckpt temp files set aside), and runs
 /// `work` over them: over the tracked ones while the walk for untracked paths is still running,
 /// then over the untracked ones. `work` also gets the index mtime when index ids may seed a
-/// capture.
+/// capture. `want_index_ids` fills `Capture::index_ids`; `want_index_entries` keeps each tracked
+/// candidate's index entry for seeding. `work` owns the candidates it is given,
+/// so none outlive it.
 fn prepare_and_run<T>(
     vault: &Vault,
-    work: impl Fn(&[Candidate], Option<(i64, u32)>) -> Vec<T>,
+    want_index_ids: bool,
+    want_index_entries: bool,
+    work: impl Fn(Vec<Candidate>, Option<(i64, u32)>) -> Vec<T>,
 ) -> Result<Prepared<T>, CkptError> {
     let root = vault.workdir();
     let mut out = Capture::default();
@@ -300,7 +349,9 @@ fn prepare_and_run<T>(
         root,
         known: HashMap::new(),
     };
-    let (listing, (mut candidates, mut results, index_seed)) = vault.list_worktree_overlapped(|listing| {
+    // Submodule pointers, in index order.
+    let mut gitlinks: Vec<(RepoPath, CapturedFile)> = Vec::new();
+    let (listing, (mut results, index_seed)) = vault.list_worktree_overlapped(|listing| {
         let index_seed = if listing.index_ids_are_raw {
             listing.index_mtime
         } else {
@@ -308,14 +359,16 @@ fn prepare_and_run<T>(
         };
         let mut candidates = Vec::with_capacity(listing.tracked.len());
         for tracked in std::mem::take(&mut listing.tracked) {
-            out.index_ids
-                .insert(tracked.item.id, tracked.stat.map(|s| u64::from(s.size)).unwrap_or(0));
+            if want_index_ids {
+                out.index_ids
+                    .insert(tracked.item.id, tracked.stat.map(|s| u64::from(s.size)).unwrap_or(0));
+            }
             if tracked.item.kind == EntryKind::Gitlink {
                 let full = root.join(tracked.path.to_os_path());
                 if ancestors.reachable(&tracked.path)
                     && fs::symlink_metadata(&full).map(|m| m.is_dir()).unwrap_or(false)
                 {
-                    out.files.insert(
+                    gitlinks.push((
                         tracked.path.clone(),
                         CapturedFile {
                             item: tracked.item,
@@ -323,19 +376,18 @@ fn prepare_and_run<T>(
                             stat: None,
                             cached: false,
                         },
-                    );
+                    ));
                     out.skipped.push((tracked.path, "submodule".into()));
                 }
                 continue;
             }
             candidates.push(Candidate {
                 path: tracked.path,
-                index: Some((tracked.item, tracked.stat)),
+                index: want_index_entries.then(|| Box::new((tracked.item, tracked.stat))),
             });
         }
-        keep_capturable(&mut candidates, &mut out, &mut ancestors);
-        let results = work(&candidates, index_seed);
-        (candidates, results, index_seed)
+        keep_capturable(&mut candidates, &gitlinks, &mut out, &mut ancestors);
+        (work(candidates, index_seed), index_seed)
     })?;
     out.ignored = listing.ignored;
     out.warnings = listing
@@ -351,18 +403,24 @@ fn prepare_and_run<T>(
         .into_iter()
         .map(|path| Candidate { path, index: None })
         .collect();
-    keep_capturable(&mut untracked, &mut out, &mut ancestors);
-    results.extend(work(&untracked, index_seed));
-    candidates.extend(untracked);
-    Ok((out, candidates, results))
+    keep_capturable(&mut untracked, &gitlinks, &mut out, &mut ancestors);
+    results.extend(work(untracked, index_seed));
+    out.files = CapturedFiles::from_unsorted(gitlinks);
+    Ok((out, results))
 }
 
 /// Drops candidates that are submodules, sit below a symlink or non-directory, or are ckpt's
 /// own temp files (those are reported as skipped). The index lists each path once (stages
 /// merged) and the walk emits no tracked path, so candidates are already unique.
-fn keep_capturable(candidates: &mut Vec<Candidate>, out: &mut Capture, ancestors: &mut AncestorCheck<'_>) {
+fn keep_capturable(
+    candidates: &mut Vec<Candidate>,
+    gitlinks: &[(RepoPath, CapturedFile)],
+    out: &mut Capture,
+    ancestors: &mut AncestorCheck<'_>,
+) {
     candidates.retain(|c| {
-        if out.files.contains_key(&c.path) || !ancestors.reachable(&c.path) {
+        let is_gitlink = gitlinks.iter().any(|(path, _)| *path == c.path);
+        if is_gitlink || !ancestors.reachable(&c.path) {
             return false;
         }
         if c.path.components().last().and_then(temp_file_owner).is_some() {
@@ -385,7 +443,7 @@ pub fn capture(
     let probe = vault.worktree_probe()?;
     let blobs = vault.parallel_blobs(sink == BlobSink::Store);
     let _phase = progress.phase("capturing", 0);
-    let capture_all = |candidates: &[Candidate], index_seed: Option<(i64, u32)>| {
+    let capture_all = |candidates: Vec<Candidate>, index_seed: Option<(i64, u32)>| {
         progress.grow(candidates.len() as u64);
         let context = CaptureContext {
             root: vault.workdir(),
@@ -399,34 +457,52 @@ pub fn capture(
             None => vec![None; candidates.len()],
         };
         candidates
-            .par_iter()
-            .zip(cached.par_iter())
+            .into_par_iter()
+            .zip(cached.into_par_iter())
             // A repository handle per worker is made only once that worker has a file to read.
             .map_init(
                 || None,
                 |local, (candidate, cached)| {
-                    let outcome = capture_one(&context, candidate, *cached, local);
+                    let outcome = capture_one(&context, &candidate, cached, local);
                     progress.inc(1);
-                    outcome
+                    // Boxed: an error is rare and large, and every element pays for the largest.
+                    (candidate.path, outcome.map_err(Box::new))
                 },
             )
-            .collect::<Vec<Result<Outcome, CkptError>>>()
+            .collect::<Vec<(RepoPath, Result<Outcome, Box<CkptError>>)>>()
     };
-    let (mut out, candidates, outcomes) = prepare_and_run(vault, capture_all)?;
-    for (candidate, outcome) in candidates.into_iter().zip(outcomes) {
-        match outcome? {
-            Outcome::Captured(file, source) => {
+    let (mut out, outcomes) = prepare_and_run(vault, false, cache.is_none(), capture_all)?;
+    let mut failure = None;
+    let stats = &mut out.stats;
+    let skipped = &mut out.skipped;
+    // Collected in place: the captured files reuse the outcomes' buffer.
+    let mut captured: Vec<(RepoPath, CapturedFile)> = outcomes
+        .into_iter()
+        .filter_map(|(path, outcome)| match outcome {
+            Ok(Outcome::Captured(file, source)) => {
                 match source {
-                    Source::Cache => out.stats.from_cache += 1,
-                    Source::Index => out.stats.from_index += 1,
-                    Source::Read => out.stats.read += 1,
+                    Source::Cache => stats.from_cache += 1,
+                    Source::Index => stats.from_index += 1,
+                    Source::Read => stats.read += 1,
                 }
-                out.files.insert(candidate.path, file);
+                Some((path, file))
             }
-            Outcome::Skipped(reason) => out.skipped.push((candidate.path, reason)),
-            Outcome::Absent => {}
-        }
+            Ok(Outcome::Skipped(reason)) => {
+                skipped.push((path, reason));
+                None
+            }
+            Ok(Outcome::Absent) => None,
+            Err(e) => {
+                failure.get_or_insert(e);
+                None
+            }
+        })
+        .collect();
+    if let Some(e) = failure {
+        return Err(*e);
     }
+    captured.extend(std::mem::take(&mut out.files.0));
+    out.files = CapturedFiles::from_unsorted(captured);
     out.skipped.sort();
     out.skipped.dedup();
     Ok(out)
@@ -443,42 +519,49 @@ pub struct Survey {
 
 pub fn survey(vault: &Vault, max_file_size: u64) -> Result<Survey, CkptError> {
     let probe = vault.worktree_probe()?;
-    let verdict_of_each = |candidates: &[Candidate], _: Option<(i64, u32)>| {
+    let verdict_of_each = |candidates: Vec<Candidate>, _: Option<(i64, u32)>| {
         candidates
-            .par_iter()
+            .into_par_iter()
             .map(|candidate| {
-                let probed = match probe.lstat(&candidate.path) {
-                    Ok(probed) => probed,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-                    Err(e) => return Some(Err(format!("unreadable: {e}"))),
-                };
-                match probed.kind {
-                    PathKind::Directory => None,
-                    PathKind::Symlink => Some(Ok(())),
-                    PathKind::File if probed.stat.size > max_file_size => Some(Err(format!(
-                        "too_large: {} bytes, limit {max_file_size}",
-                        probed.stat.size
-                    ))),
-                    PathKind::File => Some(Ok(())),
-                    PathKind::Special => Some(Err("special_file".into())),
-                }
+                let verdict = survey_one(&probe, &candidate.path, max_file_size);
+                (candidate.path, verdict)
             })
-            .collect::<Vec<Option<Result<(), String>>>>()
+            .collect::<Vec<(RepoPath, Option<Result<(), String>>)>>()
     };
-    let (prepared, candidates, verdicts) = prepare_and_run(vault, verdict_of_each)?;
+    let (prepared, verdicts) = prepare_and_run(vault, true, false, verdict_of_each)?;
     let mut survey = Survey {
         protected: 0,
         unprotected: prepared.unprotected(),
         index_ids: prepared.index_ids,
     };
-    for (candidate, verdict) in candidates.into_iter().zip(verdicts) {
+    for (path, verdict) in verdicts {
         match verdict {
             Some(Ok(())) => survey.protected += 1,
-            Some(Err(reason)) => survey.unprotected.push((candidate.path, reason)),
+            Some(Err(reason)) => survey.unprotected.push((path, reason)),
             None => {}
         }
     }
     survey.unprotected.sort();
     survey.unprotected.dedup();
     Ok(survey)
+}
+
+/// Whether `status` counts `path` as protected (`Ok`), not protected and why (`Err`), or not a
+/// file at all (`None`), by `lstat` alone.
+fn survey_one(probe: &WorktreeProbe, path: &RepoPath, max_file_size: u64) -> Option<Result<(), String>> {
+    let probed = match probe.lstat(path) {
+        Ok(probed) => probed,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return Some(Err(format!("unreadable: {e}"))),
+    };
+    match probed.kind {
+        PathKind::Directory => None,
+        PathKind::Symlink => Some(Ok(())),
+        PathKind::File if probed.stat.size > max_file_size => Some(Err(format!(
+            "too_large: {} bytes, limit {max_file_size}",
+            probed.stat.size
+        ))),
+        PathKind::File => Some(Ok(())),
+        PathKind::Special => Some(Err("special_file".into())),
+    }
 }

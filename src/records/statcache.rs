@@ -113,11 +113,12 @@ impl StatCache {
 
     #[cfg(test)]
     fn encode(&self, written: (i64, u32)) -> Vec<u8> {
-        encode_entries(
-            self.checkpoint,
-            written,
-            self.entries.iter().map(|(path, entry)| (path, &entry.stat, &entry.id)),
-        )
+        let mut out = Vec::new();
+        let entries = self.entries.iter().map(|(path, entry)| (path, &entry.stat, &entry.id));
+        encode_entries(&mut out, self.checkpoint, written, entries).expect("writing to memory");
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
     }
 
     /// Decodes a cache file; `None` for anything but a well-formed current-version file. Entries
@@ -178,24 +179,32 @@ impl StatCache {
     }
 
     /// Writes a cache for `checkpoint` atomically (temp + rename) straight from `entries`, which
-    /// must come in strictly increasing path order (a `BTreeMap` walk). The write time is taken
-    /// now, after every stat in it was taken, which is what makes the racy-clean rule sound.
+    /// must come in strictly increasing path order (a sorted capture), streamed so no copy of the
+    /// file is held in memory. The write time is taken now, after every stat in it was taken,
+    /// which is what makes the racy-clean rule sound.
     pub fn save_entries<'a>(
         dir: &Path,
         _lock: &super::RegistryLock,
         checkpoint: Option<ObjectId>,
-        entries: impl Iterator<Item = (&'a RepoPath, &'a FileStat, &'a ObjectId)>,
+        entries: impl Iterator<Item = (&'a RepoPath, &'a FileStat, &'a ObjectId)> + Clone,
     ) -> std::io::Result<()> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        let data = encode_entries(checkpoint, (now.as_secs() as i64, now.subsec_nanos()), entries);
+        let written = (now.as_secs() as i64, now.subsec_nanos());
         let temp = dir.join(format!(".{FILE_NAME}.{}.tmp", std::process::id()));
         let result = (|| {
             // No fsync: after a crash the file is the old cache, the new one, or bytes that fail
             // the checksum and are discarded; each of those is safe to trust or to drop.
-            let mut file = std::fs::File::create(&temp)?;
-            file.write_all(&data)?;
+            let file = std::fs::File::create(&temp)?;
+            let mut out = ChecksummedWriter {
+                inner: std::io::BufWriter::with_capacity(1 << 16, file),
+                crc: crc32fast::Hasher::new(),
+            };
+            encode_entries(&mut out, checkpoint, written, entries)?;
+            let crc = out.crc.finalize();
+            out.inner.write_all(&crc.to_le_bytes())?;
+            out.inner.flush()?;
             std::fs::rename(&temp, dir.join(FILE_NAME))
         })();
         if result.is_err() {
@@ -213,45 +222,56 @@ impl StatCache {
     }
 }
 
+/// A writer that keeps a running CRC of everything written through it.
+struct ChecksummedWriter<W: Write> {
+    inner: W,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: Write> Write for ChecksummedWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Writes the header and entries (without the trailing CRC) to `out`.
 fn encode_entries<'a>(
+    out: &mut impl Write,
     checkpoint: Option<ObjectId>,
     written: (i64, u32),
-    entries: impl Iterator<Item = (&'a RepoPath, &'a FileStat, &'a ObjectId)>,
-) -> Vec<u8> {
-    let (lower, _) = entries.size_hint();
-    let mut out = Vec::with_capacity(64 + lower * 120);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&written.0.to_le_bytes());
-    out.extend_from_slice(&written.1.to_le_bytes());
+    entries: impl Iterator<Item = (&'a RepoPath, &'a FileStat, &'a ObjectId)> + Clone,
+) -> std::io::Result<()> {
+    out.write_all(MAGIC)?;
+    out.write_all(&VERSION.to_le_bytes())?;
+    out.write_all(&written.0.to_le_bytes())?;
+    out.write_all(&written.1.to_le_bytes())?;
     let checkpoint = checkpoint.map(|c| c.to_hex()).unwrap_or_default();
-    out.push(checkpoint.len() as u8);
-    out.extend_from_slice(checkpoint.as_bytes());
-    // The count is known once the entries are written.
-    let count_at = out.len();
-    out.extend_from_slice(&0u64.to_le_bytes());
-    let mut count = 0u64;
+    out.write_all(&[checkpoint.len() as u8])?;
+    out.write_all(checkpoint.as_bytes())?;
+    out.write_all(&(entries.clone().count() as u64).to_le_bytes())?;
     for (path, stat, id) in entries {
         let bytes = path.as_bytes();
-        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        out.extend_from_slice(bytes);
-        out.extend_from_slice(&stat.size.to_le_bytes());
-        out.extend_from_slice(&stat.mtime.0.to_le_bytes());
-        out.extend_from_slice(&stat.mtime.1.to_le_bytes());
-        out.extend_from_slice(&stat.ctime.0.to_le_bytes());
-        out.extend_from_slice(&stat.ctime.1.to_le_bytes());
-        out.extend_from_slice(&stat.ino.to_le_bytes());
-        out.extend_from_slice(&stat.dev.to_le_bytes());
-        out.extend_from_slice(&stat.mode.to_le_bytes());
+        out.write_all(&(bytes.len() as u32).to_le_bytes())?;
+        out.write_all(bytes)?;
+        out.write_all(&stat.size.to_le_bytes())?;
+        out.write_all(&stat.mtime.0.to_le_bytes())?;
+        out.write_all(&stat.mtime.1.to_le_bytes())?;
+        out.write_all(&stat.ctime.0.to_le_bytes())?;
+        out.write_all(&stat.ctime.1.to_le_bytes())?;
+        out.write_all(&stat.ino.to_le_bytes())?;
+        out.write_all(&stat.dev.to_le_bytes())?;
+        out.write_all(&stat.mode.to_le_bytes())?;
         let raw = id.as_bytes();
-        out.push(raw.len() as u8);
-        out.extend_from_slice(raw);
-        count += 1;
+        out.write_all(&[raw.len() as u8])?;
+        out.write_all(raw)?;
     }
-    out[count_at..count_at + 8].copy_from_slice(&count.to_le_bytes());
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    Ok(())
 }
 
 struct Reader<'a> {

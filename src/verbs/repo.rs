@@ -582,10 +582,15 @@ impl Vault {
         with_index: impl FnOnce(&mut WorktreeListing) -> R,
     ) -> Result<(WorktreeListing, R), VerbError> {
         let started = std::time::Instant::now();
-        let index = self
-            .repo
-            .index_or_empty()
-            .map_err(|e| VerbError::git("reading the index (read-only)", e))?;
+        // Read afresh rather than through the repository's shared index cache, so the decoded
+        // index (tens of MB at 200k files) is freed as soon as the listing is done.
+        let index = if self.repo.index_path().exists() {
+            self.repo
+                .open_index()
+                .map_err(|e| VerbError::git("reading the index (read-only)", e))?
+        } else {
+            gix::index::File::from_state(gix::index::State::new(self.repo.object_hash()), self.repo.index_path())
+        };
         let mut listing = self.index_listing(&index);
         if std::env::var_os("CKPT_TIMING").is_some() {
             eprintln!(
