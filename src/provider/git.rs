@@ -339,11 +339,11 @@ impl GitProvider {
         let mut changed = HashSet::new();
         for (path, file) in capture.files.iter() {
             if !file.cached {
-                treebuild::mark_parents_changed(&mut changed, path);
+                treebuild::mark_parents_changed(&mut changed, path.as_bytes());
             }
         }
         for path in cache.paths() {
-            if !capture.files.contains_key(path) {
+            if !capture.files.contains_path(path) {
                 treebuild::mark_parents_changed(&mut changed, path);
             }
         }

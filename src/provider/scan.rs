@@ -57,7 +57,13 @@ impl CapturedFiles {
     /// Sorts `files` by path; runs that are already in order (tracked, untracked, submodules)
     /// merge in linear time.
     fn from_unsorted(mut files: Vec<(RepoPath, CapturedFile)>) -> Self {
-        files.sort_by(|a, b| a.0.cmp(&b.0));
+        if !files.is_sorted_by(|a, b| a.0 <= b.0) {
+            // Sorting indices, then moving each file once, needs a few bytes of scratch per file
+            // where sorting the files themselves would copy half of them aside.
+            let mut order: Vec<usize> = (0..files.len()).collect();
+            order.sort_by(|&a, &b| files[a].0.cmp(&files[b].0));
+            gather_in_place(&mut files, &mut order);
+        }
         files.dedup_by(|later, earlier| later.0 == earlier.0);
         CapturedFiles(files)
     }
@@ -69,6 +75,11 @@ impl CapturedFiles {
 
     pub fn contains_key(&self, path: &RepoPath) -> bool {
         self.get(path).is_some()
+    }
+
+    /// Like `contains_key`, for a path given as bytes.
+    pub fn contains_path(&self, path: &[u8]) -> bool {
+        self.0.binary_search_by(|(p, _)| p.as_bytes().cmp(path)).is_ok()
     }
 
     pub fn len(&self) -> usize {
@@ -89,6 +100,23 @@ impl CapturedFiles {
 
     pub fn values(&self) -> impl Iterator<Item = &CapturedFile> + Clone {
         self.0.iter().map(|(_, file)| file)
+    }
+}
+
+/// Reorders `items` so that item `i` becomes the one that was at `order[i]`, by swaps along the
+/// permutation's cycles. `order` is used up (left as the identity).
+fn gather_in_place<T>(items: &mut [T], order: &mut [usize]) {
+    for start in 0..items.len() {
+        let mut current = start;
+        while order[current] != current {
+            let next = order[current];
+            order[current] = current;
+            if next == start {
+                break;
+            }
+            items.swap(current, next);
+            current = next;
+        }
     }
 }
 
@@ -404,7 +432,10 @@ fn prepare_and_run<T>(
         .map(|path| Candidate { path, index: None })
         .collect();
     keep_capturable(&mut untracked, &gitlinks, &mut out, &mut ancestors);
-    results.extend(work(untracked, index_seed));
+    let more = work(untracked, index_seed);
+    // Exactly: growing by doubling would hold twice the tracked results at 200k files.
+    results.reserve_exact(more.len());
+    results.extend(more);
     out.files = CapturedFiles::from_unsorted(gitlinks);
     Ok((out, results))
 }
@@ -463,7 +494,8 @@ pub fn capture(
             .map_init(
                 || None,
                 |local, (candidate, cached)| {
-                    let outcome = capture_one(&context, &candidate, cached, local);
+                    let cached = cached.and_then(|at| cache?.entry(at as usize));
+                    let outcome = capture_one(&context, &candidate, cached.as_ref(), local);
                     progress.inc(1);
                     // Boxed: an error is rare and large, and every element pays for the largest.
                     (candidate.path, outcome.map_err(Box::new))
@@ -563,5 +595,29 @@ fn survey_one(probe: &WorktreeProbe, path: &RepoPath, max_file_size: u64) -> Opt
         ))),
         PathKind::File => Some(Ok(())),
         PathKind::Special => Some(Err("special_file".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gather_in_place;
+
+    #[test]
+    fn gathering_applies_any_permutation() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for len in [0usize, 1, 2, 3, 7, 64, 257] {
+            let mut order: Vec<usize> = (0..len).collect();
+            for i in (1..len).rev() {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                order.swap(i, (state % (i as u64 + 1)) as usize);
+            }
+            let original: Vec<String> = (0..len).map(|i| format!("item{i}")).collect();
+            let expected: Vec<String> = order.iter().map(|&i| original[i].clone()).collect();
+            let mut items = original.clone();
+            gather_in_place(&mut items, &mut order);
+            assert_eq!(items, expected, "length {len}");
+        }
     }
 }

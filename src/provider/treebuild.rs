@@ -34,8 +34,8 @@ pub struct Base<'a> {
 }
 
 /// Adds `path`'s directory and all its ancestors (root included) to `dirs`.
-pub fn mark_parents_changed(dirs: &mut HashSet<Vec<u8>>, path: &RepoPath) {
-    let bytes = path.as_bytes();
+pub fn mark_parents_changed(dirs: &mut HashSet<Vec<u8>>, path: &[u8]) {
+    let bytes = path;
     let mut end = bytes.iter().rposition(|b| *b == b'/');
     while let Some(cut) = end {
         if !dirs.insert(bytes[..cut].to_vec()) {
@@ -209,7 +209,7 @@ mod tests {
                 if conflicts(&edited, &victim) {
                     continue;
                 }
-                mark_parents_changed(&mut changed, &victim);
+                mark_parents_changed(&mut changed, victim.as_bytes());
                 if edited.contains_key(&victim) && next(&mut state).is_multiple_of(2) {
                     edited.remove(&victim);
                 } else {
@@ -253,8 +253,8 @@ mod tests {
     #[test]
     fn marking_a_path_marks_every_ancestor_and_the_root() {
         let mut dirs = HashSet::new();
-        mark_parents_changed(&mut dirs, &path("a/b/c.txt"));
-        mark_parents_changed(&mut dirs, &path("top.txt"));
+        mark_parents_changed(&mut dirs, b"a/b/c.txt");
+        mark_parents_changed(&mut dirs, b"top.txt");
         let mut got: Vec<Vec<u8>> = dirs.into_iter().collect();
         got.sort();
         assert_eq!(got, vec![b"".to_vec(), b"a".to_vec(), b"a/b".to_vec()]);

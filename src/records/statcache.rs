@@ -31,36 +31,27 @@ impl CacheEntry {
     }
 }
 
-/// The cache as loaded: every file of its checkpoint, racy ones flagged.
+/// The cache as loaded: every file of its checkpoint, racy ones flagged. It keeps the file's
+/// bytes and one offset per entry and decodes an entry only when asked: at 200k files that is
+/// half the memory of decoded entries.
 #[derive(Debug, Default)]
 pub struct StatCache {
     /// The checkpoint whose objects every entry refers to; the cache is only used while that
     /// checkpoint is still pinned (so its objects cannot have been collected).
     pub checkpoint: Option<ObjectId>,
-    /// Sorted by path, each path once: a capture walks its paths in the same order, so finding
-    /// each one is a step forward rather than a hash of the path.
-    entries: Vec<(RepoPath, CacheEntry)>,
+    /// The file as read (validated once, at load).
+    data: Vec<u8>,
+    /// Where each entry starts in `data`, in strictly increasing path order: a capture walks its
+    /// paths in the same order, so finding each one is a step forward, not a hash of the path.
+    entries: Vec<u32>,
+    /// The cache's write time (seconds): entries modified in that second or later are racy.
+    written: i64,
 }
 
+/// Fixed part of an entry after its path: size, mtime, ctime, ino, dev, mode.
+const STAT_BYTES: usize = 8 + 12 + 12 + 8 + 8 + 4;
+
 impl StatCache {
-    pub fn new(checkpoint: Option<ObjectId>) -> Self {
-        StatCache {
-            checkpoint,
-            entries: Vec::new(),
-        }
-    }
-
-    /// Adds or replaces the entry for `path`; in path order this is a push.
-    pub fn insert(&mut self, path: RepoPath, entry: CacheEntry) {
-        match self.entries.last() {
-            Some((last, _)) if *last >= path => match self.entries.binary_search_by(|(p, _)| p.cmp(&path)) {
-                Ok(at) => self.entries[at].1 = entry,
-                Err(at) => self.entries.insert(at, (path, entry)),
-            },
-            _ => self.entries.push((path, entry)),
-        }
-    }
-
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -69,38 +60,80 @@ impl StatCache {
         self.entries.is_empty()
     }
 
+    /// The path of entry `at`.
+    fn path(&self, at: usize) -> &[u8] {
+        let start = self.entries[at] as usize;
+        let len = u32::from_le_bytes(self.data[start..start + 4].try_into().unwrap_or_default()) as usize;
+        &self.data[start + 4..start + 4 + len]
+    }
+
+    /// Entry `at`, decoded (the bytes were validated at load).
+    pub fn entry(&self, at: usize) -> Option<CacheEntry> {
+        let start = self.entries[at] as usize;
+        let mut r = Reader {
+            data: &self.data,
+            pos: start,
+        };
+        let len = r.u32()? as usize;
+        r.take(len)?;
+        let stat = r.stat()?;
+        let id_len = r.take(1)?[0] as usize;
+        let id = ObjectId::from_bytes(r.take(id_len)?).ok()?;
+        // Racy-clean rule: a file modified in the same second the cache was written may change
+        // again without its stat changing, so it must be re-read.
+        let racy = stat.mtime.0 >= self.written;
+        Some(CacheEntry { stat, id, racy })
+    }
+
     /// Every path in the cache, in sorted order.
-    pub fn paths(&self) -> impl Iterator<Item = &RepoPath> {
-        self.entries.iter().map(|(path, _)| path)
+    pub fn paths(&self) -> impl Iterator<Item = &[u8]> {
+        (0..self.entries.len()).map(|at| self.path(at))
+    }
+
+    fn find(&self, path: &[u8]) -> Result<usize, usize> {
+        let mut low = 0;
+        let mut high = self.entries.len();
+        while low < high {
+            let mid = (low + high) / 2;
+            match self.path(mid).cmp(path) {
+                std::cmp::Ordering::Less => low = mid + 1,
+                std::cmp::Ordering::Greater => high = mid,
+                std::cmp::Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(low)
     }
 
     /// The cached id for `path` if its stat is exactly `stat` and can be trusted.
     pub fn lookup(&self, path: &RepoPath, stat: &FileStat) -> Option<ObjectId> {
-        let at = self.entries.binary_search_by(|(p, _)| p.cmp(path)).ok()?;
-        Some(&self.entries[at].1).filter(|e| e.trusts(stat)).map(|e| e.id)
+        let at = self.find(path.as_bytes()).ok()?;
+        self.entry(at).filter(|e| e.trusts(stat)).map(|e| e.id)
     }
 
-    /// The entry of each path, in the order given. Paths in sorted order cost one comparison
-    /// each; any other order still gets correct answers, by binary search.
-    pub fn locate<'a>(&self, paths: impl IntoIterator<Item = &'a RepoPath>) -> Vec<Option<&CacheEntry>> {
+    /// The entry index of each path, in the order given (for [`Self::entry`]). Paths in sorted
+    /// order cost one comparison each; any other order still gets correct answers, by binary
+    /// search.
+    pub fn locate<'a>(&self, paths: impl IntoIterator<Item = &'a RepoPath>) -> Vec<Option<u32>> {
         let mut next = 0;
         paths
             .into_iter()
             .map(|path| {
-                let fits_at_next = self.entries.get(next).is_none_or(|(p, _)| p >= path)
-                    && (next == 0 || self.entries[next - 1].0 < *path);
+                let path = path.as_bytes();
+                let fits_at_next = (next == self.entries.len() || self.path(next) >= path)
+                    && (next == 0 || self.path(next - 1) < path);
                 let found = if fits_at_next {
-                    match self.entries.get(next) {
-                        Some((p, _)) if p == path => Ok(next),
-                        _ => Err(next),
+                    if next < self.entries.len() && self.path(next) == path {
+                        Ok(next)
+                    } else {
+                        Err(next)
                     }
                 } else {
-                    self.entries.binary_search_by(|(p, _)| p.cmp(path))
+                    self.find(path)
                 };
                 match found {
                     Ok(at) => {
                         next = at + 1;
-                        Some(&self.entries[at].1)
+                        Some(at as u32)
                     }
                     Err(at) => {
                         next = at;
@@ -111,20 +144,10 @@ impl StatCache {
             .collect()
     }
 
-    #[cfg(test)]
-    fn encode(&self, written: (i64, u32)) -> Vec<u8> {
-        let mut out = Vec::new();
-        let entries = self.entries.iter().map(|(path, entry)| (path, &entry.stat, &entry.id));
-        encode_entries(&mut out, self.checkpoint, written, entries).expect("writing to memory");
-        let crc = crc32fast::hash(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
-    }
-
-    /// Decodes a cache file; `None` for anything but a well-formed current-version file. Entries
-    /// that are racily clean relative to the write time are flagged.
-    fn decode(data: &[u8]) -> Option<StatCache> {
-        if data.len() < MAGIC.len() + 4 {
+    /// Decodes and validates a cache file; `None` for anything but a well-formed current-version
+    /// file. Entries that are racily clean relative to the write time are flagged when read.
+    fn decode(mut data: Vec<u8>) -> Option<StatCache> {
+        if data.len() < MAGIC.len() + 4 || data.len() > u32::MAX as usize {
             return None;
         }
         let (body, crc) = data.split_at(data.len() - 4);
@@ -142,40 +165,39 @@ impl StatCache {
             n => Some(ObjectId::from_hex(std::str::from_utf8(r.take(n)?).ok()?).ok()?),
         };
         let count = r.u64()?;
-        let mut cache = StatCache::new(checkpoint);
-        cache.entries.reserve(usize::try_from(count).ok()?.min(body.len() / 64));
+        let mut entries = Vec::with_capacity(usize::try_from(count).ok()?.min(body.len() / 64));
         let mut previous: &[u8] = &[];
         for _ in 0..count {
+            let start = r.pos as u32;
             let len = r.u32()? as usize;
             let raw = r.take(len)?;
             // Written strictly sorted; anything else is not a file this code wrote.
             if !previous.is_empty() && raw <= previous {
                 return None;
             }
+            RepoPath::check(raw).ok()?;
             previous = raw;
-            let path = RepoPath::new(raw.to_vec()).ok()?;
-            let stat = FileStat {
-                size: r.u64()?,
-                mtime: (r.i64()?, r.u32()?),
-                ctime: (r.i64()?, r.u32()?),
-                ino: r.u64()?,
-                dev: r.u64()?,
-                mode: r.u32()?,
-            };
+            r.take(STAT_BYTES)?;
             let id_len = r.take(1)?[0] as usize;
-            let id = ObjectId::from_bytes(r.take(id_len)?).ok()?;
-            // Racy-clean rule: a file modified in the same second the cache was written may
-            // change again without its stat changing, so it must be re-read.
-            let racy = stat.mtime.0 >= written.0;
-            cache.entries.push((path, CacheEntry { stat, id, racy }));
+            ObjectId::from_bytes(r.take(id_len)?).ok()?;
+            entries.push(start);
         }
-        (r.pos == body.len()).then_some(cache)
+        if r.pos != body.len() {
+            return None;
+        }
+        data.truncate(data.len() - 4);
+        Some(StatCache {
+            checkpoint,
+            data,
+            entries,
+            written: written.0,
+        })
     }
 
     /// Loads the cache from `dir`; a missing, corrupt or other-version file gives `None`.
     pub fn load(dir: &Path) -> Option<StatCache> {
         let data = std::fs::read(dir.join(FILE_NAME)).ok()?;
-        StatCache::decode(&data)
+        StatCache::decode(data)
     }
 
     /// Writes a cache for `checkpoint` atomically (temp + rename) straight from `entries`, which
@@ -286,6 +308,16 @@ impl<'a> Reader<'a> {
         self.pos = end;
         Some(slice)
     }
+    fn stat(&mut self) -> Option<FileStat> {
+        Some(FileStat {
+            size: self.u64()?,
+            mtime: (self.i64()?, self.u32()?),
+            ctime: (self.i64()?, self.u32()?),
+            ino: self.u64()?,
+            dev: self.u64()?,
+            mode: self.u32()?,
+        })
+    }
     fn u32(&mut self) -> Option<u32> {
         Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
@@ -320,27 +352,34 @@ mod tests {
         RepoPath::new(text.as_bytes().to_vec()).unwrap()
     }
 
+    /// A cache file as `save_entries` writes it, for entries given in any order.
+    fn encoded(checkpoint: Option<ObjectId>, written: (i64, u32), entries: &[(&str, FileStat, ObjectId)]) -> Vec<u8> {
+        let mut sorted: Vec<(RepoPath, FileStat, ObjectId)> = entries
+            .iter()
+            .map(|(name, stat, id)| (path(name), *stat, *id))
+            .collect();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut out = Vec::new();
+        encode_entries(&mut out, checkpoint, written, sorted.iter().map(|(p, s, i)| (p, s, i))).unwrap();
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<StatCache> {
+        StatCache::decode(bytes.to_vec())
+    }
+
     #[test]
-    fn round_trip_keeps_safe_entries_and_drops_racy_ones() {
-        let mut cache = StatCache::new(Some(id(9)));
-        cache.insert(
-            path("old.txt"),
-            CacheEntry {
-                stat: stat(1000),
-                id: id(1),
-                racy: false,
-            },
+    fn round_trip_keeps_safe_entries_and_flags_racy_ones() {
+        let file = encoded(
+            Some(id(9)),
+            (2000, 500),
+            &[("old.txt", stat(1000), id(1)), ("racy.txt", stat(2000), id(2))],
         );
-        cache.insert(
-            path("racy.txt"),
-            CacheEntry {
-                stat: stat(2000),
-                id: id(2),
-                racy: false,
-            },
-        );
-        let decoded = StatCache::decode(&cache.encode((2000, 500))).unwrap();
+        let decoded = decode(&file).unwrap();
         assert_eq!(decoded.checkpoint, Some(id(9)));
+        assert_eq!(decoded.len(), 2);
         assert_eq!(decoded.lookup(&path("old.txt"), &stat(1000)), Some(id(1)));
         assert_eq!(
             decoded.lookup(&path("racy.txt"), &stat(2000)),
@@ -348,8 +387,9 @@ mod tests {
             "same-second mtime is racy"
         );
         let racy = decoded.locate([&path("racy.txt")]);
+        let entry = racy[0].and_then(|at| decoded.entry(at as usize));
         assert!(
-            racy[0].is_some_and(|e| e.racy && e.id == id(2)),
+            entry.is_some_and(|e| e.racy && e.id == id(2) && e.stat == stat(2000)),
             "a racy entry stays, flagged: it still names its checkpoint's file"
         );
         let mut changed = stat(1000);
@@ -362,29 +402,26 @@ mod tests {
     }
 
     fn cache_of(names: &[&str]) -> StatCache {
-        let mut cache = StatCache::new(None);
-        for (n, name) in names.iter().enumerate() {
-            cache.insert(
-                path(name),
-                CacheEntry {
-                    stat: stat(1),
-                    id: id(n as u8 + 1),
-                    racy: false,
-                },
-            );
-        }
-        cache
+        let entries: Vec<(&str, FileStat, ObjectId)> = names
+            .iter()
+            .enumerate()
+            .map(|(n, name)| (*name, stat(1), id(n as u8 + 1)))
+            .collect();
+        decode(&encoded(None, (100, 0), &entries)).unwrap()
     }
 
     #[test]
     fn locate_answers_like_lookup_in_any_order() {
-        // Inserted out of order on purpose: insert keeps the entries sorted.
         let cache = cache_of(&["m/x", "b", "a/z", "z", "a/b"]);
         let probe: Vec<RepoPath> = ["a/b", "a/c", "a/z", "b", "c", "m/x", "zz", "b", "a/b", "0"]
             .iter()
             .map(|name| path(name))
             .collect();
-        let located: Vec<Option<ObjectId>> = cache.locate(&probe).iter().map(|e| e.map(|e| e.id)).collect();
+        let located: Vec<Option<ObjectId>> = cache
+            .locate(&probe)
+            .iter()
+            .map(|at| at.and_then(|at| cache.entry(at as usize)).map(|e| e.id))
+            .collect();
         let looked_up: Vec<Option<ObjectId>> = probe.iter().map(|p| cache.lookup(p, &stat(1))).collect();
         assert_eq!(located, looked_up);
         assert_eq!(
@@ -392,47 +429,41 @@ mod tests {
             6,
             "a/b twice, a/z, b twice, m/x"
         );
+        let paths: Vec<&[u8]> = cache.paths().collect();
+        assert_eq!(paths, vec![&b"a/b"[..], b"a/z", b"b", b"m/x", b"z"]);
     }
 
     #[test]
-    fn a_file_with_unsorted_or_repeated_paths_is_discarded() {
-        let sorted = cache_of(&["a", "b"]).encode((100, 0));
-        assert!(StatCache::decode(&sorted).is_some());
+    fn a_file_with_unsorted_repeated_or_hostile_paths_is_discarded() {
+        let sorted = encoded(None, (100, 0), &[("a", stat(1), id(1)), ("b", stat(1), id(2))]);
+        assert!(decode(&sorted).is_some());
         // Same length names, so swapping their bytes keeps the file well-formed but unsorted.
-        let swapped = |from: &[u8], to: &[u8]| {
+        let swapped = |from: u8, to: u8| {
             let mut body = sorted[..sorted.len() - 4].to_vec();
-            let at = body.windows(5).position(|w| w == [1, 0, 0, 0, from[0]]).unwrap();
-            body[at + 4] = to[0];
+            let at = body.windows(5).position(|w| w == [1, 0, 0, 0, from]).unwrap();
+            body[at + 4] = to;
             let crc = crc32fast::hash(&body);
             body.extend_from_slice(&crc.to_le_bytes());
             body
         };
-        assert!(StatCache::decode(&swapped(b"a", b"c")).is_none(), "c before b");
-        assert!(StatCache::decode(&swapped(b"a", b"b")).is_none(), "b twice");
+        assert!(decode(&swapped(b'a', b'c')).is_none(), "c before b");
+        assert!(decode(&swapped(b'a', b'b')).is_none(), "b twice");
+        assert!(decode(&swapped(b'a', b'/')).is_none(), "an absolute path");
     }
 
     #[test]
     fn corruption_and_other_versions_discard_everything() {
-        let mut cache = StatCache::new(None);
-        cache.insert(
-            path("a"),
-            CacheEntry {
-                stat: stat(1),
-                id: id(1),
-                racy: false,
-            },
-        );
-        let good = cache.encode((100, 0));
-        assert!(StatCache::decode(&good).is_some());
+        let good = encoded(None, (100, 0), &[("a", stat(1), id(1))]);
+        assert!(decode(&good).is_some());
         for i in [0, 9, good.len() / 2, good.len() - 1] {
             let mut bad = good.clone();
             bad[i] ^= 0x40;
-            assert!(StatCache::decode(&bad).is_none(), "flipped byte {i}");
+            assert!(decode(&bad).is_none(), "flipped byte {i}");
         }
-        assert!(StatCache::decode(&good[..good.len() - 5]).is_none());
+        assert!(decode(&good[..good.len() - 5]).is_none());
         let mut other_version = good.clone();
         other_version[8] = VERSION as u8 + 1;
-        assert!(StatCache::decode(&other_version).is_none());
-        assert!(StatCache::decode(b"").is_none());
+        assert!(decode(&other_version).is_none());
+        assert!(decode(b"").is_none());
     }
 }

@@ -168,8 +168,14 @@ pub struct RepoPath(Vec<u8>);
 impl RepoPath {
     pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self, InvalidInput> {
         let bytes = bytes.into();
+        Self::check(&bytes)?;
+        Ok(RepoPath(bytes))
+    }
+
+    /// Whether `bytes` would make a valid path, without taking them.
+    pub fn check(bytes: &[u8]) -> Result<(), InvalidInput> {
         let reject = |why: &'static str| InvalidInput::Path {
-            path: String::from_utf8_lossy(&bytes).into_owned(),
+            path: String::from_utf8_lossy(bytes).into_owned(),
             why,
         };
         if bytes.is_empty() {
@@ -189,7 +195,7 @@ impl RepoPath {
                 _ => {}
             }
         }
-        Ok(RepoPath(bytes))
+        Ok(())
     }
 
     /// Joins a validated parent with one more validated component.
