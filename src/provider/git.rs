@@ -324,9 +324,10 @@ impl GitProvider {
         Ok(record)
     }
 
-    /// Writes the capture's trees. With a complete stat cache, the cache's checkpoint is the
-    /// base: only directories holding a file that did not come from the cache, or a cached file
-    /// that is gone, are written again; every other subtree id is the base's.
+    /// Writes the capture's trees. With a stat cache (which names every file of its checkpoint),
+    /// that checkpoint's tree is the base: only directories holding a file that is not the
+    /// checkpoint's own (`CapturedFile::cached`), or a cached file that is gone, are written
+    /// again; every other subtree id is the base's.
     fn write_trees(&self, capture: &Capture, cache: Option<&StatCache>) -> Result<ObjectId, CkptError> {
         let files: Vec<(&RepoPath, TreeItem)> = capture.files.iter().map(|(path, file)| (path, file.item)).collect();
         let base_tree = cache

@@ -778,16 +778,9 @@ fn blob_census(
 ) -> Result<BlobCensus, VerbError> {
     type Level = Vec<(Option<EntryKind>, ObjectId)>;
     let decode = |id: &ObjectId| -> Result<Level, VerbError> {
-        let tree = repo
-            .find_tree(id.0)
-            .map_err(|_| VerbError::MissingObject { id: *id, what: "tree" })?;
-        let decoded = tree
-            .decode()
-            .map_err(|e| VerbError::git(format!("decoding tree {id}"), e))?;
-        Ok(decoded
-            .entries
-            .iter()
-            .map(|e| (entry_kind(e.mode), ObjectId(e.oid.to_owned())))
+        Ok(read_level(repo, id)?
+            .into_iter()
+            .map(|(_, kind, child)| (kind, child))
             .collect())
     };
     let mut census = BlobCensus::default();
