@@ -343,8 +343,11 @@ impl GitProvider {
                 treebuild::mark_parents_changed(&mut changed, path.as_bytes());
             }
         }
+        // Both lists are in path order: one merge pass finds the cached files that are gone.
+        let mut captured = capture.files.keys().map(RepoPath::as_bytes).peekable();
         for path in cache.paths() {
-            if !capture.files.contains_path(path) {
+            while captured.next_if(|p| *p < path).is_some() {}
+            if captured.peek() != Some(&path) {
                 treebuild::mark_parents_changed(&mut changed, path);
             }
         }

@@ -77,11 +77,6 @@ impl CapturedFiles {
         self.get(path).is_some()
     }
 
-    /// Like `contains_key`, for a path given as bytes.
-    pub fn contains_path(&self, path: &[u8]) -> bool {
-        self.0.binary_search_by(|(p, _)| p.as_bytes().cmp(path)).is_ok()
-    }
-
     pub fn len(&self) -> usize {
         self.0.len()
     }

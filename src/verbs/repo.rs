@@ -418,11 +418,6 @@ impl Vault {
         })
     }
 
-    /// One level of a tree: `(name, kind, id)` with `kind: None` for subtrees.
-    fn read_tree_level(&self, id: &ObjectId) -> Result<Vec<LevelEntry>, VerbError> {
-        read_level(&self.repo, id)
-    }
-
     fn child_path(parent: Option<&RepoPath>, name: &[u8]) -> Result<RepoPath, VerbError> {
         if name.contains(&b'/') {
             return Err(InvalidInput::TreeName {
@@ -454,7 +449,7 @@ impl Vault {
     /// One level of a stored tree: name, kind (`None` for a subtree), id. A name twice in the
     /// level is an error.
     pub fn tree_level(&self, tree: &ObjectId) -> Result<Vec<LevelEntry>, VerbError> {
-        self.read_tree_level(tree)
+        read_level(&self.repo, tree)
     }
 
     /// Reads every tree below `tree` and checks every name the way [`Self::read_tree`] does
@@ -494,7 +489,7 @@ impl Vault {
         let mut out = BTreeMap::new();
         let mut pending: Vec<(Option<RepoPath>, ObjectId)> = vec![(None, *tree)];
         while let Some((prefix, id)) = pending.pop() {
-            for (name, kind, child) in self.read_tree_level(&id)? {
+            for (name, kind, child) in self.tree_level(&id)? {
                 let path = Self::child_path(prefix.as_ref(), &name)?;
                 match kind {
                     Some(kind) => {
@@ -529,12 +524,12 @@ impl Vault {
         type Side = (Option<EntryKind>, ObjectId);
         let mut merged: BTreeMap<Vec<u8>, (Option<Side>, Option<Side>)> = BTreeMap::new();
         if let Some(old) = old {
-            for (name, kind, id) in self.read_tree_level(&old)? {
+            for (name, kind, id) in self.tree_level(&old)? {
                 merged.entry(name).or_default().0 = Some((kind, id));
             }
         }
         if let Some(new) = new {
-            for (name, kind, id) in self.read_tree_level(&new)? {
+            for (name, kind, id) in self.tree_level(&new)? {
                 merged.entry(name).or_default().1 = Some((kind, id));
             }
         }
@@ -1145,7 +1140,7 @@ pub fn collect_private_garbage(
                 if !seen.insert(tree) {
                     continue;
                 }
-                for (_, kind, child) in vault.read_tree_level(&tree)? {
+                for (_, kind, child) in vault.tree_level(&tree)? {
                     if kind != Some(EntryKind::Gitlink) {
                         live.insert(child.0);
                     }
