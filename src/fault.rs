@@ -1,5 +1,6 @@
 //! Test-only fault injection: `CKPT_FAULT=<point>` makes the process abort at that named point, so
-//! tests can prove that an interrupted snapshot or restore leaves nothing half-done. Compiled to
+//! tests can prove that an interrupted snapshot or restore leaves nothing half-done, and
+//! `CKPT_PAUSE=<point>` holds it there while a test changes files underneath. Compiled to
 //! nothing unless the `fault-injection` feature is on.
 
 /// Aborts the process here if `CKPT_FAULT` names this point (only with `fault-injection`).
@@ -9,6 +10,28 @@ pub fn point(name: &str) {
     if std::env::var("CKPT_FAULT").is_ok_and(|v| v == name) {
         eprintln!("ckpt: fault injected at {name}");
         std::process::abort();
+    }
+    #[cfg(not(feature = "fault-injection"))]
+    let _ = name;
+}
+
+/// With `CKPT_PAUSE=<point>`, stops here until the file named by `CKPT_PAUSE_RESUME` exists
+/// (at most a minute), after saying so on stderr: tests act at exactly this moment, e.g. write
+/// a file between a restore's check and its replace. Only with `fault-injection`.
+#[inline]
+pub fn pause(name: &str) {
+    #[cfg(feature = "fault-injection")]
+    if std::env::var("CKPT_PAUSE").is_ok_and(|v| v == name) {
+        if let Some(resume) = std::env::var_os("CKPT_PAUSE_RESUME") {
+            let resume = std::path::PathBuf::from(resume);
+            if !resume.exists() {
+                eprintln!("ckpt: paused at {name}");
+                let start = std::time::Instant::now();
+                while !resume.exists() && start.elapsed() < std::time::Duration::from_secs(60) {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            }
+        }
     }
     #[cfg(not(feature = "fault-injection"))]
     let _ = name;

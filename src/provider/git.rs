@@ -16,7 +16,7 @@ use crate::provider::{
     CkptError, Confirmation, Preview, Provider, RestoreReport, Selection, SnapshotOutcome, SnapshotRequest,
 };
 use crate::records::statcache::StatCache;
-use crate::records::{Record, Registry, RegistryLock, Skipped, Trailers, WirePath};
+use crate::records::{Record, Registry, RegistryLock, Skipped, StoreLock, Trailers, WirePath};
 use crate::verbs::{EntryKind, ObjectId, PinRef, RepoPath, RestoreOp, TreeItem, Vault, WorkspaceKey};
 
 /// The registry checked against the refs.
@@ -55,6 +55,8 @@ pub struct GitProvider {
     /// The directory holding the state dirs of every workspace sharing this store (`list --all`).
     state_root: PathBuf,
     kind: StoreKind,
+    /// Held (shared) while this process may write into a copy store, so `ckpt gc` waits.
+    _store_lock: Option<StoreLock>,
 }
 
 /// The copy provider's home: `$CKPT_HOME`, else `$XDG_DATA_HOME/ckpt`, else
@@ -82,6 +84,9 @@ pub fn collect_copy_store_garbage(
     dry_run: bool,
 ) -> Result<crate::verbs::GarbageReport, CkptError> {
     let home = ckpt_home()?;
+    // First the whole store (waits for every running snapshot, and keeps new workspaces out),
+    // then each workspace, in the same order snapshots take them.
+    let store_lock = StoreLock::exclusive(&home)?;
     let mut locks = Vec::new();
     let mut git_dirs = Vec::new();
     if let Ok(entries) = std::fs::read_dir(home.join("workspaces")) {
@@ -95,9 +100,11 @@ pub fn collect_copy_store_garbage(
             git_dirs.push(dir.join("git"));
         }
     }
+    crate::fault::pause("gc:before-marking");
     let older_than = std::time::SystemTime::now() - grace;
     let report = crate::verbs::collect_private_garbage(&git_dirs, &home.join("objects"), older_than, dry_run)?;
     drop(locks);
+    drop(store_lock);
     Ok(report)
 }
 
@@ -114,6 +121,7 @@ pub const DEFAULT_EXCLUDES: [&str; 7] = [
 
 /// Where the copy provider keeps everything for the workspace `root`.
 pub struct CopyLayout {
+    pub home: PathBuf,
     pub key: WorkspaceKey,
     pub workspace_dir: PathBuf,
     pub git_dir: PathBuf,
@@ -134,6 +142,7 @@ impl CopyLayout {
             state_dir: workspace_dir.join("state"),
             workspace_dir,
             key,
+            home,
         })
     }
 }
@@ -167,7 +176,7 @@ fn now_rfc3339() -> (i64, String) {
 
 impl GitProvider {
     pub fn open(dir: &Path, progress: Progress) -> Result<Self, CkptError> {
-        let Some(vault) = Vault::discover(dir)? else {
+        let Some(mut vault) = Vault::discover(dir)? else {
             return Err(CkptError::NoProvider(format!(
                 "{} is not inside a git repository with a worktree (use --provider copy or auto)",
                 dir.display()
@@ -185,6 +194,11 @@ impl GitProvider {
         })?;
         let workspace = vault.workspace_key()?;
         let state_root = vault.common_dir().join("ckpt");
+        // A copy store inside this worktree (a home directory kept in git) is ckpt's, not the
+        // user's: never captured, never restored over.
+        if let Ok(home) = ckpt_home() {
+            vault.reserve(&home);
+        }
         Ok(GitProvider {
             progress,
             vault,
@@ -193,6 +207,7 @@ impl GitProvider {
             workspace,
             state_root,
             kind: StoreKind::Repository,
+            _store_lock: None,
         })
     }
 
@@ -205,6 +220,7 @@ impl GitProvider {
             source,
         })?;
         let layout = CopyLayout::for_root(&root)?;
+        let store_lock = StoreLock::shared(&layout.home)?;
         let mut excludes = match excludes {
             Some(patterns) => patterns.join("\n"),
             None => DEFAULT_EXCLUDES.join("\n"),
@@ -234,12 +250,14 @@ impl GitProvider {
             &layout.workspace_dir.join("workspace"),
             root.as_os_str().as_encoded_bytes(),
         )?;
-        let vault = Vault::open_private(&crate::verbs::PrivateStore {
+        let mut vault = Vault::open_private(&crate::verbs::PrivateStore {
             git_dir: &layout.git_dir,
             objects: &layout.objects,
             excludes_file: &layout.excludes_file,
             workdir: &root,
         })?;
+        // The store may sit inside the workspace (workspace = the home directory).
+        vault.reserve(&layout.home);
         Ok(GitProvider {
             progress,
             vault,
@@ -248,6 +266,7 @@ impl GitProvider {
             state_root: layout.workspace_dir.clone(),
             state_dir: layout.state_dir,
             kind: StoreKind::Private,
+            _store_lock: Some(store_lock),
         })
     }
 
@@ -607,6 +626,7 @@ impl GitProvider {
         &self,
         guard_tree: &ObjectId,
         target_tree: &ObjectId,
+        record: &Record,
         capture: &Capture,
         selection: &Selection,
     ) -> Result<plan::Plan, CkptError> {
@@ -626,6 +646,7 @@ impl GitProvider {
             current: &current,
             unprotected: &capture.unprotected(),
             filter: &selection.paths,
+            untouchable: &Self::untouchable(record, capture),
             exact: selection.exact,
         });
         let in_scope = |p: &RepoPath| selection.paths.is_empty() || selection.paths.iter().any(|f| p.is_within(f));
@@ -665,17 +686,38 @@ impl GitProvider {
         out
     }
 
+    /// What a restore to `record` must leave alone: the paths the checkpoint saw but did not
+    /// protect (it holds no evidence about them), and ckpt's own store inside the workspace.
+    fn untouchable(record: &Record, capture: &Capture) -> Vec<RepoPath> {
+        let mut out: Vec<RepoPath> = record
+            .skipped
+            .iter()
+            .filter_map(crate::records::skipped_path)
+            .chain(
+                capture
+                    .skipped
+                    .iter()
+                    .filter(|(_, why)| why == scan::CKPT_STORE)
+                    .map(|(path, _)| path.clone()),
+            )
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     fn make_plan(
         target: &BTreeMap<RepoPath, TreeItem>,
-        current: &BTreeMap<RepoPath, TreeItem>,
-        unprotected: &[(RepoPath, String)],
+        record: &Record,
+        capture: &Capture,
         selection: &Selection,
     ) -> Result<plan::Plan, CkptError> {
         let plan = plan::plan(&PlanInput {
             target,
-            current,
-            unprotected,
+            current: &capture.items(),
+            unprotected: &capture.unprotected(),
             filter: &selection.paths,
+            untouchable: &Self::untouchable(record, capture),
             exact: selection.exact,
         });
         if let Some(unmatched) = plan.unmatched_filter.first() {
@@ -938,8 +980,7 @@ impl Provider for GitProvider {
             cache.as_ref(),
             &self.progress,
         )?;
-        let current = capture.items();
-        let plan = Self::make_plan(&target, &current, &capture.unprotected(), selection)?;
+        let plan = Self::make_plan(&target, record, &capture, selection)?;
         let not_protected = Self::not_protected(record, &capture, selection);
         Ok(Self::preview_from(record, &plan, not_protected, selection.exact))
     }
@@ -975,7 +1016,7 @@ impl Provider for GitProvider {
         phase_time("guard snapshot", t1);
         let t2 = std::time::Instant::now();
         let guard_tree = guard.record.tree_id().map_err(CkptError::InvalidInput)?;
-        let plan = self.plan_from_diff(&guard_tree, &target_tree, &capture, selection)?;
+        let plan = self.plan_from_diff(&guard_tree, &target_tree, record, &capture, selection)?;
         self.ensure_blobs_present(&plan.ops)?;
         phase_time("plan", t2);
         let t3 = std::time::Instant::now();

@@ -62,6 +62,7 @@ impl CkptError {
             CkptError::Records(RecordsError::LockTimeout { .. }) => "lock_timeout",
             CkptError::Verb(VerbError::Invalid(_)) => "invalid_input",
             CkptError::Verb(VerbError::MissingObject { .. }) => "missing_object",
+            CkptError::Verb(VerbError::UnusableObject { .. }) => "unusable_object",
             CkptError::Verb(VerbError::RefConflict { .. }) => "ref_conflict",
             CkptError::Verb(VerbError::Worktree { .. }) => "worktree",
             CkptError::Verb(VerbError::Git { .. }) => "git",

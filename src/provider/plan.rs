@@ -15,6 +15,10 @@ pub struct PlanInput<'a> {
     pub unprotected: &'a [(RepoPath, String)],
     /// Only paths within one of these (empty: everything).
     pub filter: &'a [RepoPath],
+    /// Paths left alone whatever either side says: what the target recorded as present but not
+    /// protected (it has no evidence about them, so even `--exact` must not delete them), and
+    /// ckpt's own store inside the workspace.
+    pub untouchable: &'a [RepoPath],
     pub exact: bool,
 }
 
@@ -50,8 +54,17 @@ fn restorable(item: &TreeItem) -> bool {
 }
 
 pub fn plan(input: &PlanInput<'_>) -> Plan {
-    let target: BTreeMap<&RepoPath, &TreeItem> = input.target.iter().filter(|(_, i)| restorable(i)).collect();
-    let current: BTreeMap<&RepoPath, &TreeItem> = input.current.iter().filter(|(_, i)| restorable(i)).collect();
+    let touchable = |path: &RepoPath| !input.untouchable.iter().any(|u| path.is_within(u));
+    let target: BTreeMap<&RepoPath, &TreeItem> = input
+        .target
+        .iter()
+        .filter(|(p, i)| restorable(i) && touchable(p))
+        .collect();
+    let current: BTreeMap<&RepoPath, &TreeItem> = input
+        .current
+        .iter()
+        .filter(|(p, i)| restorable(i) && touchable(p))
+        .collect();
     let mut blockers: Vec<(RepoPath, String)> = input.unprotected.to_vec();
     for (path, _) in input.current.iter().filter(|(_, i)| !restorable(i)) {
         blockers.push((path.clone(), "submodule".into()));
@@ -191,6 +204,7 @@ mod tests {
             current: &current,
             unprotected: &unprotected,
             filter: &filter,
+            untouchable: &[],
             exact,
         })
     }
@@ -340,8 +354,30 @@ mod tests {
             current: &current,
             unprotected: &[],
             filter: &[],
+            untouchable: &[],
             exact: true,
         });
         assert!(plan.ops.is_empty(), "{:?}", plan.ops);
+    }
+
+    #[test]
+    fn untouchable_paths_are_neither_written_nor_deleted_even_exact() {
+        let target = map(&[("store/objects/ab", 1), ("a", 2)]);
+        let current = map(&[("big.bin", 3), ("store/objects/cd", 4), ("a", 5), ("new", 6)]);
+        let untouchable = vec![p("big.bin"), p("store")];
+        let plan = plan(&PlanInput {
+            target: &target,
+            current: &current,
+            unprotected: &[],
+            filter: &[],
+            untouchable: &untouchable,
+            exact: true,
+        });
+        assert_eq!(plan.overwrite, vec![p("a")]);
+        assert_eq!(plan.delete, vec![p("new")]);
+        assert!(plan
+            .ops
+            .iter()
+            .all(|op| !op.path().is_within(&p("store")) && *op.path() != p("big.bin")));
     }
 }

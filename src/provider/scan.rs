@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
-use std::io::Read;
 use std::path::Path;
 
 use rayon::prelude::*;
@@ -16,11 +15,14 @@ use crate::provider::progress::Progress;
 use crate::provider::CkptError;
 use crate::records::statcache::{CacheEntry, FileStat, StatCache};
 use crate::verbs::{
-    temp_file_owner, EntryKind, IndexStat, LocalBlobs, ParallelBlobs, PathKind, RepoPath, TreeItem, Vault,
-    WorktreeProbe, STREAM_THRESHOLD,
+    temp_file_owner, EntryKind, FileRead, IndexStat, LocalBlobs, ParallelBlobs, PathKind, RepoPath, TreeItem, Vault,
+    WorktreeProbe, READ_ATTEMPTS,
 };
 
 pub const DEFAULT_MAX_FILE_SIZE: u64 = 64 * 1024 * 1024;
+
+/// The reason given for ckpt's own store when it lies inside the workspace.
+pub const CKPT_STORE: &str = "ckpt_store";
 
 /// Whether captured content is stored in the object database or only hashed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -248,10 +250,6 @@ impl CaptureContext<'_> {
     }
 }
 
-fn open_no_follow(path: &Path) -> std::io::Result<fs::File> {
-    crate::verbs::open_no_follow(path)
-}
-
 fn capture_one(
     context: &CaptureContext<'_>,
     candidate: &Candidate,
@@ -284,7 +282,8 @@ fn capture_one(
         PathKind::Directory => return Ok(Outcome::Absent),
         PathKind::Special => return Ok(Outcome::Skipped("special_file".into())),
     };
-    let stat = probed.stat;
+    let mut stat = probed.stat;
+    let mut kind = kind;
     if let Some((item, source)) = context.known_id(candidate, cached, &stat, kind) {
         let file = CapturedFile {
             item,
@@ -306,24 +305,34 @@ fn capture_one(
             }
             Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
         }
-    } else if stat.size >= STREAM_THRESHOLD {
-        match open_no_follow(&full) {
-            Ok(mut file) => (
-                local
-                    .get_or_insert_with(|| blobs.local())
-                    .put_stream(&mut file, stat.size)?,
-                stat.size,
-            ),
-            Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
-        }
     } else {
-        let mut content = Vec::with_capacity(stat.size as usize);
-        match open_no_follow(&full).and_then(|mut f| f.read_to_end(&mut content)) {
-            Ok(_) => (
-                local.get_or_insert_with(|| blobs.local()).put(&content)?,
-                content.len() as u64,
-            ),
-            Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
+        match local
+            .get_or_insert_with(|| blobs.local())
+            .put_file(&full, max_file_size)?
+        {
+            FileRead::Stable { id, stat: read_under } => {
+                // The content belongs to the stat it was read under, which may be newer than the
+                // listing's; the stat cache must pair them.
+                stat = read_under;
+                kind = if stat.mode & 0o100 != 0 {
+                    EntryKind::Executable
+                } else {
+                    EntryKind::File
+                };
+                (id, stat.size)
+            }
+            FileRead::Vanished => return Ok(Outcome::Absent),
+            FileRead::TooLarge(size) => {
+                return Ok(Outcome::Skipped(format!(
+                    "too_large: {size} bytes, limit {max_file_size}"
+                )))
+            }
+            FileRead::Unstable => {
+                return Ok(Outcome::Skipped(format!(
+                    "unstable: changed while being read, {READ_ATTEMPTS} times"
+                )))
+            }
+            FileRead::Unreadable(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
         }
     };
     let file = CapturedFile {
@@ -413,6 +422,8 @@ fn prepare_and_run<T>(
         (work(candidates, index_seed), index_seed)
     })?;
     out.ignored = listing.ignored;
+    out.skipped
+        .extend(listing.reserved.into_iter().map(|dir| (dir, CKPT_STORE.to_owned())));
     out.warnings = listing
         .unrepresentable
         .into_iter()

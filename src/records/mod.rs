@@ -23,6 +23,7 @@ pub const FORMAT_VERSION: u32 = 1;
 const RECORDS_FILE: &str = "records.json";
 const JOURNAL_FILE: &str = "restore-journal.json";
 const LOCK_FILE: &str = "lock";
+const STORE_LOCK_FILE: &str = "store.lock";
 /// Longest session or trigger label accepted.
 pub const MAX_LABEL_LEN: usize = 200;
 
@@ -202,6 +203,78 @@ pub struct RegistryLock {
     _file: File,
 }
 
+/// A held lock on a whole copy store (`$CKPT_HOME/store.lock`): shared by every process that
+/// may write objects into the store, exclusive for `ckpt gc`, so gc never deletes an object a
+/// snapshot has just found present and is relying on. Released on drop.
+pub struct StoreLock {
+    _file: File,
+}
+
+impl StoreLock {
+    /// Waits (like [`Registry::lock`]) for the shared store lock in the store directory `home`.
+    pub fn shared(home: &Path) -> Result<StoreLock, RecordsError> {
+        fs::create_dir_all(home).map_err(io_error(home))?;
+        let file = acquire_lock(&home.join(STORE_LOCK_FILE), LockMode::Shared)?;
+        Ok(StoreLock { _file: file })
+    }
+
+    /// Waits for the exclusive store lock: no snapshot of any workspace runs while it is held.
+    pub fn exclusive(home: &Path) -> Result<StoreLock, RecordsError> {
+        fs::create_dir_all(home).map_err(io_error(home))?;
+        let file = acquire_lock(&home.join(STORE_LOCK_FILE), LockMode::Exclusive)?;
+        Ok(StoreLock { _file: file })
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LockMode {
+    Shared,
+    Exclusive,
+}
+
+/// Takes a `flock` on `path` (created if needed), saying so on stderr after a second of waiting
+/// and giving up after `CKPT_LOCK_TIMEOUT_SECS` (default 120) with an error naming the file.
+fn acquire_lock(path: &Path, mode: LockMode) -> Result<File, RecordsError> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(io_error(path))?;
+    let timeout = std::env::var("CKPT_LOCK_TIMEOUT_SECS")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(120.0);
+    let start = std::time::Instant::now();
+    let mut announced = false;
+    loop {
+        let taken = match mode {
+            LockMode::Shared => fs4::fs_std::FileExt::try_lock_shared(&file),
+            LockMode::Exclusive => fs4::fs_std::FileExt::try_lock_exclusive(&file),
+        };
+        match taken {
+            Ok(true) => return Ok(file),
+            Ok(false) => {}
+            Err(e) => return Err(io_error(path)(e)),
+        }
+        let waited = start.elapsed().as_secs_f64();
+        if waited >= timeout {
+            return Err(RecordsError::LockTimeout {
+                path: path.to_path_buf(),
+                seconds: waited,
+            });
+        }
+        if waited >= 1.0 && !announced {
+            eprintln!(
+                "ckpt: waiting for another ckpt process to finish (lock {})",
+                path.display()
+            );
+            announced = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// One workspace's state directory.
 pub struct Registry {
     dir: PathBuf,
@@ -227,38 +300,8 @@ impl Registry {
     /// `CKPT_LOCK_TIMEOUT_SECS` (default 120) with an error naming the lock file. The lock is a
     /// `flock`, so the kernel releases it when its holder dies: there are no stale locks.
     pub fn lock(&self) -> Result<RegistryLock, RecordsError> {
-        let path = self.dir.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io_error(&path))?;
-        let timeout = std::env::var("CKPT_LOCK_TIMEOUT_SECS")
-            .ok()
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(120.0);
-        let start = std::time::Instant::now();
-        let mut announced = false;
-        loop {
-            match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
-                Ok(true) => return Ok(RegistryLock { _file: file }),
-                Ok(false) => {}
-                Err(e) => return Err(io_error(&path)(e)),
-            }
-            let waited = start.elapsed().as_secs_f64();
-            if waited >= timeout {
-                return Err(RecordsError::LockTimeout { path, seconds: waited });
-            }
-            if waited >= 1.0 && !announced {
-                eprintln!(
-                    "ckpt: waiting for another ckpt process to finish (lock {})",
-                    path.display()
-                );
-                announced = true;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        let file = acquire_lock(&self.dir.join(LOCK_FILE), LockMode::Exclusive)?;
+        Ok(RegistryLock { _file: file })
     }
 
     /// True if another process holds the workspace lock right now.

@@ -13,8 +13,9 @@ mod worktree;
 
 pub use repo::{
     collect_private_garbage, enclosing_common_dir, enclosing_exclude_files, enclosing_worktree, path_key, BlobCensus,
-    CensusHandle, CommitInfo, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, ParallelBlobs,
-    PrivateStore, TrackedEntry, TreeChange, Vault, WorktreeListing, CKPT_EMAIL, CKPT_NAME, STREAM_THRESHOLD,
+    CensusHandle, CommitInfo, FileRead, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, ParallelBlobs,
+    PrivateStore, TrackedEntry, TreeChange, Vault, VerifyFailure, WorktreeListing, CKPT_EMAIL, CKPT_NAME,
+    READ_ATTEMPTS, STREAM_THRESHOLD,
 };
 pub use types::{
     EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PathStat, PinRef, RepoPath, TreeItem, WorkspaceKey,
@@ -46,6 +47,13 @@ pub enum VerbError {
     Git { action: String, message: String },
     #[error("object {id} is missing from the object database ({what})")]
     MissingObject { id: ObjectId, what: &'static str },
+    /// Present, but not the kind of object wanted, or not readable as one (corrupt).
+    #[error("object {id} is in the object database but is not a usable {what}: {why}")]
+    UnusableObject {
+        id: ObjectId,
+        what: &'static str,
+        why: String,
+    },
     #[error("ref {name} changed concurrently: {message}")]
     RefConflict { name: String, message: String },
     #[error("{path}: {message}")]

@@ -2,14 +2,16 @@
 //! leaves this file, so no other module can reach a write API. Ref edits are confined to
 //! [`PinRef`]s, always compare-and-swap, and never write a reflog.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use gix::bstr::{BStr, ByteSlice};
 use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
 use gix::refs::Target;
 
-use super::types::{EntryKind, ObjectId, PinRef, RepoPath, TreeItem, WorkspaceKey};
+use super::types::{EntryKind, FileStat, ObjectId, PinRef, RepoPath, TreeItem, WorkspaceKey};
 use super::{InvalidInput, VerbError};
 
 /// Settings applied in memory only (never written to any config file): ckpt refs get no reflog,
@@ -29,6 +31,9 @@ pub const CKPT_EMAIL: &str = "ckpt@localhost";
 pub struct Vault {
     repo: gix::Repository,
     workdir: PathBuf,
+    /// Directories below the worktree where ckpt keeps its own data (a store inside the
+    /// workspace): never listed, so never captured, restored over or removed.
+    reserved: Vec<RepoPath>,
 }
 
 /// Valid pins with their targets, and names under `refs/ckpt/` that are not valid pins.
@@ -89,6 +94,8 @@ pub struct WorktreeListing {
     pub ignored: Vec<(RepoPath, bool)>,
     /// Untracked nested repositories (never entered).
     pub nested_repos: Vec<RepoPath>,
+    /// ckpt's own directories below the worktree ([`Vault::reserve`]) that hold anything.
+    pub reserved: Vec<RepoPath>,
     /// Names git could not represent as a repository path, with the reason.
     pub unrepresentable: Vec<(String, String)>,
 }
@@ -171,7 +178,11 @@ impl Vault {
         let Some(workdir) = repo.workdir().map(Path::to_path_buf) else {
             return Ok(None);
         };
-        Ok(Some(Vault { repo, workdir }))
+        Ok(Some(Vault {
+            repo,
+            workdir,
+            reserved: Vec::new(),
+        }))
     }
 
     /// The worktree root.
@@ -404,10 +415,10 @@ impl Vault {
     }
 
     pub fn read_commit(&self, id: &ObjectId) -> Result<CommitInfo, VerbError> {
-        let commit = self.repo.find_commit(id.0).map_err(|_| VerbError::MissingObject {
-            id: *id,
-            what: "commit",
-        })?;
+        let commit = self
+            .repo
+            .find_commit(id.0)
+            .map_err(|e| lookup_error(&self.repo, id, "commit", e))?;
         let decoded = commit
             .decode()
             .map_err(|e| VerbError::git(format!("decoding commit {id}"), e))?;
@@ -558,7 +569,7 @@ impl Vault {
         let mut blob = self
             .repo
             .find_blob(id.0)
-            .map_err(|_| VerbError::MissingObject { id: *id, what: "blob" })?;
+            .map_err(|e| lookup_error(&self.repo, id, "blob", e))?;
         Ok(blob.take_data())
     }
 
@@ -603,7 +614,19 @@ impl Vault {
                 .unwrap_or_else(|_| Err(VerbError::git("walking the worktree", "the walk thread panicked")));
             (walked, result)
         });
-        let walked = walked?;
+        let mut walked = walked?;
+        if !self.reserved.is_empty() {
+            let outside = |path: &RepoPath| !self.reserved.iter().any(|r| path.is_within(r));
+            walked.untracked.retain(|p| outside(p));
+            walked.ignored.retain(|(p, _)| outside(p));
+            walked.nested_repos.retain(|p| outside(p));
+            listing.reserved = self
+                .reserved
+                .iter()
+                .filter(|r| std::fs::symlink_metadata(self.workdir.join(r.to_os_path())).is_ok())
+                .cloned()
+                .collect();
+        }
         listing.untracked = walked.untracked;
         listing.ignored = walked.ignored;
         listing.nested_repos = walked.nested_repos;
@@ -663,7 +686,32 @@ impl Vault {
             (m.mtime(), m.mtime_nsec() as u32)
         });
         listing.index_ids_are_raw = self.index_ids_are_raw(&listing.tracked);
+        if !self.reserved.is_empty() {
+            listing
+                .tracked
+                .retain(|t| !self.reserved.iter().any(|r| t.path.is_within(r)));
+        }
         listing
+    }
+
+    /// Keeps `dir` out of every listing when it lies below the worktree: ckpt's own store
+    /// (e.g. a workspace that is the home directory holding `~/.local/share/ckpt`). Its content
+    /// is then never captured, and a restore never writes or removes anything inside it.
+    pub fn reserve(&mut self, dir: &Path) {
+        let Ok(dir) = dir.canonicalize().or_else(|_| absolute_parent_canonical(dir)) else {
+            return;
+        };
+        let root = self.workdir.canonicalize().unwrap_or_else(|_| self.workdir.clone());
+        if let Ok(relative) = dir.strip_prefix(&root) {
+            if let Ok(path) = RepoPath::new(relative.as_os_str().as_encoded_bytes().to_vec()) {
+                self.reserved.push(path);
+            }
+        }
+    }
+
+    /// The directories [`Self::reserve`] keeps out of listings.
+    pub fn reserved(&self) -> &[RepoPath] {
+        &self.reserved
     }
 }
 
@@ -713,9 +761,7 @@ fn walk_untracked(repo: &gix::Repository, index: &gix::index::File) -> Result<Wo
 /// One level of a tree: `(name, kind, id)` with `kind: None` for subtrees. A name twice in the
 /// level is an error.
 fn read_level(repo: &gix::Repository, id: &ObjectId) -> Result<Vec<LevelEntry>, VerbError> {
-    let tree = repo
-        .find_tree(id.0)
-        .map_err(|_| VerbError::MissingObject { id: *id, what: "tree" })?;
+    let tree = repo.find_tree(id.0).map_err(|e| lookup_error(repo, id, "tree", e))?;
     let decoded = tree
         .decode()
         .map_err(|e| VerbError::git(format!("decoding tree {id}"), e))?;
@@ -870,14 +916,21 @@ impl LocalBlobs {
         }
     }
 
-    /// Streams a large file of `size` bytes into a blob without holding it in memory. The id is
-    /// computed over exactly the bytes stored.
-    pub fn put_stream(&self, file: &mut dyn std::io::Read, size: u64) -> Result<ObjectId, VerbError> {
+    /// Streams `size` bytes into a blob without holding them in memory. A stream that does not
+    /// hold exactly `size` bytes (the file grew or shrank while being read) writes nothing: the
+    /// object's header would disagree with its content.
+    fn put_stream(&self, file: &mut dyn Read, size: u64) -> Result<Streamed, VerbError> {
         use gix::objs::Write as _;
-        if self.store {
+        let fault = Cell::new(None);
+        let mut exact = ExactLength {
+            inner: file,
+            remaining: size,
+            fault: &fault,
+        };
+        let result = if self.store {
             self.repo
                 .objects
-                .write_stream(gix::objs::Kind::Blob, size, file)
+                .write_stream(gix::objs::Kind::Blob, size, &mut exact)
                 .map(ObjectId)
                 .map_err(|e| VerbError::git("writing a large blob", e))
         } else {
@@ -886,13 +939,166 @@ impl LocalBlobs {
             gix::objs::compute_stream_hash(
                 self.repo.object_hash(),
                 gix::objs::Kind::Blob,
-                file,
+                &mut exact,
                 size,
                 &mut progress,
                 &interrupt,
             )
             .map(ObjectId)
             .map_err(|e| VerbError::git("hashing a large blob", e))
+        };
+        match fault.take() {
+            Some(SourceFault::LengthChanged) => Ok(Streamed::LengthChanged),
+            Some(SourceFault::Unreadable(e)) => Ok(Streamed::Unreadable(e)),
+            None => result.map(Streamed::Whole),
+        }
+    }
+
+    /// Captures the regular file at `path` (opened without following a symlink): its content is
+    /// hashed, and stored when this handle stores, only if the file held still while it was
+    /// read — same size, mtime, ctime, inode and mode before and after, and exactly `size`
+    /// bytes read. A file that changes under [`READ_ATTEMPTS`] reads is reported unstable,
+    /// never captured torn.
+    pub fn put_file(&self, path: &Path, max_size: u64) -> Result<FileRead, VerbError> {
+        for attempt in 0..READ_ATTEMPTS {
+            if attempt > 0 {
+                // Give a writer in the middle of its work a moment to finish.
+                std::thread::sleep(std::time::Duration::from_millis(5 << attempt));
+            }
+            let file = match super::worktree::open_no_follow(path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(FileRead::Vanished),
+                // O_NOFOLLOW on a symlink: it was swapped for a link since it was listed.
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+                    return Ok(FileRead::Vanished)
+                }
+                Err(e) => return Ok(FileRead::Unreadable(e)),
+            };
+            let before = match stat_of(&file) {
+                Ok(stat) => stat,
+                Err(e) => return Ok(FileRead::Unreadable(e)),
+            };
+            if rustix::fs::FileType::from_raw_mode(before.mode) != rustix::fs::FileType::RegularFile {
+                return Ok(FileRead::Vanished);
+            }
+            if before.size > max_size {
+                return Ok(FileRead::TooLarge(before.size));
+            }
+            let mut reader = &file;
+            let id = if before.size >= STREAM_THRESHOLD {
+                match self.put_stream(&mut reader, before.size)? {
+                    Streamed::Whole(id) => Some(id),
+                    Streamed::LengthChanged => None,
+                    Streamed::Unreadable(e) => return Ok(FileRead::Unreadable(e)),
+                }
+            } else {
+                let mut content = Vec::with_capacity(before.size as usize + 1);
+                if let Err(e) = reader.read_to_end(&mut content) {
+                    return Ok(FileRead::Unreadable(e));
+                }
+                // Hashed (and stored) only once the file is known to have held still.
+                (content.len() as u64 == before.size && stat_of(&file).ok() == Some(before))
+                    .then_some(content)
+                    .map(|content| self.put(&content))
+                    .transpose()?
+            };
+            let after = match stat_of(&file) {
+                Ok(stat) => stat,
+                Err(e) => return Ok(FileRead::Unreadable(e)),
+            };
+            if let Some(id) = id.filter(|_| after == before) {
+                return Ok(FileRead::Stable { id, stat: before });
+            }
+        }
+        Ok(FileRead::Unstable)
+    }
+}
+
+/// How many times [`LocalBlobs::put_file`] reads a file that keeps changing before giving up.
+pub const READ_ATTEMPTS: u32 = 4;
+
+/// What [`LocalBlobs::put_file`] made of a file.
+#[derive(Debug)]
+pub enum FileRead {
+    /// Read while the file held still: the id of exactly those bytes, and the file's stat then.
+    Stable {
+        id: ObjectId,
+        stat: FileStat,
+    },
+    /// The file changed while being read, every time it was read.
+    Unstable,
+    /// Gone, or no longer a regular file, by the time it was opened.
+    Vanished,
+    /// Grew past the size limit since it was listed.
+    TooLarge(u64),
+    Unreadable(std::io::Error),
+}
+
+/// `fstat` of an open file, in the form the stat cache keeps.
+fn stat_of(file: &std::fs::File) -> std::io::Result<FileStat> {
+    let stat = rustix::fs::fstat(file)?;
+    Ok(FileStat {
+        size: stat.st_size as u64,
+        mtime: (stat.st_mtime, stat.st_mtime_nsec as u32),
+        ctime: (stat.st_ctime, stat.st_ctime_nsec as u32),
+        ino: stat.st_ino,
+        dev: stat.st_dev,
+        mode: stat.st_mode,
+    })
+}
+
+/// What streaming a file into a blob came to.
+enum Streamed {
+    Whole(ObjectId),
+    /// The file grew or shrank while it was read; nothing was written.
+    LengthChanged,
+    /// Reading the file failed; nothing was written.
+    Unreadable(std::io::Error),
+}
+
+/// Why a source stream was cut off, as [`ExactLength`] saw it.
+enum SourceFault {
+    LengthChanged,
+    Unreadable(std::io::Error),
+}
+
+/// Passes on exactly `remaining` bytes and then requires end of file. A short or long source,
+/// or a failed read, is recorded in `fault` and fails the read, so the write is abandoned.
+struct ExactLength<'a> {
+    inner: &'a mut dyn Read,
+    remaining: u64,
+    fault: &'a Cell<Option<SourceFault>>,
+}
+
+impl Read for ExactLength<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut probe = [0u8; 1];
+        let wanted = buf.len().min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
+        let target = if self.remaining == 0 {
+            &mut probe[..]
+        } else {
+            &mut buf[..wanted]
+        };
+        let read = loop {
+            match self.inner.read(target) {
+                Ok(read) => break read,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.fault.set(Some(SourceFault::Unreadable(e)));
+                    return Err(std::io::Error::other("reading the file failed"));
+                }
+            }
+        };
+        match (self.remaining, read) {
+            (0, 0) => Ok(0),
+            (0, _) | (_, 0) if !target.is_empty() => {
+                self.fault.set(Some(SourceFault::LengthChanged));
+                Err(std::io::Error::other("the file changed length while it was read"))
+            }
+            _ => {
+                self.remaining -= read as u64;
+                Ok(read)
+            }
         }
     }
 }
@@ -973,6 +1179,141 @@ fn attributes_are_raw(text: &[u8]) -> bool {
     })
 }
 
+/// An object of a checkpoint that failed verification, and the path it stands for (`None`: the
+/// commit or the root tree).
+#[derive(Debug)]
+pub struct VerifyFailure {
+    pub path: Option<RepoPath>,
+    pub error: VerbError,
+}
+
+impl std::fmt::Display for VerifyFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.path {
+            Some(path) => write!(f, "{}: {}", path.display(), self.error),
+            None => write!(f, "{}", self.error),
+        }
+    }
+}
+
+/// `dir` made absolute through its nearest existing ancestor, for a directory not made yet.
+fn absolute_parent_canonical(dir: &Path) -> std::io::Result<PathBuf> {
+    let mut missing = Vec::new();
+    let mut current = dir;
+    loop {
+        match current.canonicalize() {
+            Ok(found) => {
+                let mut out = found;
+                out.extend(missing.iter().rev());
+                return Ok(out);
+            }
+            Err(e) => {
+                let (Some(parent), Some(name)) = (current.parent(), current.file_name()) else {
+                    return Err(e);
+                };
+                missing.push(name.to_owned());
+                current = parent;
+            }
+        }
+    }
+}
+
+/// Tells a missing object from one that is there but of another kind or unreadable, so a
+/// corrupt object or a ref to the wrong kind is never reported as "missing".
+pub(super) fn lookup_error(
+    repo: &gix::Repository,
+    id: &ObjectId,
+    what: &'static str,
+    error: impl std::fmt::Display,
+) -> VerbError {
+    match repo.find_header(id.0) {
+        Err(_) if !repo.has_object(id.0) => VerbError::MissingObject { id: *id, what },
+        Ok(header) if header.kind().as_bytes() != what.as_bytes() => VerbError::UnusableObject {
+            id: *id,
+            what,
+            why: format!("it is a {}", header.kind()),
+        },
+        _ => VerbError::UnusableObject {
+            id: *id,
+            what,
+            why: error.to_string(),
+        },
+    }
+}
+
+impl Vault {
+    /// Reads the commit `commit`, every tree below it and every blob they name, and checks that
+    /// each object's content hashes to its id (a torn or corrupt loose object is caught here,
+    /// not only a missing one). Objects in `verified` are skipped and verified ones are added,
+    /// so checkpoints that share content are checked once. Read-only.
+    pub fn verify_objects(&self, commit: &ObjectId, verified: &mut super::IdSet) -> Result<(), VerifyFailure> {
+        let at_root = |error| VerifyFailure { path: None, error };
+        let tree = self.read_commit(commit).map_err(at_root)?.tree;
+        self.verify_object(commit, gix::objs::Kind::Commit, verified)
+            .map_err(at_root)?;
+        let mut frontier: Vec<(ObjectId, Option<RepoPath>)> = vec![(tree, None)];
+        while let Some((tree, dir)) = frontier.pop() {
+            if verified.contains(&tree) {
+                continue;
+            }
+            let failed_at = |path: Option<RepoPath>| move |error| VerifyFailure { path, error };
+            let level = read_level(&self.repo, &tree).map_err(failed_at(dir.clone()))?;
+            for (name, kind, id) in level {
+                let path = Self::child_path(dir.as_ref(), &name).map_err(failed_at(dir.clone()))?;
+                match kind {
+                    None => frontier.push((id, Some(path))),
+                    Some(EntryKind::Gitlink) => {}
+                    Some(_) => self
+                        .verify_object(&id, gix::objs::Kind::Blob, verified)
+                        .map_err(failed_at(Some(path)))?,
+                }
+            }
+            self.verify_object(&tree, gix::objs::Kind::Tree, verified)
+                .map_err(failed_at(dir))?;
+        }
+        Ok(())
+    }
+
+    fn verify_object(
+        &self,
+        id: &ObjectId,
+        kind: gix::objs::Kind,
+        verified: &mut super::IdSet,
+    ) -> Result<(), VerbError> {
+        if verified.contains(id) {
+            return Ok(());
+        }
+        let what = match kind {
+            gix::objs::Kind::Commit => "commit",
+            gix::objs::Kind::Tree => "tree",
+            gix::objs::Kind::Blob => "blob",
+            gix::objs::Kind::Tag => "tag",
+        };
+        let object = self
+            .repo
+            .find_object(id.0)
+            .map_err(|e| lookup_error(&self.repo, id, what, e))?;
+        if object.kind != kind {
+            return Err(VerbError::UnusableObject {
+                id: *id,
+                what,
+                why: format!("it is a {}", object.kind),
+            });
+        }
+        let actual = gix::objs::compute_hash(self.repo.object_hash(), kind, &object.data)
+            .map_err(|e| VerbError::git("hashing an object", e))?;
+        if actual != id.0 {
+            return Err(VerbError::UnusableObject {
+                id: *id,
+                what,
+                why: format!("its content hashes to {actual}: the stored object is corrupt"),
+            });
+        }
+        verified.insert(*id);
+        Ok(())
+    }
+}
+
 /// What a private store needs to know to open: where its git dir, the shared object store and
 /// the generated exclude file live, and which directory it protects.
 pub struct PrivateStore<'a> {
@@ -1049,7 +1390,11 @@ impl Vault {
                 message: format!("it protects {}, not {}", workdir.display(), store.workdir.display()),
             });
         }
-        Ok(Vault { repo, workdir })
+        Ok(Vault {
+            repo,
+            workdir,
+            reserved: Vec::new(),
+        })
     }
 }
 
@@ -1128,6 +1473,7 @@ pub fn collect_private_garbage(
         let vault = Vault {
             workdir: git_dir.clone(),
             repo,
+            reserved: Vec::new(),
         };
         let (pins, _) = vault.list_pins()?;
         for (_, commit) in pins {

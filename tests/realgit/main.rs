@@ -12,6 +12,7 @@ mod plugin;
 mod props;
 mod restore;
 mod retention;
+mod safety;
 mod sandbox;
 mod snapshot;
 mod speed;

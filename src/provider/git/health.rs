@@ -10,7 +10,7 @@ use crate::provider::{
     AuditReport, CkptError, Confirmation, DoctorReport, JournalFix, Problem, Provider, Selection, SnapshotRequest,
 };
 use crate::records::{Kind, Record, WirePath};
-use crate::verbs::{temp_file_owner, EntryKind, ObjectId, PinRef, RepoPath};
+use crate::verbs::{temp_file_owner, IdSet, ObjectId, PinRef, RepoPath};
 
 fn problem(code: &'static str, message: String, id: Option<&str>) -> Problem {
     Problem {
@@ -21,8 +21,9 @@ fn problem(code: &'static str, message: String, id: Option<&str>) -> Problem {
 }
 
 impl GitProvider {
-    /// Every object a checkpoint needs must be readable: commit, all trees, every blob.
-    fn check_objects(&self, record: &Record) -> Result<(), String> {
+    /// Every object a checkpoint needs must be readable and hash to its id: commit, all trees,
+    /// every blob. `verified` carries what earlier checkpoints already proved.
+    fn check_objects(&self, record: &Record, verified: &mut IdSet) -> Result<(), String> {
         let commit = record.object_id()?;
         let info = self.vault.read_commit(&commit).map_err(|e| e.to_string())?;
         if info.tree.to_hex() != record.tree {
@@ -31,13 +32,9 @@ impl GitProvider {
                 record.tree, info.tree
             ));
         }
-        let tree = self.vault.read_tree(&info.tree).map_err(|e| e.to_string())?;
-        for (path, item) in &tree {
-            if item.kind != EntryKind::Gitlink && !self.vault.has_object(&item.id) {
-                return Err(format!("content of {} ({}) is missing", path.display(), item.id));
-            }
-        }
-        Ok(())
+        // Names first (hostile entries), then every object's content against its id.
+        self.vault.validate_tree(&info.tree).map_err(|e| e.to_string())?;
+        self.vault.verify_objects(&commit, verified).map_err(|e| e.to_string())
     }
 
     fn pending_journal(&self) -> Result<Option<serde_json::Value>, CkptError> {
@@ -94,8 +91,9 @@ impl GitProvider {
                 .problems
                 .push(problem("foreign_ref", format!("{name} is not a ckpt pin"), None));
         }
+        let mut verified = IdSet::default();
         for record in reconciled.records.iter().filter(|r| !unpinned.contains(&r.id)) {
-            if let Err(why) = self.check_objects(record) {
+            if let Err(why) = self.check_objects(record, &mut verified) {
                 report.problems.push(problem(
                     "unreadable_checkpoint",
                     format!("{}: {why}", record.short()),
@@ -238,7 +236,7 @@ impl GitProvider {
                 let pinned = record
                     .object_id()
                     .ok()
-                    .filter(|_| self.check_objects(&record).is_ok())
+                    .filter(|_| self.check_objects(&record, &mut IdSet::default()).is_ok())
                     .map(|id| {
                         let pin = PinRef::for_checkpoint(&self.workspace, &id);
                         self.vault.pin(&pin, &id, None).is_ok()
