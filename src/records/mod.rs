@@ -41,6 +41,8 @@ pub enum RecordsError {
     UnsupportedVersion { path: PathBuf, found: u64 },
     #[error("gave up after {seconds:.0}s waiting for the lock {path}: another ckpt process is still working on this workspace")]
     LockTimeout { path: PathBuf, seconds: f64 },
+    #[error("{path} is a symlink (or not a directory); ckpt keeps its state only in real directories and refuses to follow it. Remove the link, then run ckpt again")]
+    UnsafeStateDir { path: PathBuf },
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RecordsError + '_ {
@@ -283,7 +285,7 @@ pub struct Registry {
 impl Registry {
     /// Opens (creating if needed) the state directory `dir`.
     pub fn open(dir: &Path) -> Result<Self, RecordsError> {
-        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        create_state_dir(dir)?;
         Ok(Registry { dir: dir.to_path_buf() })
     }
 
@@ -300,6 +302,8 @@ impl Registry {
     /// `CKPT_LOCK_TIMEOUT_SECS` (default 120) with an error naming the lock file. The lock is a
     /// `flock`, so the kernel releases it when its holder dies: there are no stale locks.
     pub fn lock(&self) -> Result<RegistryLock, RecordsError> {
+        // Every write needs the lock, so this check guards them all.
+        refuse_linked_state_dir(&self.dir)?;
         let file = acquire_lock(&self.dir.join(LOCK_FILE), LockMode::Exclusive)?;
         Ok(RegistryLock { _file: file })
     }
@@ -465,9 +469,40 @@ pub fn write_state_file(path: &Path, content: &[u8]) -> Result<(), RecordsError>
         return Ok(());
     }
     if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        create_state_dir(dir)?;
     }
     write_atomically(path, content)
+}
+
+/// How many trailing components of a state directory ckpt made itself and so must be real
+/// directories (`<git-common-dir>/ckpt/<workspace>`, `workspaces/<key>/state`); the directory
+/// above them (the git dir, `$CKPT_HOME`) is the user's and may be a link.
+const OWN_STATE_LEVELS: usize = 2;
+
+/// Refuses a state directory whose own levels are symlinks: a planted link must not send
+/// ckpt's lock, registry or cache writes anywhere else.
+fn refuse_linked_state_dir(dir: &Path) -> Result<(), RecordsError> {
+    for level in dir.ancestors().take(OWN_STATE_LEVELS) {
+        match fs::symlink_metadata(level) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(RecordsError::UnsafeStateDir {
+                    path: level.to_path_buf(),
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error(level)(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Creates a state directory (and its parents) after checking that none of its own levels is a
+/// symlink, and checks again once it exists.
+fn create_state_dir(dir: &Path) -> Result<(), RecordsError> {
+    refuse_linked_state_dir(dir)?;
+    fs::create_dir_all(dir).map_err(io_error(dir))?;
+    refuse_linked_state_dir(dir)
 }
 
 /// Converts a checked skipped path back to a repository path.

@@ -715,6 +715,9 @@ impl Vault {
     }
 }
 
+/// How many times the walk for untracked paths is taken when the worktree changes under it.
+const WALK_ATTEMPTS: u32 = 8;
+
 /// What the walk for untracked paths finds: the walk half of a [`WorktreeListing`].
 fn walk_untracked(repo: &gix::Repository, index: &gix::index::File) -> Result<WorktreeListing, VerbError> {
     let options = repo
@@ -731,8 +734,24 @@ fn walk_untracked(repo: &gix::Repository, index: &gix::index::File) -> Result<Wo
     let mut collect = gix::dir::walk::delegate::Collect::default();
     let interrupt = std::sync::atomic::AtomicBool::new(false);
     let no_patterns: [&BStr; 0] = [];
-    repo.dirwalk(index, no_patterns, &interrupt, options, &mut collect)
-        .map_err(|e| VerbError::git("walking the worktree", e))?;
+    // A directory removed while the walk is inside it fails gix's walk; git treats such a path
+    // as absent, so the walk is simply taken again (a bounded number of times).
+    let mut attempt = 1;
+    loop {
+        match repo.dirwalk(index, no_patterns, &interrupt, options, &mut collect) {
+            Ok(_) => break,
+            Err(_) if attempt < WALK_ATTEMPTS => {
+                attempt += 1;
+                collect = gix::dir::walk::delegate::Collect::default();
+            }
+            Err(e) => {
+                return Err(VerbError::git(
+                    format!("walking the worktree ({attempt} attempts; did directories keep vanishing?)"),
+                    e,
+                ))
+            }
+        }
+    }
     let mut listing = WorktreeListing::default();
     for (entry, _) in collect.into_entries_by_path() {
         use gix::dir::entry::{Kind, Status};

@@ -97,10 +97,10 @@ fn worktree_error(path: &RepoPath, message: impl Into<String>) -> VerbError {
     }
 }
 
-/// Process-unique temp names so concurrent restores never share one.
-fn temp_name() -> Vec<u8> {
+/// 16 hex digits, random where the OS offers randomness, else from the clock.
+fn random_hex() -> Vec<u8> {
     let mut random = [0u8; 8];
-    let suffix = match getrandom::fill(&mut random) {
+    let text = match getrandom::fill(&mut random) {
         Ok(()) => random.iter().map(|b| format!("{b:02x}")).collect::<String>(),
         Err(_) => format!(
             "{:x}",
@@ -110,7 +110,15 @@ fn temp_name() -> Vec<u8> {
                 .unwrap_or(0)
         ),
     };
-    format!(".ckpt-{}-{suffix}.tmp", std::process::id()).into_bytes()
+    text.into_bytes()
+}
+
+/// Process-unique temp names so concurrent restores never share one.
+fn temp_name() -> Vec<u8> {
+    let mut name = format!(".ckpt-{}-", std::process::id()).into_bytes();
+    name.extend_from_slice(&random_hex());
+    name.extend_from_slice(b".tmp");
+    name
 }
 
 /// Read-only `lstat` of worktree paths relative to one open root directory, so each call walks
@@ -589,7 +597,7 @@ impl Worktree<'_> {
                 path,
                 format!(
                     "changed on disk during the restore; that content is kept at {} (swapping it back failed: {})",
-                    String::from_utf8_lossy(&temp),
+                    self.keep_aside(parent, &temp, path),
                     errno_text(e)
                 ),
             ));
@@ -602,7 +610,7 @@ impl Worktree<'_> {
         } else {
             format!(
                 "; content written to it during the swap is kept at {}",
-                String::from_utf8_lossy(&temp)
+                self.keep_aside(parent, &temp, path)
             )
         };
         Err(worktree_error(
@@ -639,7 +647,7 @@ impl Worktree<'_> {
         }
         let kept = match rustix::fs::renameat_with(parent, aside.as_slice(), parent, leaf, RenameFlags::NOREPLACE) {
             Ok(()) => String::new(),
-            Err(_) => format!(", kept at {}", String::from_utf8_lossy(&aside)),
+            Err(_) => format!(", kept at {}", self.keep_aside(parent, &aside, path)),
         };
         Err(worktree_error(
             path,
@@ -648,6 +656,23 @@ impl Worktree<'_> {
                 describe(&moved)
             ),
         ))
+    }
+
+    /// Gives user content that had to be moved to a temp name a name of its own beside `path`
+    /// (`<name>.ckpt-kept-<hex>`), which no cleanup ever treats as a temp file; returns the
+    /// name it now has, for the report.
+    fn keep_aside(&self, parent: &OwnedFd, temp: &[u8], path: &RepoPath) -> String {
+        let mut kept = Self::leaf(path).to_vec();
+        kept.extend_from_slice(b".ckpt-kept-");
+        kept.extend_from_slice(&random_hex());
+        let name = match rustix::fs::renameat_with(parent, temp, parent, kept.as_slice(), RenameFlags::NOREPLACE) {
+            Ok(()) => kept,
+            Err(_) => temp.to_vec(),
+        };
+        match path.parent() {
+            Some(dir) => format!("{}/{}", dir.display(), String::from_utf8_lossy(&name)),
+            None => String::from_utf8_lossy(&name).into_owned(),
+        }
     }
 
     fn rename_into_place(&self, parent: &OwnedFd, temp: &[u8], path: &RepoPath) -> Result<(), VerbError> {

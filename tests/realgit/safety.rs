@@ -399,3 +399,129 @@ fn gc_racing_a_new_workspaces_first_snapshot_never_leaves_missing_content() {
         String::from_utf8_lossy(&audit.stdout)
     );
 }
+
+#[test]
+fn doctor_never_removes_a_user_file_that_only_looks_like_a_temp_file() {
+    let repo = TestRepo::new();
+    repo.write("docs/.ckpt-99999-ab.tmp", b"the user's own file\n");
+    repo.snapshot(&[]);
+    let audit = repo.ckpt_json(&["audit"], 0);
+    assert_eq!(audit.one("audit")["problems"], 0, "{}", audit.stdout);
+    repo.ckpt_json(&["doctor", "--fix"], 0);
+    assert_eq!(repo.read("docs/.ckpt-99999-ab.tmp"), b"the user's own file\n");
+}
+
+#[cfg(feature = "fault-injection")]
+#[test]
+fn doctor_removes_only_temp_files_of_the_interrupted_restore() {
+    let repo = TestRepo::new();
+    let id = repo.snapshot(&[]);
+    repo.write("src/lib.rs", b"changed\n");
+    repo.write("README.md", b"changed too\n");
+    let mut cmd = repo.ckpt_command();
+    cmd.env("CKPT_FAULT", "restore:after-first-write")
+        .args(["restore", &id, "--yes"]);
+    let out = cmd.output().expect("restore");
+    assert!(!out.status.success(), "the fault must stop the restore");
+    let journal: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            repo.git_dir()
+                .join("ckpt")
+                .join(
+                    std::fs::read_dir(repo.git_dir().join("ckpt"))
+                        .expect("state")
+                        .flatten()
+                        .find(|e| e.path().join("restore-journal.json").exists())
+                        .expect("a pending journal")
+                        .file_name(),
+                )
+                .join("restore-journal.json"),
+        )
+        .expect("journal"),
+    )
+    .expect("json");
+    let pid = journal["pid"].as_u64().expect("pid");
+    // Same pid, but in a directory the restore never wrote to: the user's.
+    let lookalike = format!("docs/.ckpt-{pid}-0123abcd.tmp");
+    repo.write(&lookalike, b"user data\n");
+    // The killed process's own leftover, where it was writing.
+    let leftover = format!("src/.ckpt-{pid}-feedbeef.tmp");
+    repo.write(&leftover, b"partial");
+    repo.ckpt_json(&["doctor", "--fix"], 0);
+    assert_eq!(repo.read(&lookalike), b"user data\n");
+    assert!(
+        !repo.path(&leftover).exists(),
+        "the interrupted restore's temp file stays"
+    );
+}
+
+#[test]
+fn a_symlinked_state_directory_is_refused_not_followed() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let state_root = repo.git_dir().join("ckpt");
+    let workspace = std::fs::read_dir(&state_root)
+        .expect("state root")
+        .flatten()
+        .find(|e| e.path().is_dir())
+        .expect("a workspace state dir")
+        .path();
+    std::fs::remove_dir_all(&workspace).expect("rm state");
+    let outside = repo.home.join("elsewhere");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    std::os::unix::fs::symlink(&outside, &workspace).expect("plant link");
+    repo.write("more.txt", b"more\n");
+    let run = repo.ckpt_json(&["snapshot"], 1);
+    assert!(run.stderr.contains("symlink"), "{}", run.stderr);
+    assert_eq!(
+        std::fs::read_dir(&outside).expect("ls").count(),
+        0,
+        "ckpt wrote through the link"
+    );
+    // The whole state root as a link is refused too.
+    std::fs::remove_file(&workspace).expect("rm link");
+    std::fs::remove_dir_all(&state_root).expect("rm root");
+    std::os::unix::fs::symlink(&outside, &state_root).expect("plant link");
+    let run = repo.ckpt_json(&["snapshot"], 1);
+    assert!(run.stderr.contains("symlink"), "{}", run.stderr);
+    assert_eq!(std::fs::read_dir(&outside).expect("ls").count(), 0);
+}
+
+#[test]
+fn directories_vanishing_during_the_walk_do_not_fail_snapshots() {
+    let repo = TestRepo::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn_root = repo.path("churn");
+    let churner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let dir = churn_root.join(format!("d{}", n % 8)).join("inner");
+                if std::fs::create_dir_all(&dir).is_ok() {
+                    for f in 0..20 {
+                        std::fs::write(dir.join(format!("f{f}")), b"x").ok();
+                    }
+                }
+                std::fs::remove_dir_all(churn_root.join(format!("d{}", (n + 4) % 8))).ok();
+                n += 1;
+            }
+        })
+    };
+    let mut failures = Vec::new();
+    for round in 0..30 {
+        repo.write("round.txt", format!("{round}").as_bytes());
+        let run = repo.ckpt(&["--json", "snapshot"]);
+        if run.code != 0 {
+            failures.push(run.stderr);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    churner.join().expect("churner");
+    assert!(
+        failures.is_empty(),
+        "{} of 30 snapshots failed: {:?}",
+        failures.len(),
+        failures.first()
+    );
+}

@@ -44,13 +44,34 @@ impl GitProvider {
         }
     }
 
-    /// Temp files a dead ckpt process left in the worktree (they would otherwise be captured).
-    fn stale_temp_files(&self) -> Result<Vec<RepoPath>, CkptError> {
+    /// Temp files an interrupted restore left in the worktree, as far as there is evidence that
+    /// ckpt made them: a restore journal is pending, the name carries that restore's pid, and
+    /// the file sits in a directory that restore was writing to. A file that merely looks like a
+    /// temp file is the user's and is never listed (so never removed).
+    fn stale_temp_files(&self, journal: Option<&serde_json::Value>) -> Result<Vec<RepoPath>, CkptError> {
+        let Some(journal) = journal else {
+            return Ok(Vec::new());
+        };
+        let Some(pid) = journal.get("pid").and_then(|p| p.as_u64()) else {
+            return Ok(Vec::new());
+        };
+        let dirs: HashSet<Option<RepoPath>> = journal
+            .get("ops")
+            .and_then(|ops| ops.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|op| serde_json::from_value::<WirePath>(op.get("path")?.clone()).ok())
+            .filter_map(|path| path.to_repo_path().ok())
+            .map(|path| path.parent())
+            .collect();
         let listing = self.vault.list_worktree()?;
         Ok(listing
             .untracked
             .into_iter()
-            .filter(|p| p.components().last().and_then(temp_file_owner).is_some())
+            .filter(|p| {
+                p.components().last().and_then(temp_file_owner).map(u64::from) == Some(pid)
+                    && dirs.contains(&p.parent())
+            })
             .collect())
     }
 
@@ -101,18 +122,19 @@ impl GitProvider {
                 ));
             }
         }
-        if let Some(journal) = self.pending_journal()? {
+        let journal = self.pending_journal()?;
+        for path in self.stale_temp_files(journal.as_ref())? {
+            report.problems.push(problem(
+                "temp_file",
+                format!("leftover temp file {}", path.display()),
+                None,
+            ));
+        }
+        if let Some(journal) = journal {
             let guard = journal.get("guard").and_then(|g| g.as_str()).unwrap_or("?");
             report.problems.push(problem(
                 "pending_journal",
                 format!("a restore was interrupted; its guard {guard} holds the state before it (doctor --fix rolls back, --fix --complete finishes)"),
-                None,
-            ));
-        }
-        for path in self.stale_temp_files()? {
-            report.problems.push(problem(
-                "temp_file",
-                format!("leftover temp file {}", path.display()),
                 None,
             ));
         }
@@ -194,7 +216,7 @@ impl GitProvider {
             return Ok(report);
         };
 
-        for path in self.stale_temp_files()? {
+        for path in self.stale_temp_files(self.pending_journal()?.as_ref())? {
             if self.vault.remove_stale_temp(&path)? {
                 report
                     .actions
