@@ -7,7 +7,6 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::common::*;
 
@@ -386,7 +385,7 @@ fn gc_racing_a_new_workspaces_first_snapshot_never_leaves_missing_content() {
             .spawn()
             .expect("snapshot");
         // Long enough for a snapshot that does not wait for gc to finish.
-        std::thread::sleep(Duration::from_millis(1500));
+        std::thread::sleep(std::time::Duration::from_millis(1500));
         snapshot = Some(child);
     });
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
