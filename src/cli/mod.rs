@@ -407,9 +407,10 @@ fn snapshot(
             "provider": record.provider,
             "commit": record.commit,
             "kind": record.kind.as_str(),
-            "files": record.files,
+            // A no-op reports what it added (nothing), not the previous checkpoint's numbers.
+            "files": if outcome.created { record.files } else { 0 },
             "total_files": record.total_files,
-            "bytes": record.bytes,
+            "bytes": if outcome.created { record.bytes } else { 0 },
             "skipped": skipped,
             "scan": {"from_cache": outcome.scan.from_cache, "from_index": outcome.scan.from_index, "read": outcome.scan.read},
             "pruned": pruned,

@@ -440,26 +440,38 @@ impl GitProvider {
             }
         }
 
-        let base_tree = match &previous {
-            Some(previous) => Some(previous.tree_id().map_err(CkptError::InvalidInput)?),
-            None => match head {
-                Some(head) => Some(self.vault.read_commit(&head)?.tree),
-                None => None,
-            },
+        // `files` counts paths that differ from the previous checkpoint (or, for the first one,
+        // from HEAD). A previous checkpoint whose tree cannot be read (tampered, corrupt) is not
+        // built on: it is named in a warning and the count falls back to HEAD.
+        let head_tree = match head {
+            Some(head) => Some(self.vault.read_commit(&head)?.tree),
+            None => None,
         };
+        let mut warnings = warnings;
         let t3 = std::time::Instant::now();
-        let changes = self.vault.diff_trees(base_tree.as_ref(), Some(&tree))?;
-        phase_time("diff against the previous checkpoint", t3);
-        let old_blobs: HashSet<ObjectId> = changes.iter().filter_map(|c| c.old.map(|i| i.id)).collect();
-        let mut counted: HashSet<ObjectId> = HashSet::new();
-        let mut bytes = 0u64;
-        for change in &changes {
-            if let Some(new) = change.new {
-                if !old_blobs.contains(&new.id) && counted.insert(new.id) {
-                    bytes += capture.files.get(&change.path).map(|f| f.size).unwrap_or(0);
+        let changes = match previous.as_ref().map(|p| (p, p.tree_id())) {
+            Some((previous, Ok(base))) => match self.vault.diff_trees(Some(&base), Some(&tree)) {
+                Ok(changes) => changes,
+                Err(e) => {
+                    warnings.push(format!(
+                        "checkpoint {} cannot be read ({e}); counting changes against HEAD instead. `ckpt doctor --fix` sets it aside",
+                        previous.short()
+                    ));
+                    self.vault.diff_trees(head_tree.as_ref(), Some(&tree))?
                 }
-            }
-        }
+            },
+            _ => self.vault.diff_trees(head_tree.as_ref(), Some(&tree))?,
+        };
+        phase_time("diff against the previous checkpoint", t3);
+        // New bytes: content this snapshot added to the object store. What a checkpoint, HEAD or
+        // any other commit already held costs nothing more, so the quota measures what ckpt keeps.
+        let mut counted: HashSet<ObjectId> = HashSet::new();
+        let bytes: u64 = capture
+            .files
+            .values()
+            .filter(|f| f.fresh && counted.insert(f.item.id))
+            .map(|f| f.size)
+            .sum();
         let files = changes.len() as u64;
         let skipped: Vec<Skipped> = capture
             .skipped

@@ -40,6 +40,9 @@ pub struct CapturedFile {
     /// The stat cache's checkpoint holds this file exactly as captured (same content and kind):
     /// either its stat proved it, or it was read and hashed to the cached id.
     pub cached: bool,
+    /// This capture added the content to the object store: no checkpoint, commit or earlier
+    /// capture had stored it. What `bytes` of a checkpoint counts.
+    pub fresh: bool,
 }
 
 /// How much of a capture was served without reading files.
@@ -290,18 +293,17 @@ fn capture_one(
             size: stat.size,
             stat: Some(stat),
             cached: matches!(source, Source::Cache),
+            fresh: false,
         };
         return Ok(Outcome::Captured(file, source));
     }
     let full = root.join(candidate.path.to_os_path());
-    let (id, size) = if kind == EntryKind::Symlink {
+    let (id, size, fresh) = if kind == EntryKind::Symlink {
         match fs::read_link(&full) {
             Ok(target) => {
                 let bytes = target.as_os_str().as_encoded_bytes();
-                (
-                    local.get_or_insert_with(|| blobs.local()).put(bytes)?,
-                    bytes.len() as u64,
-                )
+                let put = local.get_or_insert_with(|| blobs.local()).put(bytes)?;
+                (put.id, bytes.len() as u64, put.fresh)
             }
             Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
         }
@@ -310,7 +312,11 @@ fn capture_one(
             .get_or_insert_with(|| blobs.local())
             .put_file(&full, max_file_size)?
         {
-            FileRead::Stable { id, stat: read_under } => {
+            FileRead::Stable {
+                id,
+                stat: read_under,
+                fresh,
+            } => {
                 // The content belongs to the stat it was read under, which may be newer than the
                 // listing's; the stat cache must pair them.
                 stat = read_under;
@@ -319,7 +325,7 @@ fn capture_one(
                 } else {
                     EntryKind::File
                 };
-                (id, stat.size)
+                (id, stat.size, fresh)
             }
             FileRead::Vanished => return Ok(Outcome::Absent),
             FileRead::TooLarge(size) => {
@@ -341,6 +347,7 @@ fn capture_one(
         stat: Some(stat),
         // A racy or touched file read back unchanged is still the checkpoint's file.
         cached: cached.is_some_and(|entry| entry.id == id && kind_of_mode(entry.stat.mode) == kind),
+        fresh,
     };
     Ok(Outcome::Captured(file, Source::Read))
 }
@@ -407,6 +414,7 @@ fn prepare_and_run<T>(
                             size: 0,
                             stat: None,
                             cached: false,
+                            fresh: false,
                         },
                     ));
                     out.skipped.push((tracked.path, "submodule".into()));

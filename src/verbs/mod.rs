@@ -14,7 +14,7 @@ mod worktree;
 pub use repo::{
     collect_private_garbage, enclosing_common_dir, enclosing_exclude_files, enclosing_worktree, path_key, BlobCensus,
     CensusHandle, CommitInfo, FileRead, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, ParallelBlobs,
-    PrivateStore, TrackedEntry, TreeChange, Vault, VerifyFailure, WorktreeListing, CKPT_EMAIL, CKPT_NAME,
+    PrivateStore, PutBlob, TrackedEntry, TreeChange, Vault, VerifyFailure, WorktreeListing, CKPT_EMAIL, CKPT_NAME,
     READ_ATTEMPTS, STREAM_THRESHOLD,
 };
 pub use types::{

@@ -4,7 +4,7 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
 
 use gix::bstr::{BStr, ByteSlice};
@@ -366,6 +366,27 @@ impl Vault {
         )
     }
 
+    /// Moves `pin` (which must point at `commit`) to its quarantine name: a new ref is made
+    /// first, then the pin is removed, so the commit is referenced throughout. Returns the
+    /// quarantine ref.
+    pub fn quarantine(&self, pin: &PinRef, commit: &ObjectId) -> Result<PinRef, VerbError> {
+        let aside = pin.quarantined();
+        self.edit_pin(
+            &aside,
+            Change::Update {
+                log: LogChange {
+                    mode: RefLog::AndReference,
+                    force_create_reflog: false,
+                    message: "ckpt: quarantine".into(),
+                },
+                expected: PreviousValue::Any,
+                new: Target::Object(commit.0),
+            },
+        )?;
+        self.unpin(pin, commit)?;
+        Ok(aside)
+    }
+
     fn edit_pin(&self, pin: &PinRef, change: Change) -> Result<(), VerbError> {
         let name = pin
             .as_str()
@@ -397,6 +418,9 @@ impl Vault {
         for reference in iter {
             let reference = reference.map_err(|e| VerbError::git("reading a ref under refs/ckpt/", e))?;
             let name = reference.name().as_bstr().to_str_lossy().into_owned();
+            if PinRef::is_quarantine_name(&name) {
+                continue;
+            }
             match (PinRef::parse(&name), reference.target().try_id()) {
                 (Ok(pin), Some(id)) => pins.push((pin, ObjectId(id.to_owned()))),
                 _ => foreign.push(name),
@@ -921,24 +945,29 @@ impl ParallelBlobs {
 }
 
 impl LocalBlobs {
-    /// Hashes `bytes` as a blob, and stores it when this handle stores.
-    pub fn put(&self, bytes: &[u8]) -> Result<ObjectId, VerbError> {
-        if self.store {
-            self.repo
-                .write_blob(bytes)
-                .map(|id| ObjectId(id.detach()))
-                .map_err(|e| VerbError::git("writing a blob", e))
-        } else {
-            gix::objs::compute_hash(self.repo.object_hash(), gix::objs::Kind::Blob, bytes)
-                .map(ObjectId)
-                .map_err(|e| VerbError::git("hashing a blob", e))
+    /// Hashes `bytes` as a blob, and stores it when this handle stores and the store lacks it.
+    pub fn put(&self, bytes: &[u8]) -> Result<PutBlob, VerbError> {
+        let id = gix::objs::compute_hash(self.repo.object_hash(), gix::objs::Kind::Blob, bytes)
+            .map(ObjectId)
+            .map_err(|e| VerbError::git("hashing a blob", e))?;
+        if !self.store || self.repo.has_object(id.0) {
+            return Ok(PutBlob { id, fresh: false });
         }
+        let written = self
+            .repo
+            .write_blob(bytes)
+            .map(|id| ObjectId(id.detach()))
+            .map_err(|e| VerbError::git("writing a blob", e))?;
+        Ok(PutBlob {
+            id: written,
+            fresh: true,
+        })
     }
 
     /// Streams `size` bytes into a blob without holding them in memory. A stream that does not
     /// hold exactly `size` bytes (the file grew or shrank while being read) writes nothing: the
     /// object's header would disagree with its content.
-    fn put_stream(&self, file: &mut dyn Read, size: u64) -> Result<Streamed, VerbError> {
+    fn put_stream(&self, file: &mut dyn Read, size: u64, store: bool) -> Result<Streamed, VerbError> {
         use gix::objs::Write as _;
         let fault = Cell::new(None);
         let mut exact = ExactLength {
@@ -946,7 +975,7 @@ impl LocalBlobs {
             remaining: size,
             fault: &fault,
         };
-        let result = if self.store {
+        let result = if store {
             self.repo
                 .objects
                 .write_stream(gix::objs::Kind::Blob, size, &mut exact)
@@ -1004,11 +1033,29 @@ impl LocalBlobs {
                 return Ok(FileRead::TooLarge(before.size));
             }
             let mut reader = &file;
-            let id = if before.size >= STREAM_THRESHOLD {
-                match self.put_stream(&mut reader, before.size)? {
-                    Streamed::Whole(id) => Some(id),
-                    Streamed::LengthChanged => None,
+            let put = if before.size >= STREAM_THRESHOLD {
+                // Hashed first; stored in a second pass only if the store lacks it, and kept
+                // only if that pass hashed to the same id, so the stored object is the content
+                // that held still.
+                let id = match self.put_stream(&mut reader, before.size, false)? {
+                    Streamed::Whole(id) => id,
+                    Streamed::LengthChanged => continue,
                     Streamed::Unreadable(e) => return Ok(FileRead::Unreadable(e)),
+                };
+                if stat_of(&file).ok() != Some(before) {
+                    continue;
+                }
+                if !self.store || self.repo.has_object(id.0) {
+                    Some(PutBlob { id, fresh: false })
+                } else {
+                    if let Err(e) = reader.seek(std::io::SeekFrom::Start(0)) {
+                        return Ok(FileRead::Unreadable(e));
+                    }
+                    match self.put_stream(&mut reader, before.size, true)? {
+                        Streamed::Whole(stored) if stored == id => Some(PutBlob { id, fresh: true }),
+                        Streamed::Whole(_) | Streamed::LengthChanged => None,
+                        Streamed::Unreadable(e) => return Ok(FileRead::Unreadable(e)),
+                    }
                 }
             } else {
                 let mut content = Vec::with_capacity(before.size as usize + 1);
@@ -1025,12 +1072,24 @@ impl LocalBlobs {
                 Ok(stat) => stat,
                 Err(e) => return Ok(FileRead::Unreadable(e)),
             };
-            if let Some(id) = id.filter(|_| after == before) {
-                return Ok(FileRead::Stable { id, stat: before });
+            if let Some(PutBlob { id, fresh }) = put.filter(|_| after == before) {
+                return Ok(FileRead::Stable {
+                    id,
+                    stat: before,
+                    fresh,
+                });
             }
         }
         Ok(FileRead::Unstable)
     }
+}
+
+/// A blob hashed (and, by a storing handle, stored).
+#[derive(Debug, Clone, Copy)]
+pub struct PutBlob {
+    pub id: ObjectId,
+    /// The store did not hold this content before; this call added it.
+    pub fresh: bool,
 }
 
 /// How many times [`LocalBlobs::put_file`] reads a file that keeps changing before giving up.
@@ -1039,10 +1098,12 @@ pub const READ_ATTEMPTS: u32 = 4;
 /// What [`LocalBlobs::put_file`] made of a file.
 #[derive(Debug)]
 pub enum FileRead {
-    /// Read while the file held still: the id of exactly those bytes, and the file's stat then.
+    /// Read while the file held still: the id of exactly those bytes, the file's stat then,
+    /// and whether this read added the content to the store (it was not there before).
     Stable {
         id: ObjectId,
         stat: FileStat,
+        fresh: bool,
     },
     /// The file changed while being read, every time it was read.
     Unstable,

@@ -119,6 +119,9 @@ impl WorkspaceKey {
 }
 
 pub const PIN_NAMESPACE: &str = "refs/ckpt/";
+/// The directory below [`PIN_NAMESPACE`] that holds quarantined pins (never a workspace key:
+/// those are `main`, `wt-<name>` and `copy`).
+const QUARANTINE: &str = "quarantine";
 
 /// A full ref name that is guaranteed to live under `refs/ckpt/<workspace>/<commit-hex>`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -145,6 +148,23 @@ impl PinRef {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Where `doctor --fix` sets this pin aside when its checkpoint cannot be used:
+    /// `refs/ckpt/quarantine/<workspace>/<id>`. Still under `refs/ckpt/`, so git gc keeps the
+    /// objects; no longer a pin, so nothing lists or restores it.
+    pub fn quarantined(&self) -> PinRef {
+        let rest = &self.0[PIN_NAMESPACE.len()..];
+        PinRef(format!("{PIN_NAMESPACE}{QUARANTINE}/{rest}"))
+    }
+
+    /// True for a name [`Self::quarantined`] makes.
+    pub fn is_quarantine_name(full: &str) -> bool {
+        full.strip_prefix(PIN_NAMESPACE)
+            .and_then(|rest| rest.strip_prefix(QUARANTINE))
+            .and_then(|rest| rest.strip_prefix('/'))
+            .and_then(|rest| PinRef::parse(&format!("{PIN_NAMESPACE}{rest}")).ok())
+            .is_some()
     }
 
     /// The workspace component of the ref name.

@@ -524,3 +524,102 @@ fn directories_vanishing_during_the_walk_do_not_fail_snapshots() {
         failures.first()
     );
 }
+
+/// Writes `input` to `git ARGS` and returns its trimmed stdout.
+fn git_with_input(repo: &TestRepo, args: &[&str], input: &[u8]) -> String {
+    let mut child = std::process::Command::new("git")
+        .current_dir(&repo.root)
+        .env("HOME", &repo.home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("git");
+    child.stdin.take().expect("stdin").write_all(input).expect("write");
+    let out = child.wait_with_output().expect("git");
+    assert!(out.status.success(), "git {args:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn one_planted_hostile_checkpoint_is_refused_alone_and_quarantined() {
+    let repo = TestRepo::new();
+    let good = repo.snapshot(&[]);
+    // A pinned commit with complete trailers whose tree has an entry named `x/y`.
+    let blob = git_with_input(&repo, &["hash-object", "-w", "--stdin"], b"pwned\n");
+    let mut tree = b"100644 x/y\0".to_vec();
+    tree.extend((0..20).map(|i| u8::from_str_radix(&blob[i * 2..i * 2 + 2], 16).expect("hex")));
+    let tree = git_with_input(
+        &repo,
+        &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
+        &tree,
+    );
+    let message = "ckpt: manual checkpoint\n\nCkpt-Format: 1\nCkpt-Workspace: main\nCkpt-Kind: manual\nCkpt-Time: 2099-01-01T00:00:00.000Z\nCkpt-Files: 0\nCkpt-Total-Files: 1\nCkpt-Bytes: 0\n";
+    let planted = git_with_input(
+        &repo,
+        &[
+            "-c",
+            "user.name=x",
+            "-c",
+            "user.email=x@x",
+            "commit-tree",
+            &tree,
+            "-p",
+            "HEAD",
+            "-F",
+            "-",
+        ],
+        message.as_bytes(),
+    );
+    let pin = format!("refs/ckpt/main/{planted}");
+    repo.git(&["update-ref", &pin, &planted]);
+
+    // Protection goes on: snapshots work, other checkpoints restore.
+    repo.write("README.md", b"edited\n");
+    let run = repo.ckpt_json(&["snapshot"], 0);
+    assert_eq!(run.one("snapshot")["created"], true);
+    repo.ckpt_json(&["restore", &good, "--yes"], 0);
+    assert_eq!(repo.read("README.md"), b"# project\n");
+    // Only the planted one is refused.
+    let run = repo.ckpt_json(&["restore", &planted, "--yes"], 2);
+    assert!(run.stdout.contains("x/y"), "{}", run.stdout);
+    // audit names the ref; doctor --fix sets it aside without deleting anything.
+    let audit = repo.ckpt_json(&["audit"], 1);
+    assert!(audit.stdout.contains(&pin), "{}", audit.stdout);
+    repo.ckpt_json(&["doctor", "--fix"], 0);
+    let refs = repo.ckpt_refs();
+    assert!(!refs.contains(&pin), "{refs:?}");
+    assert!(
+        refs.contains(&format!("refs/ckpt/quarantine/main/{planted}")),
+        "{refs:?}"
+    );
+    assert!(repo.git_raw(&["cat-file", "-e", &planted]).status.success());
+    repo.ckpt_json(&["audit"], 0);
+    let list = repo.ckpt_json(&["list"], 0);
+    assert!(!list.stdout.contains(&planted), "{}", list.stdout);
+}
+
+#[test]
+fn new_bytes_count_only_content_the_repository_did_not_hold() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    // The user commits 40 KiB of new content: git holds it, so ckpt adds nothing for it.
+    repo.write("vendor/lib.js", &vec![b'v'; 40 << 10]);
+    repo.commit_all("vendor");
+    let run = repo.ckpt_json(&["snapshot"], 0);
+    let record = run.one("snapshot");
+    assert_eq!(record["created"], true);
+    assert_eq!(record["bytes"], 0, "content already in the repository: {record}");
+    // Content nobody holds yet is counted, once.
+    repo.write("new-a.txt", &[b'n'; 100]);
+    repo.write("new-b.txt", &[b'n'; 100]);
+    let run = repo.ckpt_json(&["snapshot"], 0);
+    assert_eq!(run.one("snapshot")["bytes"], 100);
+    // A no-op adds nothing and says so.
+    let run = repo.ckpt_json(&["snapshot"], 0);
+    let record = run.one("snapshot");
+    assert_eq!(record["created"], false);
+    assert_eq!(record["files"], 0);
+    assert_eq!(record["bytes"], 0);
+}

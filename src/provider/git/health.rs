@@ -115,9 +115,16 @@ impl GitProvider {
         let mut verified = IdSet::default();
         for record in reconciled.records.iter().filter(|r| !unpinned.contains(&r.id)) {
             if let Err(why) = self.check_objects(record, &mut verified) {
+                let pin = record
+                    .object_id()
+                    .map(|id| PinRef::for_checkpoint(&self.workspace, &id).as_str().to_owned())
+                    .unwrap_or_default();
                 report.problems.push(problem(
                     "unreadable_checkpoint",
-                    format!("{}: {why}", record.short()),
+                    format!(
+                        "{} ({pin}): {why}; it cannot be restored (doctor --fix moves the ref aside to refs/ckpt/quarantine/, keeping its objects)",
+                        record.short()
+                    ),
                     Some(&record.id),
                 ));
             }
@@ -231,6 +238,36 @@ impl GitProvider {
                     JournalFix::Complete => "finished the interrupted restore".into(),
                 });
                 report.restore = Some(restored);
+            }
+        }
+        let unusable: Vec<&str> = audit
+            .problems
+            .iter()
+            .filter(|p| p.code == "unreadable_checkpoint")
+            .filter_map(|p| p.id.as_deref())
+            .collect();
+        if !unusable.is_empty() {
+            let registry = self.registry()?;
+            let lock = registry.lock()?;
+            for id in &unusable {
+                let Ok(commit) = ObjectId::from_hex(id) else { continue };
+                let pin = PinRef::for_checkpoint(&self.workspace, &commit);
+                if self.vault.read_pin(&pin)? != Some(commit) {
+                    continue;
+                }
+                let aside = self.vault.quarantine(&pin, &commit)?;
+                report.actions.push(format!(
+                    "moved {} aside to {} (nothing deleted; its objects are kept)",
+                    pin.as_str(),
+                    aside.as_str()
+                ));
+            }
+            if let Ok(stored) = registry.load() {
+                let kept: Vec<Record> = stored
+                    .into_iter()
+                    .filter(|r| !unusable.contains(&r.id.as_str()))
+                    .collect();
+                registry.save(&kept, &lock)?;
             }
         }
         if has("ref_without_record") || has("record_without_ref") || has("corrupt_registry") {
