@@ -134,6 +134,9 @@ pub struct Capture {
     /// Blob ids the user's index holds (what `status` counts as shared with the repository),
     /// with the file size the index recorded for them. Filled for `status` only.
     pub index_ids: crate::verbs::IdMap<u64>,
+    /// An untracked or ignored `.gitattributes` exists: git applies it on checkout, so ids
+    /// from the index may not be the bytes on disk.
+    attributes_outside_index: bool,
 }
 
 impl Capture {
@@ -429,6 +432,9 @@ fn prepare_and_run<T>(
         keep_capturable(&mut candidates, &gitlinks, &mut out, &mut ancestors);
         (work(candidates, index_seed), index_seed)
     })?;
+    let is_attributes = |path: &RepoPath| path.components().last() == Some(&b".gitattributes"[..]);
+    out.attributes_outside_index =
+        listing.untracked.iter().any(is_attributes) || listing.ignored.iter().any(|(path, _)| is_attributes(path));
     out.ignored = listing.ignored;
     out.skipped
         .extend(listing.reserved.into_iter().map(|dir| (dir, CKPT_STORE.to_owned())));
@@ -485,6 +491,23 @@ pub fn capture(
     cache: Option<&StatCache>,
     progress: &Progress,
 ) -> Result<Capture, CkptError> {
+    let capture = capture_seeded(vault, max_file_size, sink, cache, progress, true)?;
+    if capture.attributes_outside_index && capture.stats.from_index > 0 {
+        // Found only once the walk was done: read every file instead (first snapshots only;
+        // later ones have the stat cache).
+        return capture_seeded(vault, max_file_size, sink, cache, progress, false);
+    }
+    Ok(capture)
+}
+
+fn capture_seeded(
+    vault: &Vault,
+    max_file_size: u64,
+    sink: BlobSink,
+    cache: Option<&StatCache>,
+    progress: &Progress,
+    index_may_seed: bool,
+) -> Result<Capture, CkptError> {
     let probe = vault.worktree_probe()?;
     let blobs = vault.parallel_blobs(sink == BlobSink::Store);
     let _phase = progress.phase("capturing", 0);
@@ -495,7 +518,7 @@ pub fn capture(
             probe: &probe,
             max_file_size,
             blobs: &blobs,
-            index_seed: if cache.is_none() { index_seed } else { None },
+            index_seed: index_seed.filter(|_| cache.is_none() && index_may_seed),
         };
         let cached = match cache {
             Some(cache) => cache.locate(candidates.iter().map(|c| &c.path)),

@@ -160,7 +160,23 @@ impl Vault {
     /// Finds the repository containing `dir` (searching upwards). `Ok(None)` when `dir` is not
     /// inside a repository with a worktree.
     pub fn discover(dir: &Path) -> Result<Option<Vault>, VerbError> {
-        let open_options = gix::open::Options::default().config_overrides(CONFIG_OVERRIDES);
+        let Some(vault) = Self::discover_with(dir, &CONFIG_OVERRIDES)? else {
+            return Ok(None);
+        };
+        // `core.ignorecase=true` on a filesystem that tells cases apart (a repository copied
+        // from macOS, or set by hand) would make the walk take `readme` for the tracked
+        // `Readme` and hide real files; the filesystem decides, as git's own probe does at init.
+        let claims_ignorecase = vault.repo.config_snapshot().boolean("core.ignorecase") == Some(true);
+        if claims_ignorecase && filesystem_tells_case_apart(vault.repo.common_dir()) {
+            let mut overrides = CONFIG_OVERRIDES.to_vec();
+            overrides.push("core.ignorecase=false");
+            return Self::discover_with(dir, &overrides);
+        }
+        Ok(Some(vault))
+    }
+
+    fn discover_with(dir: &Path, overrides: &[&str]) -> Result<Option<Vault>, VerbError> {
+        let open_options = gix::open::Options::default().config_overrides(overrides.iter().copied());
         let repo = match gix::discover_opts(dir, Default::default(), open_options) {
             Ok(repo) => repo,
             Err(error) if error.is_not_found() => return Ok(None),
@@ -1183,6 +1199,9 @@ impl Read for ExactLength<'_> {
     }
 }
 
+/// How many index entries [`Vault::index_sizes_are_raw`] compares with their stored blobs.
+const SIZE_SAMPLE: usize = 256;
+
 impl Vault {
     /// A handle for hashing (`store: false`) or storing blobs in parallel.
     pub fn parallel_blobs(&self, store: bool) -> ParallelBlobs {
@@ -1226,9 +1245,30 @@ impl Vault {
         {
             attribute_files.push(home.join("git/attributes"));
         }
-        attribute_files.iter().all(|file| match std::fs::read(file) {
+        let attributes_raw = attribute_files.iter().all(|file| match std::fs::read(file) {
             Ok(text) => attributes_are_raw(&text),
             Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        });
+        attributes_raw && self.index_sizes_are_raw(tracked)
+    }
+
+    /// A conversion that was active when files were checked out or added (autocrlf set then and
+    /// unset since, an attributes file since removed) shows as a stored blob whose length
+    /// differs from the file length the index recorded. Checked on an even sample of at most
+    /// [`SIZE_SAMPLE`] entries: one mismatch turns seeding off for the whole capture.
+    fn index_sizes_are_raw(&self, tracked: &[TrackedEntry]) -> bool {
+        let plain: Vec<&TrackedEntry> = tracked
+            .iter()
+            .filter(|t| matches!(t.item.kind, EntryKind::File | EntryKind::Executable) && t.stat.is_some())
+            .collect();
+        let step = plain.len().div_ceil(SIZE_SAMPLE).max(1);
+        plain.iter().step_by(step).all(|entry| {
+            let recorded = entry.stat.map(|s| s.size);
+            match self.repo.find_header(entry.item.id.0) {
+                // git keeps the low 32 bits of the size.
+                Ok(header) => Some(header.size() as u32) == recorded,
+                Err(_) => false,
+            }
         })
     }
 }
@@ -1257,6 +1297,19 @@ fn attributes_are_raw(text: &[u8]) -> bool {
             !CONVERTING.contains(&name)
         })
     })
+}
+
+/// Whether the filesystem holding `git_dir` treats names differing only in case as different
+/// files: `objects` is there, and `OBJECTS` is not the same directory. Read-only.
+fn filesystem_tells_case_apart(git_dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(lower) = std::fs::symlink_metadata(git_dir.join("objects")) else {
+        return false;
+    };
+    match std::fs::symlink_metadata(git_dir.join("OBJECTS")) {
+        Ok(upper) => upper.ino() != lower.ino() || upper.dev() != lower.dev(),
+        Err(_) => true,
+    }
 }
 
 /// An object of a checkpoint that failed verification, and the path it stands for (`None`: the

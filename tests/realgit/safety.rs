@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::common::*;
 
@@ -385,7 +386,7 @@ fn gc_racing_a_new_workspaces_first_snapshot_never_leaves_missing_content() {
             .spawn()
             .expect("snapshot");
         // Long enough for a snapshot that does not wait for gc to finish.
-        std::thread::sleep(std::time::Duration::from_millis(1500));
+        std::thread::sleep(Duration::from_millis(1500));
         snapshot = Some(child);
     });
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -622,4 +623,71 @@ fn new_bytes_count_only_content_the_repository_did_not_hold() {
     assert_eq!(record["created"], false);
     assert_eq!(record["files"], 0);
     assert_eq!(record["bytes"], 0);
+}
+
+/// The bytes a checkpoint holds for `path`.
+fn checkpoint_blob(repo: &TestRepo, id: &str, path: &str) -> Vec<u8> {
+    let out = repo.git_raw(&["cat-file", "blob", &format!("{id}:{path}")]);
+    assert!(out.status.success(), "{path} is not in {id}");
+    out.stdout
+}
+
+#[test]
+fn index_ids_seed_a_capture_only_when_they_are_the_bytes_on_disk() {
+    // (a) An untracked .gitattributes converts on checkout: disk has CRLF, the index blob LF.
+    // Enough other files that the size sample need not hit notes.txt.
+    let repo = TestRepo::new();
+    for i in 0..600 {
+        repo.write(format!("data/f{i:03}.dat"), format!("{i}").as_bytes());
+    }
+    repo.write("notes.txt", b"one\ntwo\nthree\n");
+    repo.commit_all("notes");
+    repo.write(".gitattributes", b"*.txt text eol=crlf\n");
+    repo.remove("notes.txt");
+    repo.git(&["checkout", "--", "notes.txt"]);
+    assert_eq!(repo.read("notes.txt"), b"one\r\ntwo\r\nthree\r\n");
+    // Past git's racy-clean second, then let git record the file's stat in the index.
+    std::thread::sleep(Duration::from_millis(1100));
+    repo.git(&["update-index", "--refresh"]);
+    let id = repo.snapshot(&[]);
+    assert_eq!(checkpoint_blob(&repo, &id, "notes.txt"), b"one\r\ntwo\r\nthree\r\n");
+
+    // (b) core.autocrlf at checkout time only.
+    let repo = TestRepo::new();
+    repo.write("crlf.txt", b"a\nb\n");
+    repo.commit_all("crlf");
+    repo.remove("crlf.txt");
+    repo.git(&["-c", "core.autocrlf=true", "checkout", "--", "crlf.txt"]);
+    assert_eq!(repo.read("crlf.txt"), b"a\r\nb\r\n");
+    std::thread::sleep(Duration::from_millis(1100));
+    repo.git(&["-c", "core.autocrlf=true", "update-index", "--refresh"]);
+    let id = repo.snapshot(&[]);
+    assert_eq!(checkpoint_blob(&repo, &id, "crlf.txt"), b"a\r\nb\r\n");
+    // And a restore gives the same bytes back.
+    repo.write("crlf.txt", b"changed\n");
+    repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(repo.read("crlf.txt"), b"a\r\nb\r\n");
+}
+
+#[test]
+fn ignorecase_on_a_case_sensitive_filesystem_hides_no_file() {
+    let repo = TestRepo::new();
+    repo.write("Readme", b"tracked\n");
+    repo.commit_all("readme");
+    repo.git(&["config", "core.ignorecase", "true"]);
+    std::fs::rename(repo.path("Readme"), repo.path("README")).expect("mv");
+    repo.write("readme", b"x\n");
+    let id = repo.snapshot(&[]);
+    assert_eq!(checkpoint_blob(&repo, &id, "README"), b"tracked\n");
+    assert_eq!(checkpoint_blob(&repo, &id, "readme"), b"x\n");
+    repo.remove("README");
+    repo.write("readme", b"changed\n");
+    repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(repo.read("README"), b"tracked\n");
+    assert_eq!(repo.read("readme"), b"x\n");
+    assert_eq!(
+        repo.git(&["config", "core.ignorecase"]).trim(),
+        "true",
+        "config untouched"
+    );
 }
