@@ -442,13 +442,23 @@ fn snapshot(
 }
 
 fn list(provider: &dyn Provider, session: Option<&str>, all: bool, out: &Output) -> Result<i32, CkptError> {
-    let records: Vec<Record> = provider
-        .checkpoints(all)?
+    let every = provider.checkpoints(all)?;
+    let total = every.len();
+    let records: Vec<Record> = every
         .into_iter()
         .filter(|r| session.is_none_or(|s| r.session.as_deref() == Some(s)))
         .collect();
     for record in &records {
         out.record("checkpoint", output::checkpoint_json(record));
+    }
+    if records.is_empty() && total > 0 {
+        if let Some(session) = session {
+            // Said even with --json (on stderr): an empty list is not "no checkpoints".
+            eprintln!(
+                "ckpt: no checkpoint belongs to session {session:?} ({total} checkpoint(s) in other sessions; `ckpt status` lists the sessions)"
+            );
+            return Ok(0);
+        }
     }
     if !out.json {
         if records.is_empty() {

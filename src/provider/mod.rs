@@ -66,6 +66,7 @@ impl CkptError {
             CkptError::Verb(VerbError::UnusableObject { .. }) => "unusable_object",
             CkptError::Verb(VerbError::RefConflict { .. }) => "ref_conflict",
             CkptError::Verb(VerbError::Worktree { .. }) => "worktree",
+            CkptError::Verb(VerbError::Unsupported(_)) => "unsupported",
             CkptError::Verb(VerbError::Git { .. }) => "git",
             CkptError::Io { .. } => "io",
         }

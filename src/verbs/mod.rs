@@ -58,13 +58,34 @@ pub enum VerbError {
     RefConflict { name: String, message: String },
     #[error("{path}: {message}")]
     Worktree { path: String, message: String },
+    /// A repository feature ckpt cannot work with (yet).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 impl VerbError {
-    fn git(action: impl Into<String>, error: impl std::fmt::Display) -> Self {
+    /// A gix failure, with every cause in its chain: the one that matters ("No space left on
+    /// device", "Permission denied") is often only in the innermost source.
+    fn git(action: impl Into<String>, error: impl std::error::Error) -> Self {
         VerbError::Git {
             action: action.into(),
-            message: error.to_string(),
+            message: error_chain(&error),
         }
     }
+}
+
+/// `error` and each of its sources, joined with `: `, skipping a cause whose text the message
+/// so far already contains.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !more.is_empty() && !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
 }

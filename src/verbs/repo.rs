@@ -163,6 +163,13 @@ impl Vault {
         let Some(vault) = Self::discover_with(dir, &CONFIG_OVERRIDES)? else {
             return Ok(None);
         };
+        let ref_storage = vault.repo.config_snapshot().string("extensions.refStorage");
+        if ref_storage.is_some_and(|format| format.eq_ignore_ascii_case(b"reftable")) {
+            return Err(VerbError::Unsupported(format!(
+                "the repository at {} keeps its refs in the reftable format, which ckpt does not support yet; use --provider copy",
+                vault.workdir.display()
+            )));
+        }
         // `core.ignorecase=true` on a filesystem that tells cases apart (a repository copied
         // from macOS, or set by hand) would make the walk take `readme` for the tracked
         // `Readme` and hide real files; the filesystem decides, as git's own probe does at init.
@@ -649,9 +656,12 @@ impl Vault {
         let (walked, result) = std::thread::scope(|scope| {
             let walker = scope.spawn(|| walk_untracked(&walk_repo.to_thread_local(), &index));
             let result = with_index(&mut listing);
-            let walked = walker
-                .join()
-                .unwrap_or_else(|_| Err(VerbError::git("walking the worktree", "the walk thread panicked")));
+            let walked = walker.join().unwrap_or_else(|_| {
+                Err(VerbError::Git {
+                    action: "walking the worktree".into(),
+                    message: "the walk thread panicked".into(),
+                })
+            });
             (walked, result)
         });
         let mut walked = walked?;
@@ -861,10 +871,10 @@ pub struct CensusHandle {
 impl CensusHandle {
     pub fn join(self) -> Result<BlobCensus, VerbError> {
         self.thread.join().unwrap_or_else(|_| {
-            Err(VerbError::git(
-                "counting checkpoint blobs",
-                "the census thread panicked",
-            ))
+            Err(VerbError::Git {
+                action: "counting checkpoint blobs".into(),
+                message: "the census thread panicked".into(),
+            })
         })
     }
 }

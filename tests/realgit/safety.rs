@@ -691,3 +691,108 @@ fn ignorecase_on_a_case_sensitive_filesystem_hides_no_file() {
         "config untouched"
     );
 }
+
+#[test]
+fn failures_say_what_happened() {
+    // A reftable repository: named, with the way out.
+    let repo = TestRepo::bare_dir();
+    repo.git(&["init", "-q", "--ref-format=reftable", "-b", "main"]);
+    repo.write("a.txt", b"a\n");
+    repo.commit_all("init");
+    let run = repo.ckpt_json(&["snapshot"], 1);
+    assert_eq!(run.one("error")["code"], "unsupported", "{}", run.stdout);
+    assert!(
+        run.stderr.contains("reftable") && run.stderr.contains("--provider copy"),
+        "{}",
+        run.stderr
+    );
+
+    // An unknown session is not "no checkpoints yet".
+    let repo = TestRepo::new();
+    repo.snapshot(&["--session", "real"]);
+    let run = repo.ckpt(&["list", "--session", "nonexistent"]);
+    assert!(
+        run.stderr.contains("no checkpoint belongs to session \"nonexistent\""),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("no checkpoints yet"), "{}", run.stderr);
+
+    // A registry from a newer ckpt is refused, never rebuilt as version 1.
+    let records = repo.git_dir().join("ckpt/main/records.json");
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&records).expect("records")).expect("json");
+    value["version"] = serde_json::json!(2);
+    std::fs::write(&records, serde_json::to_vec(&value).expect("json")).expect("write");
+    let before = std::fs::read(&records).expect("records");
+    let audit = repo.ckpt_json(&["audit"], 1);
+    assert_eq!(audit.one("audit.problem")["code"], "unsupported_version");
+    let run = repo.ckpt_json(&["doctor", "--fix"], 4);
+    assert!(run.stderr.contains("newer ckpt"), "{}", run.stderr);
+    assert_eq!(
+        std::fs::read(&records).expect("records"),
+        before,
+        "the newer registry was rewritten"
+    );
+    let aside = std::fs::read_dir(records.parent().expect("dir"))
+        .expect("ls")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("corrupt"))
+        .count();
+    assert_eq!(aside, 0, "the newer registry was set aside");
+}
+
+#[test]
+fn a_full_disk_is_named() {
+    // Needs a tmpfs of its own (root); where that cannot be had the case cannot be made here.
+    let repo = TestRepo::bare_dir();
+    let mount_point = repo.home.join("small");
+    std::fs::create_dir_all(&mount_point).expect("mkdir");
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mount_point)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("a_full_disk_is_named: cannot mount a tmpfs here; not run");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            std::process::Command::new("umount").arg(&self.0).status().ok();
+        }
+    }
+    let _unmount = Unmount(mount_point.clone());
+    let work = mount_point.join("work");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    repo.git_in(&work, &["init", "-q", "-b", "main"]);
+    std::fs::write(work.join("a.txt"), b"a\n").expect("write");
+    repo.git_in(&work, &["add", "-A"]);
+    repo.git_in(
+        &work,
+        &["-c", "user.name=T", "-c", "user.email=t@t", "commit", "-qm", "init"],
+    );
+    // Fill the disk with incompressible bytes until the first write fails.
+    let mut filler = std::fs::File::create(work.join("big.bin")).expect("create");
+    let mut seed = 0x9e3779b97f4a7c15u64;
+    let chunk: Vec<u8> = (0..4096)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect();
+    while filler.write_all(&chunk).is_ok() {}
+    drop(filler);
+    let run = repo.ckpt_in(&work, &[std::ffi::OsStr::new("snapshot")]);
+    assert_ne!(run.code, 0);
+    assert!(
+        run.stderr.to_lowercase().contains("no space left on device"),
+        "{}",
+        run.stderr
+    );
+    assert!(repo.git_in(&work, &["for-each-ref", "refs/ckpt/"]).trim().is_empty());
+}

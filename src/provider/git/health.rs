@@ -9,7 +9,7 @@ use super::GitProvider;
 use crate::provider::{
     AuditReport, CkptError, Confirmation, DoctorReport, JournalFix, Problem, Provider, Selection, SnapshotRequest,
 };
-use crate::records::{Kind, Record, WirePath};
+use crate::records::{Kind, Record, RecordsError, WirePath};
 use crate::verbs::{temp_file_owner, IdSet, ObjectId, PinRef, RepoPath};
 
 fn problem(code: &'static str, message: String, id: Option<&str>) -> Problem {
@@ -79,6 +79,15 @@ impl GitProvider {
         let mut report = AuditReport::default();
         let stored = match self.stored_records() {
             Ok(records) => records,
+            Err(error @ CkptError::Records(RecordsError::UnsupportedVersion { .. })) => {
+                // Written by a newer ckpt: nothing else can be judged, and nothing is rebuilt.
+                report.problems.push(problem(
+                    "unsupported_version",
+                    format!("{error}; use the ckpt that wrote it (nothing here will rewrite it)"),
+                    None,
+                ));
+                return Ok(report);
+            }
             Err(error) => {
                 report
                     .problems
@@ -203,6 +212,11 @@ impl GitProvider {
             ..DoctorReport::default()
         };
         let has = |code: &str| audit.problems.iter().any(|p| p.code == code);
+        if fix.is_some() && has("unsupported_version") {
+            return Err(CkptError::Refused(
+                "the registry was written by a newer ckpt; doctor --fix will not rebuild it in an older format. Use the newer ckpt".into(),
+            ));
+        }
         let Some(fix) = fix else {
             for p in &audit.problems {
                 report.actions.push(match p.code {
