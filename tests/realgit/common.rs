@@ -51,6 +51,23 @@ fn isolate(cmd: &mut Command, home: &Path) {
         .env("TZ", "UTC");
 }
 
+/// Runs a prepared `ckpt` command and parses its JSON Lines.
+pub fn run_ckpt(mut cmd: Command) -> Run {
+    let out = cmd.output().expect("run ckpt");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let json = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        json,
+    }
+}
+
 /// A path given as bytes, for names that are not UTF-8.
 pub fn bpath(bytes: &[u8]) -> PathBuf {
     PathBuf::from(OsStr::from_bytes(bytes))
@@ -163,21 +180,8 @@ impl TestRepo {
     pub fn ckpt_in(&self, dir: &Path, args: &[&OsStr]) -> Run {
         let mut cmd = self.ckpt_command();
         cmd.current_dir(dir).args(args);
-        let out = cmd.output().expect("run ckpt");
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let json = stdout
-            .lines()
-            .filter(|l| l.starts_with('{'))
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
-            .collect();
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout,
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            json,
-        }
+        run_ckpt(cmd)
     }
-
     pub fn ckpt(&self, args: &[&str]) -> Run {
         let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
         self.ckpt_in(&self.root, &args)

@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use crate::common::*;
 
@@ -53,9 +55,17 @@ enum Start {
     PlainDir,
     /// Copy provider: a repository with no commit yet.
     UnbornRepo,
+    /// An untracked `.gitattributes` converted the text files at checkout (CRLF on disk, LF in
+    /// the index): index ids must not seed the capture.
+    UntrackedAttributes,
+    /// `core.ignorecase=true` on a filesystem that tells cases apart, with names differing
+    /// only in case.
+    IgnoreCase,
+    /// Copy provider whose store (`CKPT_HOME`) lies inside the workspace.
+    StoreInWorkspace,
 }
 
-const STARTS: [Start; 17] = [
+const STARTS: [Start; 20] = [
     Start::Clean,
     Start::StagedUnstagedUntracked,
     Start::Unmerged,
@@ -73,7 +83,13 @@ const STARTS: [Start; 17] = [
     Start::IndexLockHeld,
     Start::PlainDir,
     Start::UnbornRepo,
+    Start::UntrackedAttributes,
+    Start::IgnoreCase,
+    Start::StoreInWorkspace,
 ];
+
+/// Where `StoreInWorkspace` keeps its copy store, relative to the workspace.
+const STORE_IN_WORKSPACE: &str = "tools/ckpt-store";
 
 type Files = BTreeMap<Vec<u8>, Entry>;
 
@@ -125,10 +141,10 @@ fn within(path: &[u8], dir: &[u8]) -> bool {
 impl World {
     fn new(start: Start, rng: &mut Rng) -> World {
         let repo = TestRepo::bare_dir();
-        let copy = matches!(start, Start::PlainDir | Start::UnbornRepo);
+        let copy = matches!(start, Start::PlainDir | Start::UnbornRepo | Start::StoreInWorkspace);
         if start == Start::Sha256 {
             repo.git(&["init", "-q", "-b", "main", "--object-format=sha256"]);
-        } else if start != Start::PlainDir {
+        } else if !matches!(start, Start::PlainDir | Start::StoreInWorkspace) {
             repo.git(&["init", "-q", "-b", "main"]);
         }
         let mut names: Vec<Vec<u8>> = [
@@ -174,6 +190,14 @@ impl World {
                 repo.write("run.sh", b"#!/bin/sh\n");
                 repo.chmod("run.sh", 0o755);
                 names.push(b"run.sh".to_vec());
+            }
+            Start::IgnoreCase => {
+                repo.write("Readme", b"tracked readme\n");
+                names.extend([b"Readme".to_vec(), b"README".to_vec(), b"readme".to_vec()]);
+            }
+            Start::StoreInWorkspace => {
+                repo.write("tools/run.sh", b"#!/bin/sh\n");
+                names.push(b"tools/run.sh".to_vec());
             }
             Start::CrlfAndFilter => {
                 repo.git(&["config", "core.autocrlf", "true"]);
@@ -239,6 +263,21 @@ impl World {
             Start::Sparse => {
                 repo.git(&["sparse-checkout", "set", "dir"]);
             }
+            Start::UntrackedAttributes => {
+                repo.write(".gitattributes", b"*.txt text eol=crlf\n");
+                for name in ["a.txt", "dir/c.txt", "dir/sub/d.txt"] {
+                    repo.remove(name);
+                }
+                repo.git(&["checkout", "--", "a.txt", "dir"]);
+                // Past the racy-clean second, so the index's stat data would match.
+                std::thread::sleep(std::time::Duration::from_millis(1100));
+                repo.git(&["update-index", "--refresh"]);
+            }
+            Start::IgnoreCase => {
+                repo.git(&["config", "core.ignorecase", "true"]);
+                std::fs::rename(repo.path("Readme"), repo.path("README")).ok();
+                repo.write("readme", b"lower case\n");
+            }
             _ => {}
         }
         let _ = rng;
@@ -295,9 +334,9 @@ impl World {
         if lock {
             std::fs::write(&lock_path, b"held by someone else").expect("lock");
         }
-        let mut full: Vec<&OsStr> = vec!["--json".as_ref()];
-        full.extend_from_slice(args);
-        let run = self.repo.ckpt_in(&self.ws, &full);
+        let mut cmd = self.ckpt_command();
+        cmd.arg("--json").args(args);
+        let run = run_ckpt(cmd);
         if lock {
             assert_eq!(
                 std::fs::read(&lock_path).ok().as_deref(),
@@ -309,15 +348,36 @@ impl World {
         run
     }
 
+    /// `ckpt` in the workspace, with the copy store inside it for `StoreInWorkspace`.
+    fn ckpt_command(&self) -> std::process::Command {
+        let mut cmd = self.repo.ckpt_command();
+        cmd.current_dir(&self.ws);
+        if self.start == Start::StoreInWorkspace {
+            cmd.env("CKPT_HOME", self.ws.join(STORE_IN_WORKSPACE));
+        }
+        cmd
+    }
+
+    /// The workspace's files, less ckpt's own store where it lies inside (that is ckpt's, and
+    /// changes with every checkpoint).
     fn files(&self) -> Files {
-        worktree_state(&self.ws)
+        let mut files = worktree_state(&self.ws);
+        if self.start == Start::StoreInWorkspace {
+            files.retain(|path, _| !within(path, STORE_IN_WORKSPACE.as_bytes()));
+        }
+        files
     }
 
     /// git's own view of what a checkpoint must protect now: tracked and untracked-not-ignored
     /// files and symlinks present on disk, not below a symlink, submodule contents excluded.
     /// The copy provider's private git directory (there is one workspace per case).
     fn store(&self) -> Option<PathBuf> {
-        let workspaces = self.repo.home.join(".local/share/ckpt/workspaces");
+        let home = if self.start == Start::StoreInWorkspace {
+            self.ws.join(STORE_IN_WORKSPACE)
+        } else {
+            self.repo.home.join(".local/share/ckpt")
+        };
+        let workspaces = home.join("workspaces");
         let entry = std::fs::read_dir(workspaces).ok()?.flatten().next()?;
         Some(entry.path().join("git"))
     }
@@ -347,9 +407,10 @@ impl World {
         if !scratch.exists() {
             self.repo
                 .git(&["init", "-q", "--bare", scratch.to_str().unwrap_or_default()]);
+            // The documented defaults, and ckpt's own store where it lies inside.
             std::fs::write(
                 &excludes,
-                b".git/\nnode_modules/\ntarget/\n.venv/\n__pycache__/\ndist/\nbuild/\n",
+                format!(".git/\nnode_modules/\ntarget/\n.venv/\n__pycache__/\ndist/\nbuild/\n/{STORE_IN_WORKSPACE}/\n"),
             )
             .ok();
         }
@@ -380,10 +441,16 @@ impl World {
         if self.copy {
             paths = self.copy_oracle_paths();
         }
+        // On this filesystem names differ by case: git's true view has ignorecase off.
+        let case = if self.start == Start::IgnoreCase {
+            &["-c", "core.ignorecase=false"][..]
+        } else {
+            &[][..]
+        };
         let staged = if self.copy {
             Vec::new()
         } else {
-            self.git_ok(&["ls-files", "-z", "-s"])
+            self.git_ok(&[case, &["ls-files", "-z", "-s"]].concat())
         };
         for entry in staged.split(|b| *b == 0).filter(|e| !e.is_empty()) {
             let (meta, path) = match entry.iter().position(|b| *b == b'\t') {
@@ -397,7 +464,7 @@ impl World {
         let untracked = if self.copy {
             Vec::new()
         } else {
-            self.git_ok(&["ls-files", "-z", "-o", "--exclude-standard"])
+            self.git_ok(&[case, &["ls-files", "-z", "-o", "--exclude-standard"]].concat())
         };
         for path in untracked
             .split(|b| *b == 0)
@@ -537,6 +604,9 @@ impl World {
                 let Some(slash) = name.iter().position(|b| *b == b'/') else {
                     return;
                 };
+                if within(STORE_IN_WORKSPACE.as_bytes(), &name[..slash]) {
+                    return; // that directory holds ckpt's own store in this case
+                }
                 let dir = self.ws.join(bpath(&name[..slash]));
                 remove_any(&dir);
                 let outside = self.outside();
@@ -854,19 +924,157 @@ impl World {
         });
     }
 
+    /// A snapshot while another process rewrites a file above the streaming threshold (8 MiB),
+    /// truncating it first: whatever the checkpoint holds of it was on disk as one piece, and
+    /// no object store ever holds a torn object (fsck in `global_invariants`).
+    fn snapshot_while_a_large_file_changes(&mut self) {
+        let path = self.ws.join("churn.bin");
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let stop = stop.clone();
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut round = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let (letter, len) = if round.is_multiple_of(2) {
+                        (b'a', 9 << 20)
+                    } else {
+                        (b'b', 33 << 18)
+                    };
+                    std::fs::write(&path, vec![letter; len]).ok();
+                    round += 1;
+                }
+            })
+        };
+        let run = self.ckpt(&["snapshot".as_ref()]);
+        stop.store(true, Ordering::Relaxed);
+        writer.join().ok();
+        self.check(run.code == 0, || {
+            format!("snapshot during churn failed: {}", run.stderr)
+        });
+        let id = run.one("snapshot")["id"].as_str().unwrap_or_default().to_owned();
+        let spec = format!("{id}:churn.bin");
+        let held = if self.copy {
+            let store = self.store().unwrap_or_default();
+            std::process::Command::new("git")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .arg("--git-dir")
+                .arg(store)
+                .args(["cat-file", "blob", &spec])
+                .output()
+        } else {
+            std::process::Command::new("git")
+                .current_dir(&self.ws)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .args(["cat-file", "blob", &spec])
+                .output()
+        }
+        .expect("git cat-file");
+        if held.status.success() {
+            let first = held.stdout.first().copied();
+            self.check(held.stdout.iter().all(|b| Some(*b) == first), || {
+                format!("checkpoint {} holds a torn churn.bin", &id[..8])
+            });
+        }
+        self.log.push(format!("snapshot {} while churn.bin changes", &id[..8]));
+    }
+
+    /// The user writes files while a restore is held between its check and its replace: every
+    /// such write is still on disk afterwards (kept, reported as a conflict), never lost.
+    #[cfg(feature = "fault-injection")]
+    fn user_writes_during_restore(&mut self, rng: &mut Rng) {
+        // (With `IndexLockHeld`, ckpt() holds index.lock around its own runs only.)
+        if self.checkpoints.is_empty() || self.start == Start::IndexLockHeld {
+            return;
+        }
+        let (id, _) = self.checkpoints[rng.below(self.checkpoints.len())].clone();
+        let preview = self.ckpt(&["preview".as_ref(), id.as_str().as_ref()]);
+        if preview.code != 0 {
+            return;
+        }
+        let now = self.files();
+        let victims: Vec<Vec<u8>> = json_paths(&preview.one("preview")["overwrite"])
+            .into_iter()
+            .filter(|p| matches!(now.get(p), Some(Entry::File { .. })))
+            .collect();
+        if victims.is_empty() {
+            return;
+        }
+        let resume = self.repo.home.join(format!("resume-{}", rng.next()));
+        let mut cmd = self.ckpt_command();
+        cmd.env("CKPT_PAUSE", "restore:before-replace")
+            .env("CKPT_PAUSE_RESUME", &resume)
+            .args(["--json", "restore", &id, "--yes"]);
+        let ws = self.ws.clone();
+        let written = victims.clone();
+        // Unique bytes: content the guard already holds would not be a loss if replaced.
+        let words = format!("the user's write {} during the restore\n", rng.next()).into_bytes();
+        let out = crate::safety::run_paused_command(cmd, "restore:before-replace", &resume, || {
+            for path in &written {
+                std::fs::write(ws.join(bpath(path)), &words).ok();
+            }
+        });
+        let code = out.status.code().unwrap_or(-1);
+        self.check(code == 3, || {
+            format!(
+                "restore with user writes must report conflicts (exit {code}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        });
+        let after = self.files();
+        for path in &victims {
+            self.check(
+                after.get(path)
+                    == Some(&Entry::File {
+                        content: words.clone(),
+                        exec: matches!(now.get(path), Some(Entry::File { exec: true, .. })),
+                    }),
+                || format!("the user's write to {} was lost", String::from_utf8_lossy(path)),
+            );
+        }
+        self.log.push(format!(
+            "restore {} with user writes to {} path(s) -> exit {code}",
+            &id[..8],
+            victims.len()
+        ));
+    }
+
+    /// `ckpt gc` with no grace period racing a snapshot of a copy workspace: every checkpoint
+    /// still has all its objects afterwards.
+    fn gc_during_snapshot(&mut self) {
+        if !self.copy {
+            return;
+        }
+        let mut gc = self.ckpt_command();
+        gc.args(["--json", "gc", "--grace-seconds", "0"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut gc = gc.spawn().expect("gc");
+        self.snapshot();
+        let gc_ok = gc.wait().map(|s| s.success()).unwrap_or(false);
+        self.check(gc_ok, || "gc failed".into());
+        let audit = self.ckpt(&["audit".as_ref()]);
+        self.check(audit.code == 0, || format!("after gc: {}", audit.stdout));
+        self.log.push("gc raced a snapshot".into());
+    }
+
     fn step(&mut self, rng: &mut Rng) {
         let roll = rng.below(100);
-        if roll < 90 {
+        if !(81..=89).contains(&roll) {
             // The guard undo is only checked right after its restore.
             self.last_restore = None;
         }
         match roll {
-            0..=29 => self.agent_edit(rng),
-            30..=41 => self.user_git(rng),
-            42..=61 => self.snapshot(),
-            62..=69 => self.preview(rng),
-            70..=89 => self.restore(rng),
-            _ => self.undo_last_restore(),
+            0..=26 => self.agent_edit(rng),
+            27..=37 => self.user_git(rng),
+            38..=55 => self.snapshot(),
+            56..=62 => self.preview(rng),
+            63..=80 => self.restore(rng),
+            81..=89 => self.undo_last_restore(),
+            90..=93 => self.snapshot_while_a_large_file_changes(),
+            #[cfg(feature = "fault-injection")]
+            94..=97 => self.user_writes_during_restore(rng),
+            _ => self.gc_during_snapshot(),
         }
         self.global_invariants();
     }
