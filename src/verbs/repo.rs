@@ -1142,15 +1142,7 @@ pub enum FileRead {
 
 /// `fstat` of an open file, in the form the stat cache keeps.
 fn stat_of(file: &std::fs::File) -> std::io::Result<FileStat> {
-    let stat = rustix::fs::fstat(file)?;
-    Ok(FileStat {
-        size: stat.st_size as u64,
-        mtime: (stat.st_mtime, stat.st_mtime_nsec as u32),
-        ctime: (stat.st_ctime, stat.st_ctime_nsec as u32),
-        ino: stat.st_ino,
-        dev: stat.st_dev,
-        mode: stat.st_mode,
-    })
+    Ok(super::worktree::file_stat(&rustix::fs::fstat(file)?))
 }
 
 /// What streaming a file into a blob came to.

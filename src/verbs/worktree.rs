@@ -141,15 +141,20 @@ impl WorktreeProbe {
         };
         Ok(PathStat {
             kind,
-            stat: FileStat {
-                size: stat.st_size as u64,
-                mtime: (stat.st_mtime, stat.st_mtime_nsec as u32),
-                ctime: (stat.st_ctime, stat.st_ctime_nsec as u32),
-                ino: stat.st_ino,
-                dev: stat.st_dev,
-                mode: stat.st_mode,
-            },
+            stat: file_stat(&stat),
         })
+    }
+}
+
+/// A `stat` result in the form the stat cache keeps.
+pub(super) fn file_stat(stat: &rustix::fs::Stat) -> FileStat {
+    FileStat {
+        size: stat.st_size as u64,
+        mtime: (stat.st_mtime, stat.st_mtime_nsec as u32),
+        ctime: (stat.st_ctime, stat.st_ctime_nsec as u32),
+        ino: stat.st_ino,
+        dev: stat.st_dev,
+        mode: stat.st_mode,
     }
 }
 

@@ -68,6 +68,29 @@ pub fn run_ckpt(mut cmd: Command) -> Run {
     }
 }
 
+/// Runs `git ARGS` in the repository with `input` on stdin; its trimmed stdout.
+pub fn git_stdin(repo: &TestRepo, args: &[&str], input: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("git")
+        .current_dir(&repo.root)
+        .env("HOME", &repo.home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn git");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input)
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("git");
+    assert!(out.status.success(), "git {args:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 /// A path given as bytes, for names that are not UTF-8.
 pub fn bpath(bytes: &[u8]) -> PathBuf {
     PathBuf::from(OsStr::from_bytes(bytes))

@@ -1,9 +1,6 @@
 //! Bad input: tampered registries, hostile trees, missing objects, bad ids. Each must be refused
 //! with a clear error and must write nothing.
 
-use std::io::Write;
-use std::process::Stdio;
-
 use serde_json::{json, Value};
 
 use crate::common::*;
@@ -18,22 +15,6 @@ fn load_records(repo: &TestRepo) -> Value {
 
 fn save_records(repo: &TestRepo, value: &Value) {
     std::fs::write(records_path(repo), serde_json::to_vec_pretty(value).unwrap()).unwrap();
-}
-
-fn git_stdin(repo: &TestRepo, args: &[&str], input: &[u8]) -> String {
-    let mut child = std::process::Command::new("git")
-        .current_dir(&repo.root)
-        .env("HOME", &repo.home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "git {args:?}");
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 /// State that must not change when ckpt refuses something.

@@ -526,38 +526,21 @@ fn directories_vanishing_during_the_walk_do_not_fail_snapshots() {
     );
 }
 
-/// Writes `input` to `git ARGS` and returns its trimmed stdout.
-fn git_with_input(repo: &TestRepo, args: &[&str], input: &[u8]) -> String {
-    let mut child = std::process::Command::new("git")
-        .current_dir(&repo.root)
-        .env("HOME", &repo.home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("git");
-    child.stdin.take().expect("stdin").write_all(input).expect("write");
-    let out = child.wait_with_output().expect("git");
-    assert!(out.status.success(), "git {args:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 #[test]
 fn one_planted_hostile_checkpoint_is_refused_alone_and_quarantined() {
     let repo = TestRepo::new();
     let good = repo.snapshot(&[]);
     // A pinned commit with complete trailers whose tree has an entry named `x/y`.
-    let blob = git_with_input(&repo, &["hash-object", "-w", "--stdin"], b"pwned\n");
+    let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"pwned\n");
     let mut tree = b"100644 x/y\0".to_vec();
     tree.extend((0..20).map(|i| u8::from_str_radix(&blob[i * 2..i * 2 + 2], 16).expect("hex")));
-    let tree = git_with_input(
+    let tree = git_stdin(
         &repo,
         &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
         &tree,
     );
     let message = "ckpt: manual checkpoint\n\nCkpt-Format: 1\nCkpt-Workspace: main\nCkpt-Kind: manual\nCkpt-Time: 2099-01-01T00:00:00.000Z\nCkpt-Files: 0\nCkpt-Total-Files: 1\nCkpt-Bytes: 0\n";
-    let planted = git_with_input(
+    let planted = git_stdin(
         &repo,
         &[
             "-c",
