@@ -711,7 +711,7 @@ fn diff(provider: &dyn Provider, cwd: &Path, request: &DiffRequest<'_>, out: &Ou
         let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
         let text = output::diff_text(&files, request.view, color);
         if !text.is_empty() {
-            print!("{text}");
+            output::to_stdout(&text);
         }
         if files.is_empty() {
             let to_name = to

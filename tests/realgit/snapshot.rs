@@ -384,3 +384,24 @@ fn the_readme_demo_runs_and_passes_its_checks() {
         run.stdout
     );
 }
+
+#[test]
+fn a_closed_pipe_ends_quietly_like_git() {
+    let repo = TestRepo::new();
+    for round in 0..5 {
+        repo.write("n.txt", format!("{round}").as_bytes());
+        repo.snapshot(&[]);
+    }
+    for args in [&["list"][..], &["--json", "list"][..]] {
+        let mut cmd = repo.ckpt_command();
+        cmd.args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn");
+        drop(child.stdout.take()); // the reader is gone before ckpt writes
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+    }
+}
