@@ -7,19 +7,19 @@
 //! git with caller-chosen arguments, write the index, HEAD, any ref outside `refs/ckpt/`, a
 //! reflog, config or hooks, and never write a worktree file through a symlink or outside the root.
 
-mod repo;
 mod types;
+mod vault;
 mod worktree;
 
-pub use repo::{
+pub use types::{
+    EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PathStat, PinRef, RepoPath, TreeItem, WorkspaceKey,
+    PIN_NAMESPACE,
+};
+pub use vault::{
     collect_private_garbage, enclosing_common_dir, enclosing_exclude_files, enclosing_worktree, path_key, BlobCensus,
     CensusHandle, CommitInfo, FileRead, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, ParallelBlobs,
     PrivateStore, PutBlob, TrackedEntry, TreeChange, Vault, VerifyFailure, WorktreeListing, CKPT_EMAIL, CKPT_NAME,
     READ_ATTEMPTS, STREAM_THRESHOLD,
-};
-pub use types::{
-    EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PathStat, PinRef, RepoPath, TreeItem, WorkspaceKey,
-    PIN_NAMESPACE,
 };
 pub use worktree::{open_no_follow, temp_file_owner, DiskItem, RestoreOp, WorktreeProbe};
 

@@ -10,8 +10,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 
-use super::repo::Vault;
 use super::types::{EntryKind, FileStat, ObjectId, PathKind, PathStat, RepoPath, TreeItem};
+use super::vault::Vault;
 use super::VerbError;
 
 /// What occupies a worktree path right now.
@@ -513,7 +513,7 @@ impl Worktree<'_> {
     ) -> Result<(), VerbError> {
         let content = repo
             .find_blob(item.id.0)
-            .map_err(|e| super::repo::lookup_error(repo, &item.id, "blob", e))?
+            .map_err(|e| super::vault::lookup_error(repo, &item.id, "blob", e))?
             .take_data();
         let leaf = Self::leaf(path);
         // Permissions follow the file being replaced (never wider than what the user had).

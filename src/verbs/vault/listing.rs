@@ -1,0 +1,372 @@
+//! The worktree as git sees it, listed read-only: the user's index (never written) and a walk
+//! for untracked paths with git's ignore rules, plus whether index ids may stand for the bytes
+//! on disk. Nothing here writes anything.
+
+use std::path::PathBuf;
+
+use gix::bstr::BStr;
+
+use super::Vault;
+use crate::verbs::types::{EntryKind, ObjectId, RepoPath, TreeItem};
+use crate::verbs::VerbError;
+
+/// The stat data the user's index holds for an entry (git truncates these to 32 bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexStat {
+    pub mtime: (u32, u32),
+    pub ctime: (u32, u32),
+    pub dev: u32,
+    pub ino: u32,
+    pub size: u32,
+}
+
+/// One tracked path from the user's index.
+#[derive(Debug, Clone)]
+pub struct TrackedEntry {
+    pub path: RepoPath,
+    pub item: TreeItem,
+    /// Present only for plain stage-0 entries (not intent-to-add, skip-worktree or assume-valid).
+    pub stat: Option<IndexStat>,
+}
+
+/// The worktree as git sees it, listed read-only: the user's index entries, plus what a
+/// directory walk with git's ignore rules finds that the index does not track.
+#[derive(Debug, Default)]
+pub struct WorktreeListing {
+    /// Index entries (stage merged), with the kind and id the index records.
+    pub tracked: Vec<TrackedEntry>,
+    /// The index file's mtime: entries not older than it are racily clean.
+    pub index_mtime: Option<(i64, u32)>,
+    /// True when no clean/smudge filter, eol conversion or ident can make the index's blob ids
+    /// differ from the bytes on disk, so they may seed a capture.
+    pub index_ids_are_raw: bool,
+    /// Untracked, not ignored, non-directory paths (files, symlinks, special files).
+    pub untracked: Vec<RepoPath>,
+    /// Ignored paths; `true` when the entry stands for a whole ignored directory.
+    pub ignored: Vec<(RepoPath, bool)>,
+    /// Untracked nested repositories (never entered).
+    pub nested_repos: Vec<RepoPath>,
+    /// ckpt's own directories below the worktree ([`Vault::reserve`]) that hold anything.
+    pub reserved: Vec<RepoPath>,
+    /// Names git could not represent as a repository path, with the reason.
+    pub unrepresentable: Vec<(String, String)>,
+}
+
+/// How many times the walk for untracked paths is taken when the worktree changes under it.
+const WALK_ATTEMPTS: u32 = 8;
+
+/// What the walk for untracked paths finds: the walk half of a [`WorktreeListing`].
+fn walk_untracked(repo: &gix::Repository, index: &gix::index::File) -> Result<WorktreeListing, VerbError> {
+    let options = repo
+        .dirwalk_options()
+        .map_err(|e| VerbError::git("preparing the worktree walk", e))?
+        .emit_tracked(false)
+        .emit_untracked(gix::dir::walk::EmissionMode::Matching)
+        .emit_ignored(Some(gix::dir::walk::EmissionMode::CollapseDirectory))
+        .emit_pruned(false)
+        .emit_empty_directories(false)
+        .recurse_repositories(false)
+        .classify_untracked_bare_repositories(true)
+        .symlinks_to_directories_are_ignored_like_directories(false);
+    let mut collect = gix::dir::walk::delegate::Collect::default();
+    let interrupt = std::sync::atomic::AtomicBool::new(false);
+    let no_patterns: [&BStr; 0] = [];
+    // A directory removed while the walk is inside it fails gix's walk; git treats such a path
+    // as absent, so the walk is simply taken again (a bounded number of times).
+    let mut attempt = 1;
+    loop {
+        match repo.dirwalk(index, no_patterns, &interrupt, options, &mut collect) {
+            Ok(_) => break,
+            Err(_) if attempt < WALK_ATTEMPTS => {
+                attempt += 1;
+                collect = gix::dir::walk::delegate::Collect::default();
+            }
+            Err(e) => {
+                return Err(VerbError::git(
+                    format!("walking the worktree ({attempt} attempts; did directories keep vanishing?)"),
+                    e,
+                ))
+            }
+        }
+    }
+    let mut listing = WorktreeListing::default();
+    for (entry, _) in collect.into_entries_by_path() {
+        use gix::dir::entry::{Kind, Status};
+        let raw = entry.rela_path;
+        if raw.is_empty() {
+            continue;
+        }
+        let path = match RepoPath::new(raw.to_vec()) {
+            Ok(path) => path,
+            Err(e) => {
+                listing.unrepresentable.push((raw.to_string(), e.to_string()));
+                continue;
+            }
+        };
+        match (entry.status, entry.disk_kind) {
+            (Status::Ignored(_), kind) => listing.ignored.push((path, matches!(kind, Some(Kind::Directory)))),
+            (Status::Untracked, Some(Kind::Repository)) => listing.nested_repos.push(path),
+            (Status::Untracked, Some(Kind::Directory)) => {}
+            (Status::Untracked, _) => listing.untracked.push(path),
+            _ => {}
+        }
+    }
+    Ok(listing)
+}
+
+/// How many index entries [`Vault::index_sizes_are_raw`] compares with their stored blobs.
+const SIZE_SAMPLE: usize = 256;
+
+/// True if no line of an attributes file sets an attribute that converts content.
+fn attributes_are_raw(text: &[u8]) -> bool {
+    const CONVERTING: [&str; 6] = ["text", "eol", "crlf", "filter", "ident", "working-tree-encoding"];
+    text.split(|b| *b == b'\n').all(|line| {
+        let line = String::from_utf8_lossy(line);
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            return true;
+        }
+        if line.starts_with("[attr]") {
+            return false;
+        }
+        line.split_whitespace().skip(1).all(|token| {
+            if matches!(token, "binary" | "-text" | "-crlf") {
+                return true;
+            }
+            let name = token
+                .trim_start_matches(['-', '!'])
+                .split('=')
+                .next()
+                .unwrap_or_default();
+            !CONVERTING.contains(&name)
+        })
+    })
+}
+
+fn index_entry_kind(mode: gix::index::entry::Mode) -> Option<EntryKind> {
+    use gix::index::entry::Mode;
+    if mode == Mode::FILE {
+        Some(EntryKind::File)
+    } else if mode == Mode::FILE_EXECUTABLE {
+        Some(EntryKind::Executable)
+    } else if mode == Mode::SYMLINK {
+        Some(EntryKind::Symlink)
+    } else if mode == Mode::COMMIT {
+        Some(EntryKind::Gitlink)
+    } else {
+        None
+    }
+}
+
+impl Vault {
+    /// Lists the worktree read-only: index entries and a directory walk that applies git's
+    /// ignore rules, never entering ignored directories or nested repositories.
+    pub fn list_worktree(&self) -> Result<WorktreeListing, VerbError> {
+        self.list_worktree_overlapped(|_| ()).map(|(listing, ())| listing)
+    }
+
+    /// [`Self::list_worktree`], with the walk for untracked paths running on a thread of its own
+    /// while `with_index` works on this thread with the index half of the listing (`tracked`,
+    /// `index_mtime`, `index_ids_are_raw`). Whatever `with_index` leaves in the listing is
+    /// returned with the walk's findings added.
+    pub fn list_worktree_overlapped<R>(
+        &self,
+        with_index: impl FnOnce(&mut WorktreeListing) -> R,
+    ) -> Result<(WorktreeListing, R), VerbError> {
+        let started = std::time::Instant::now();
+        // Read afresh rather than through the repository's shared index cache, so the decoded
+        // index (tens of MB at 200k files) is freed as soon as the listing is done.
+        let index = if self.repo.index_path().exists() {
+            self.repo
+                .open_index()
+                .map_err(|e| VerbError::git("reading the index (read-only)", e))?
+        } else {
+            gix::index::File::from_state(gix::index::State::new(self.repo.object_hash()), self.repo.index_path())
+        };
+        let mut listing = self.index_listing(&index);
+        if std::env::var_os("CKPT_TIMING").is_some() {
+            eprintln!(
+                "ckpt: index read: {} entries, {:.1} ms",
+                listing.tracked.len(),
+                started.elapsed().as_secs_f64() * 1000.0
+            );
+        }
+        let walk_repo = self.repo.clone().into_sync();
+        let (walked, result) = std::thread::scope(|scope| {
+            let walker = scope.spawn(|| walk_untracked(&walk_repo.to_thread_local(), &index));
+            let result = with_index(&mut listing);
+            let walked = walker.join().unwrap_or_else(|_| {
+                Err(VerbError::Git {
+                    action: "walking the worktree".into(),
+                    message: "the walk thread panicked".into(),
+                })
+            });
+            (walked, result)
+        });
+        let mut walked = walked?;
+        if !self.reserved.is_empty() {
+            let outside = |path: &RepoPath| !self.reserved.iter().any(|r| path.is_within(r));
+            walked.untracked.retain(|p| outside(p));
+            walked.ignored.retain(|(p, _)| outside(p));
+            walked.nested_repos.retain(|p| outside(p));
+            listing.reserved = self
+                .reserved
+                .iter()
+                .filter(|r| std::fs::symlink_metadata(self.workdir.join(r.to_os_path())).is_ok())
+                .cloned()
+                .collect();
+        }
+        listing.untracked = walked.untracked;
+        listing.ignored = walked.ignored;
+        listing.nested_repos = walked.nested_repos;
+        listing.unrepresentable.extend(walked.unrepresentable);
+        if std::env::var_os("CKPT_TIMING").is_some() {
+            eprintln!(
+                "ckpt: list worktree (index + walk): {:.1} ms",
+                started.elapsed().as_secs_f64() * 1000.0
+            );
+        }
+        Ok((listing, result))
+    }
+
+    /// The index half of a listing: every entry (stages merged) with its stat, and whether index
+    /// ids may stand for the bytes on disk.
+    fn index_listing(&self, index: &gix::index::File) -> WorktreeListing {
+        let mut listing = WorktreeListing::default();
+        let mut last: Option<RepoPath> = None;
+        for entry in index.entries() {
+            let raw_path = entry.path(index);
+            let Some(kind) = index_entry_kind(entry.mode) else {
+                continue;
+            };
+            match RepoPath::new(raw_path.to_vec()) {
+                Ok(path) => {
+                    // Unmerged paths appear once per stage; keep one.
+                    if last.as_ref() == Some(&path) {
+                        continue;
+                    }
+                    last = Some(path.clone());
+                    use gix::index::entry::Flags;
+                    let plain = entry.stage() == gix::index::entry::Stage::Unconflicted
+                        && !entry
+                            .flags
+                            .intersects(Flags::INTENT_TO_ADD | Flags::SKIP_WORKTREE | Flags::ASSUME_VALID);
+                    let stat = plain.then_some(IndexStat {
+                        mtime: (entry.stat.mtime.secs, entry.stat.mtime.nsecs),
+                        ctime: (entry.stat.ctime.secs, entry.stat.ctime.nsecs),
+                        dev: entry.stat.dev,
+                        ino: entry.stat.ino,
+                        size: entry.stat.size,
+                    });
+                    listing.tracked.push(TrackedEntry {
+                        path,
+                        item: TreeItem {
+                            kind,
+                            id: ObjectId(entry.id),
+                        },
+                        stat,
+                    });
+                }
+                Err(e) => listing.unrepresentable.push((raw_path.to_string(), e.to_string())),
+            }
+        }
+        listing.index_mtime = std::fs::metadata(self.repo.index_path()).ok().map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            (m.mtime(), m.mtime_nsec() as u32)
+        });
+        listing.index_ids_are_raw = self.index_ids_are_raw(&listing.tracked);
+        if !self.reserved.is_empty() {
+            listing
+                .tracked
+                .retain(|t| !self.reserved.iter().any(|r| t.path.is_within(r)));
+        }
+        listing
+    }
+
+    /// Conservative: any filter, eol/autocrlf setting, or attribute that may convert content
+    /// (text, eol, crlf, filter, ident, working-tree-encoding) disables seeding from the index.
+    fn index_ids_are_raw(&self, tracked: &[TrackedEntry]) -> bool {
+        let config = self.repo.config_snapshot();
+        let converting = |key: &str| {
+            config
+                .string(key)
+                .is_some_and(|v| !matches!(v.to_ascii_lowercase().as_slice(), b"false" | b"lf" | b"native"))
+        };
+        if converting("core.autocrlf") || converting("core.eol") {
+            return false;
+        }
+        if config
+            .plumbing()
+            .sections_by_name("filter")
+            .is_some_and(|mut s| s.next().is_some())
+        {
+            return false;
+        }
+        let mut attribute_files: Vec<PathBuf> = tracked
+            .iter()
+            .filter(|t| t.path.components().last() == Some(&b".gitattributes"[..]))
+            .map(|t| self.workdir.join(t.path.to_os_path()))
+            .collect();
+        attribute_files.push(self.repo.common_dir().join("info/attributes"));
+        if let Ok(Some(global)) = config.trusted_path("core.attributesFile") {
+            attribute_files.push(global);
+        }
+        if let Some(home) = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        {
+            attribute_files.push(home.join("git/attributes"));
+        }
+        let attributes_raw = attribute_files.iter().all(|file| match std::fs::read(file) {
+            Ok(text) => attributes_are_raw(&text),
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        });
+        attributes_raw && self.index_sizes_are_raw(tracked)
+    }
+
+    /// A conversion that was active when files were checked out or added (autocrlf set then and
+    /// unset since, an attributes file since removed) shows as a stored blob whose length
+    /// differs from the file length the index recorded. Checked on an even sample of at most
+    /// [`SIZE_SAMPLE`] entries: one mismatch turns seeding off for the whole capture.
+    fn index_sizes_are_raw(&self, tracked: &[TrackedEntry]) -> bool {
+        let plain: Vec<&TrackedEntry> = tracked
+            .iter()
+            .filter(|t| matches!(t.item.kind, EntryKind::File | EntryKind::Executable) && t.stat.is_some())
+            .collect();
+        let step = plain.len().div_ceil(SIZE_SAMPLE).max(1);
+        plain.iter().step_by(step).all(|entry| {
+            let recorded = entry.stat.map(|s| s.size);
+            match self.repo.find_header(entry.item.id.0) {
+                // git keeps the low 32 bits of the size.
+                Ok(header) => Some(header.size() as u32) == recorded,
+                Err(_) => false,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::attributes_are_raw;
+
+    #[test]
+    fn converting_attributes_are_detected() {
+        assert!(attributes_are_raw(
+            b"# comment\n*.png binary\n*.rs diff=rust linguist-vendored\n*.bin -text\n"
+        ));
+        for converting in [
+            &b"*.txt text\n"[..],
+            b"* text=auto\n",
+            b"*.sh eol=lf\n",
+            b"*.x filter=lfs\n",
+            b"*.c ident\n",
+            b"[attr]mine text\n",
+        ] {
+            assert!(
+                !attributes_are_raw(converting),
+                "{}",
+                String::from_utf8_lossy(converting)
+            );
+        }
+    }
+}

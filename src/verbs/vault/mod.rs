@@ -1,0 +1,235 @@
+//! `Vault`: the one repository handle ckpt holds, opened from any directory of a worktree (or a
+//! private store, see `private`). The `gix::Repository` inside never leaves this module tree,
+//! so nothing outside `src/verbs` can reach a write API. Each file below holds one concern of
+//! `impl Vault`: objects, pins, trees, the worktree listing, the blob census, parallel blob
+//! sinks, the private store and its gc. It must never write the index, HEAD, a ref outside
+//! `refs/ckpt/`, a reflog, config or hooks.
+
+mod blobs;
+mod census;
+mod gc;
+mod listing;
+mod objects;
+mod pins;
+mod private;
+mod trees;
+
+pub use blobs::{FileRead, LocalBlobs, ParallelBlobs, PutBlob, READ_ATTEMPTS, STREAM_THRESHOLD};
+pub use census::{BlobCensus, CensusHandle};
+pub use gc::{collect_private_garbage, GarbageReport};
+pub use listing::{IndexStat, TrackedEntry, WorktreeListing};
+pub use objects::{CommitInfo, NewTreeEntry, VerifyFailure};
+pub use private::{enclosing_common_dir, enclosing_exclude_files, enclosing_worktree, path_key, PrivateStore};
+pub use trees::{LevelEntry, TreeChange};
+
+use std::path::{Path, PathBuf};
+
+use super::types::{ObjectId, RepoPath, WorkspaceKey};
+use super::VerbError;
+
+/// Settings applied in memory only (never written to any config file): ckpt refs get no reflog,
+/// and ckpt never needs the user's identity.
+const CONFIG_OVERRIDES: [&str; 4] = [
+    "core.logAllRefUpdates=false",
+    "user.name=ckpt",
+    "user.email=ckpt@localhost",
+    "gc.auto=0",
+];
+
+/// The identity every checkpoint commit is written with, so users need no git identity.
+pub const CKPT_NAME: &str = "ckpt";
+
+pub const CKPT_EMAIL: &str = "ckpt@localhost";
+
+/// An open repository with a worktree, as ckpt is allowed to use it.
+pub struct Vault {
+    repo: gix::Repository,
+    workdir: PathBuf,
+    /// Directories below the worktree where ckpt keeps its own data (a store inside the
+    /// workspace): never listed, so never captured, restored over or removed.
+    reserved: Vec<RepoPath>,
+}
+
+/// Whether the filesystem holding `git_dir` treats names differing only in case as different
+/// files: `objects` is there, and `OBJECTS` is not the same directory. Read-only.
+fn filesystem_tells_case_apart(git_dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(lower) = std::fs::symlink_metadata(git_dir.join("objects")) else {
+        return false;
+    };
+    match std::fs::symlink_metadata(git_dir.join("OBJECTS")) {
+        Ok(upper) => upper.ino() != lower.ino() || upper.dev() != lower.dev(),
+        Err(_) => true,
+    }
+}
+
+/// `dir` made absolute through its nearest existing ancestor, for a directory not made yet.
+fn absolute_parent_canonical(dir: &Path) -> std::io::Result<PathBuf> {
+    let mut missing = Vec::new();
+    let mut current = dir;
+    loop {
+        match current.canonicalize() {
+            Ok(found) => {
+                let mut out = found;
+                out.extend(missing.iter().rev());
+                return Ok(out);
+            }
+            Err(e) => {
+                let (Some(parent), Some(name)) = (current.parent(), current.file_name()) else {
+                    return Err(e);
+                };
+                missing.push(name.to_owned());
+                current = parent;
+            }
+        }
+    }
+}
+
+/// Tells a missing object from one that is there but of another kind or unreadable, so a
+/// corrupt object or a ref to the wrong kind is never reported as "missing".
+pub(super) fn lookup_error(
+    repo: &gix::Repository,
+    id: &ObjectId,
+    what: &'static str,
+    error: impl std::fmt::Display,
+) -> VerbError {
+    match repo.find_header(id.0) {
+        Err(_) if !repo.has_object(id.0) => VerbError::MissingObject { id: *id, what },
+        Ok(header) if header.kind().as_bytes() != what.as_bytes() => VerbError::UnusableObject {
+            id: *id,
+            what,
+            why: format!("it is a {}", header.kind()),
+        },
+        _ => VerbError::UnusableObject {
+            id: *id,
+            what,
+            why: error.to_string(),
+        },
+    }
+}
+
+impl Vault {
+    /// Finds the repository containing `dir` (searching upwards). `Ok(None)` when `dir` is not
+    /// inside a repository with a worktree.
+    pub fn discover(dir: &Path) -> Result<Option<Vault>, VerbError> {
+        let Some(vault) = Self::discover_with(dir, &CONFIG_OVERRIDES)? else {
+            return Ok(None);
+        };
+        let ref_storage = vault.repo.config_snapshot().string("extensions.refStorage");
+        if ref_storage.is_some_and(|format| format.eq_ignore_ascii_case(b"reftable")) {
+            return Err(VerbError::Unsupported(format!(
+                "the repository at {} keeps its refs in the reftable format, which ckpt does not support yet; use --provider copy",
+                vault.workdir.display()
+            )));
+        }
+        // `core.ignorecase=true` on a filesystem that tells cases apart (a repository copied
+        // from macOS, or set by hand) would make the walk take `readme` for the tracked
+        // `Readme` and hide real files; the filesystem decides, as git's own probe does at init.
+        let claims_ignorecase = vault.repo.config_snapshot().boolean("core.ignorecase") == Some(true);
+        if claims_ignorecase && filesystem_tells_case_apart(vault.repo.common_dir()) {
+            let mut overrides = CONFIG_OVERRIDES.to_vec();
+            overrides.push("core.ignorecase=false");
+            return Self::discover_with(dir, &overrides);
+        }
+        Ok(Some(vault))
+    }
+
+    fn discover_with(dir: &Path, overrides: &[&str]) -> Result<Option<Vault>, VerbError> {
+        let open_options = gix::open::Options::default().config_overrides(overrides.iter().copied());
+        let repo = match gix::discover_opts(dir, Default::default(), open_options) {
+            Ok(repo) => repo,
+            Err(error) if error.is_not_found() => return Ok(None),
+            Err(error) => {
+                let text = error.to_string();
+                if text.contains("not a git repository") || text.contains("Could not find a git repository") {
+                    return Ok(None);
+                }
+                return Err(VerbError::git(
+                    format!("opening the repository at {}", dir.display()),
+                    error,
+                ));
+            }
+        };
+        let Some(workdir) = repo.workdir().map(Path::to_path_buf) else {
+            return Ok(None);
+        };
+        Ok(Some(Vault {
+            repo,
+            workdir,
+            reserved: Vec::new(),
+        }))
+    }
+
+    /// The repository itself, for the worktree writer beside this module (never beyond `verbs`).
+    pub(super) fn repo_handle(&self) -> &gix::Repository {
+        &self.repo
+    }
+
+    /// A handle each worker thread can open its own repository from.
+    pub(super) fn repo_for_threads(&self) -> gix::ThreadSafeRepository {
+        self.repo.clone().into_sync()
+    }
+
+    pub(super) fn object_hash_kind(&self) -> gix::hash::Kind {
+        self.repo.object_hash()
+    }
+
+    pub fn workdir(&self) -> &Path {
+        &self.workdir
+    }
+
+    /// The directory shared by all worktrees of this repository.
+    pub fn common_dir(&self) -> &Path {
+        self.repo.common_dir()
+    }
+
+    /// `main` for the main worktree, `wt-<name>` for a linked one.
+    pub fn workspace_key(&self) -> Result<WorkspaceKey, VerbError> {
+        let git_dir = self.repo.git_dir();
+        let is_linked = git_dir.canonicalize().ok() != self.repo.common_dir().canonicalize().ok();
+        if !is_linked {
+            return Ok(WorkspaceKey::new("main")?);
+        }
+        let name = git_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let sanitized: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        Ok(WorkspaceKey::new(&format!("wt-{sanitized}"))?)
+    }
+
+    /// The commit HEAD points at, or `None` while HEAD is unborn.
+    pub fn head_commit(&self) -> Result<Option<ObjectId>, VerbError> {
+        let head = self.repo.head().map_err(|e| VerbError::git("reading HEAD", e))?;
+        Ok(head.id().map(|id| ObjectId(id.detach())))
+    }
+
+    /// Keeps `dir` out of every listing when it lies below the worktree: ckpt's own store
+    /// (e.g. a workspace that is the home directory holding `~/.local/share/ckpt`). Its content
+    /// is then never captured, and a restore never writes or removes anything inside it.
+    pub fn reserve(&mut self, dir: &Path) {
+        let Ok(dir) = dir.canonicalize().or_else(|_| absolute_parent_canonical(dir)) else {
+            return;
+        };
+        let root = self.workdir.canonicalize().unwrap_or_else(|_| self.workdir.clone());
+        if let Ok(relative) = dir.strip_prefix(&root) {
+            if let Ok(path) = RepoPath::new(relative.as_os_str().as_encoded_bytes().to_vec()) {
+                self.reserved.push(path);
+            }
+        }
+    }
+
+    /// The directories [`Self::reserve`] keeps out of listings.
+    pub fn reserved(&self) -> &[RepoPath] {
+        &self.reserved
+    }
+}

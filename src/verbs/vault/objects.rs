@@ -1,0 +1,261 @@
+//! Object verbs: hash and write blobs, trees and commits (exact bytes, no filters), read commits
+//! and blobs, and verify that stored objects hash to their ids. Writes only objects.
+
+use super::trees::read_level;
+use super::{lookup_error, Vault, CKPT_EMAIL, CKPT_NAME};
+use crate::verbs::types::{EntryKind, ObjectId, RepoPath};
+use crate::verbs::{InvalidInput, VerbError};
+
+/// What a commit says, decoded.
+#[derive(Debug, Clone)]
+pub struct CommitInfo {
+    pub tree: ObjectId,
+    pub parents: Vec<ObjectId>,
+    pub message: Vec<u8>,
+}
+
+fn tree_mode(kind: EntryKind) -> gix::objs::tree::EntryMode {
+    use gix::objs::tree::EntryKind as K;
+    match kind {
+        EntryKind::File => K::Blob.into(),
+        EntryKind::Executable => K::BlobExecutable.into(),
+        EntryKind::Symlink => K::Link.into(),
+        EntryKind::Gitlink => K::Commit.into(),
+    }
+}
+
+/// One entry of a tree being written: a single validated name pointing at a blob, link,
+/// gitlink or subtree.
+#[derive(Debug, Clone)]
+pub struct NewTreeEntry {
+    pub name: Vec<u8>,
+    pub kind: Option<EntryKind>,
+    pub id: ObjectId,
+}
+
+impl NewTreeEntry {
+    /// `kind: None` marks a subtree.
+    pub fn new(name: &[u8], kind: Option<EntryKind>, id: ObjectId) -> Result<Self, InvalidInput> {
+        let why = if name.is_empty() {
+            Some("empty")
+        } else if name.contains(&b'/') || name.contains(&0) {
+            Some("contains `/` or NUL")
+        } else if name == b"." || name == b".." || name.eq_ignore_ascii_case(b".git") {
+            Some("reserved name")
+        } else {
+            None
+        };
+        match why {
+            Some(why) => Err(InvalidInput::TreeName {
+                name: String::from_utf8_lossy(name).into_owned(),
+                why,
+            }),
+            None => Ok(NewTreeEntry {
+                name: name.to_vec(),
+                kind,
+                id,
+            }),
+        }
+    }
+}
+
+/// An object of a checkpoint that failed verification, and the path it stands for (`None`: the
+/// commit or the root tree).
+#[derive(Debug)]
+pub struct VerifyFailure {
+    pub path: Option<RepoPath>,
+    pub error: VerbError,
+}
+
+impl std::fmt::Display for VerifyFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.path {
+            Some(path) => write!(f, "{}: {}", path.display(), self.error),
+            None => write!(f, "{}", self.error),
+        }
+    }
+}
+
+impl Vault {
+    pub fn has_object(&self, id: &ObjectId) -> bool {
+        self.repo.has_object(id.0)
+    }
+
+    /// Hashes `bytes` as a blob without writing anything.
+    pub fn hash_blob(&self, bytes: &[u8]) -> Result<ObjectId, VerbError> {
+        gix::objs::compute_hash(self.repo.object_hash(), gix::objs::Kind::Blob, bytes)
+            .map(ObjectId)
+            .map_err(|e| VerbError::git("hashing a blob", e))
+    }
+
+    /// Writes `bytes` as a blob (no filters: the bytes are stored exactly).
+    pub fn write_blob(&self, bytes: &[u8]) -> Result<ObjectId, VerbError> {
+        self.repo
+            .write_blob(bytes)
+            .map(|id| ObjectId(id.detach()))
+            .map_err(|e| VerbError::git("writing a blob", e))
+    }
+
+    /// Writes one tree from validated entries, sorted the way git requires.
+    pub fn write_tree(&self, entries: Vec<NewTreeEntry>) -> Result<ObjectId, VerbError> {
+        let mut tree = gix::objs::Tree {
+            entries: entries
+                .into_iter()
+                .map(|entry| gix::objs::tree::Entry {
+                    mode: match entry.kind {
+                        Some(kind) => tree_mode(kind),
+                        None => gix::objs::tree::EntryKind::Tree.into(),
+                    },
+                    filename: entry.name.into(),
+                    oid: entry.id.0,
+                })
+                .collect(),
+        };
+        tree.entries.sort();
+        if let Some(pair) = tree
+            .entries
+            .windows(2)
+            .find(|pair| pair[0].filename == pair[1].filename)
+        {
+            return Err(InvalidInput::TreeName {
+                name: pair[0].filename.to_string(),
+                why: "duplicate name in one tree",
+            }
+            .into());
+        }
+        self.repo
+            .write_object(&tree)
+            .map(|id| ObjectId(id.detach()))
+            .map_err(|e| VerbError::git("writing a tree", e))
+    }
+
+    /// Writes a commit with ckpt's own fixed identity. It is not attached to any branch.
+    pub fn write_commit(
+        &self,
+        tree: &ObjectId,
+        parent: Option<&ObjectId>,
+        message: &str,
+        unix_seconds: i64,
+    ) -> Result<ObjectId, VerbError> {
+        let signature = gix::actor::Signature {
+            name: CKPT_NAME.into(),
+            email: CKPT_EMAIL.into(),
+            time: gix::date::Time {
+                seconds: unix_seconds,
+                offset: 0,
+            },
+        };
+        let commit = gix::objs::Commit {
+            tree: tree.0,
+            parents: parent.map(|p| p.0).into_iter().collect(),
+            author: signature.clone(),
+            committer: signature,
+            encoding: None,
+            message: message.into(),
+            extra_headers: Vec::new(),
+        };
+        self.repo
+            .write_object(&commit)
+            .map(|id| ObjectId(id.detach()))
+            .map_err(|e| VerbError::git("writing a commit", e))
+    }
+
+    pub fn read_commit(&self, id: &ObjectId) -> Result<CommitInfo, VerbError> {
+        let commit = self
+            .repo
+            .find_commit(id.0)
+            .map_err(|e| lookup_error(&self.repo, id, "commit", e))?;
+        let decoded = commit
+            .decode()
+            .map_err(|e| VerbError::git(format!("decoding commit {id}"), e))?;
+        Ok(CommitInfo {
+            tree: ObjectId(decoded.tree()),
+            parents: decoded.parents().map(ObjectId).collect(),
+            message: decoded.message.to_vec(),
+        })
+    }
+
+    /// The uncompressed size of an object, if it is present.
+    pub fn object_size(&self, id: &ObjectId) -> Option<u64> {
+        self.repo.find_header(id.0).ok().map(|h| h.size())
+    }
+
+    pub fn read_blob(&self, id: &ObjectId) -> Result<Vec<u8>, VerbError> {
+        let mut blob = self
+            .repo
+            .find_blob(id.0)
+            .map_err(|e| lookup_error(&self.repo, id, "blob", e))?;
+        Ok(blob.take_data())
+    }
+
+    /// Reads the commit `commit`, every tree below it and every blob they name, and checks that
+    /// each object's content hashes to its id (a torn or corrupt loose object is caught here,
+    /// not only a missing one). Objects in `verified` are skipped and verified ones are added,
+    /// so checkpoints that share content are checked once. Read-only.
+    pub fn verify_objects(&self, commit: &ObjectId, verified: &mut crate::verbs::IdSet) -> Result<(), VerifyFailure> {
+        let at_root = |error| VerifyFailure { path: None, error };
+        let tree = self.read_commit(commit).map_err(at_root)?.tree;
+        self.verify_object(commit, gix::objs::Kind::Commit, verified)
+            .map_err(at_root)?;
+        let mut frontier: Vec<(ObjectId, Option<RepoPath>)> = vec![(tree, None)];
+        while let Some((tree, dir)) = frontier.pop() {
+            if verified.contains(&tree) {
+                continue;
+            }
+            let failed_at = |path: Option<RepoPath>| move |error| VerifyFailure { path, error };
+            let level = read_level(&self.repo, &tree).map_err(failed_at(dir.clone()))?;
+            for (name, kind, id) in level {
+                let path = Self::child_path(dir.as_ref(), &name).map_err(failed_at(dir.clone()))?;
+                match kind {
+                    None => frontier.push((id, Some(path))),
+                    Some(EntryKind::Gitlink) => {}
+                    Some(_) => self
+                        .verify_object(&id, gix::objs::Kind::Blob, verified)
+                        .map_err(failed_at(Some(path)))?,
+                }
+            }
+            self.verify_object(&tree, gix::objs::Kind::Tree, verified)
+                .map_err(failed_at(dir))?;
+        }
+        Ok(())
+    }
+
+    fn verify_object(
+        &self,
+        id: &ObjectId,
+        kind: gix::objs::Kind,
+        verified: &mut crate::verbs::IdSet,
+    ) -> Result<(), VerbError> {
+        if verified.contains(id) {
+            return Ok(());
+        }
+        let what = match kind {
+            gix::objs::Kind::Commit => "commit",
+            gix::objs::Kind::Tree => "tree",
+            gix::objs::Kind::Blob => "blob",
+            gix::objs::Kind::Tag => "tag",
+        };
+        let object = self
+            .repo
+            .find_object(id.0)
+            .map_err(|e| lookup_error(&self.repo, id, what, e))?;
+        if object.kind != kind {
+            return Err(VerbError::UnusableObject {
+                id: *id,
+                what,
+                why: format!("it is a {}", object.kind),
+            });
+        }
+        let actual = gix::objs::compute_hash(self.repo.object_hash(), kind, &object.data)
+            .map_err(|e| VerbError::git("hashing an object", e))?;
+        if actual != id.0 {
+            return Err(VerbError::UnusableObject {
+                id: *id,
+                what,
+                why: format!("its content hashes to {actual}: the stored object is corrupt"),
+            });
+        }
+        verified.insert(*id);
+        Ok(())
+    }
+}
