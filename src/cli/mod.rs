@@ -247,7 +247,7 @@ fn working_dir(cli: &Cli) -> Result<PathBuf, CkptError> {
 fn load_config(cwd: &Path) -> Result<Config, CkptError> {
     let path = match crate::verbs::enclosing_common_dir(cwd) {
         Some(common) => common.join("ckpt").join("config.toml"),
-        None => match provider::git::CopyLayout::for_root(cwd) {
+        None => match provider::copy::CopyLayout::for_root(cwd) {
             Ok(layout) => layout.workspace_dir.join("config.toml"),
             Err(_) => return Ok(Config::default()),
         },
@@ -277,7 +277,7 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
     }
     if let Command::Gc { grace_seconds, dry_run } = &cli.command {
         let grace = std::time::Duration::from_secs(*grace_seconds);
-        let report = provider::git::collect_copy_store_garbage(grace, *dry_run)?;
+        let report = provider::copy::collect_copy_store_garbage(grace, *dry_run)?;
         out.record(
             "gc",
             json!({"live_objects": report.live_objects, "removed": report.removed, "removed_bytes": report.removed_bytes, "kept_young": report.kept_young, "dry_run": dry_run}),

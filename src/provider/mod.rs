@@ -3,8 +3,9 @@
 //! write → verify) and the error vocabulary the CLI reports. It never writes to a repository or
 //! the worktree except through `crate::verbs`, and never decides how results are printed.
 
+pub mod copy;
 pub mod diff;
-pub mod git;
+pub mod engine;
 pub mod plan;
 pub mod progress;
 pub mod retention;
@@ -265,20 +266,20 @@ pub fn open(
 ) -> Result<Box<dyn Provider>, CkptError> {
     let excludes = copy_excludes.as_deref();
     match choice {
-        ProviderChoice::Git => Ok(Box::new(git::GitProvider::open(dir, progress)?)),
-        ProviderChoice::Copy => Ok(Box::new(git::GitProvider::open_copy(dir, progress, excludes)?)),
-        ProviderChoice::Auto => match git::GitProvider::open(dir, progress.clone()) {
+        ProviderChoice::Git => Ok(Box::new(engine::Engine::open(dir, progress)?)),
+        ProviderChoice::Copy => Ok(Box::new(engine::Engine::open_copy(dir, progress, excludes)?)),
+        ProviderChoice::Auto => match engine::Engine::open(dir, progress.clone()) {
             Ok(primary) => {
-                let layout = git::CopyLayout::for_root(primary.workdir());
+                let layout = copy::CopyLayout::for_root(primary.workdir());
                 let has_copies = layout.is_ok_and(|l| l.state_dir.join("records.json").is_file());
                 if has_copies {
-                    let earlier = git::GitProvider::open_copy(dir, progress, excludes)?;
-                    Ok(Box::new(Layered { primary, earlier }))
+                    let earlier = engine::Engine::open_copy(dir, progress, excludes)?;
+                    Ok(Box::new(CopyThenGit { primary, earlier }))
                 } else {
                     Ok(Box::new(primary))
                 }
             }
-            Err(CkptError::NoProvider(_)) => Ok(Box::new(git::GitProvider::open_copy(dir, progress, excludes)?)),
+            Err(CkptError::NoProvider(_)) => Ok(Box::new(engine::Engine::open_copy(dir, progress, excludes)?)),
             Err(e) => Err(e),
         },
     }
@@ -286,13 +287,13 @@ pub fn open(
 
 /// The git provider over a workspace that also has copy checkpoints from before its first
 /// commit: new checkpoints go to git; each old one is still served by the copy provider.
-struct Layered {
-    primary: git::GitProvider,
-    earlier: git::GitProvider,
+struct CopyThenGit {
+    primary: engine::Engine,
+    earlier: engine::Engine,
 }
 
-impl Layered {
-    fn owner(&self, record: &Record) -> &git::GitProvider {
+impl CopyThenGit {
+    fn owner(&self, record: &Record) -> &engine::Engine {
         if record.provider == self.earlier.name() {
             &self.earlier
         } else {
@@ -301,7 +302,7 @@ impl Layered {
     }
 }
 
-impl Provider for Layered {
+impl Provider for CopyThenGit {
     fn name(&self) -> &'static str {
         self.primary.name()
     }

@@ -5,9 +5,9 @@
 
 use std::collections::HashSet;
 
-use super::GitProvider;
+use super::Engine;
 use crate::provider::{
-    AuditReport, CkptError, Confirmation, DoctorReport, JournalFix, Problem, Provider, Selection, SnapshotRequest,
+    AuditReport, CkptError, Confirmation, DoctorReport, JournalFix, Problem, Selection, SnapshotRequest,
 };
 use crate::records::{Kind, Record, RecordsError, WirePath};
 use crate::verbs::{temp_file_owner, IdSet, ObjectId, PinRef, RepoPath};
@@ -20,7 +20,7 @@ fn problem(code: &'static str, message: String, id: Option<&str>) -> Problem {
     }
 }
 
-impl GitProvider {
+impl Engine {
     /// Every object a checkpoint needs must be readable and hash to its id: commit, all trees,
     /// every blob. `verified` carries what earlier checkpoints already proved.
     fn check_objects(&self, record: &Record, verified: &mut IdSet) -> Result<(), String> {

@@ -1,0 +1,161 @@
+//! The copy provider's side of the engine: where its private store lives (`$CKPT_HOME`), how a
+//! workspace's store is laid out and opened (default excludes, the unborn repository's own
+//! exclude files, `.ckptignore`), and `ckpt gc` over the shared objects. Never writes inside
+//! the protected directory.
+
+use std::path::{Path, PathBuf};
+
+use crate::provider::engine::{Engine, StoreKind};
+use crate::provider::progress::Progress;
+use crate::provider::CkptError;
+use crate::records::{Registry, StoreLock};
+use crate::verbs::{Vault, WorkspaceKey};
+
+/// The copy provider's home: `$CKPT_HOME`, else `$XDG_DATA_HOME/ckpt`, else
+/// `~/.local/share/ckpt`.
+pub fn ckpt_home() -> Result<PathBuf, CkptError> {
+    if let Some(home) = std::env::var_os("CKPT_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(home));
+    }
+    if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(data).join("ckpt"));
+    }
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(home) => Ok(PathBuf::from(home).join(".local/share/ckpt")),
+        None => Err(CkptError::NoProvider(
+            "the copy provider needs a place for its store: set CKPT_HOME (or HOME)".into(),
+        )),
+    }
+}
+
+/// `ckpt gc` for the copy store: with every workspace's lock held (so no snapshot can be
+/// publishing objects meanwhile), removes loose objects no pin of any workspace reaches and that
+/// are older than the grace period.
+pub fn collect_copy_store_garbage(
+    grace: std::time::Duration,
+    dry_run: bool,
+) -> Result<crate::verbs::GarbageReport, CkptError> {
+    let home = ckpt_home()?;
+    // First the whole store (waits for every running snapshot, and keeps new workspaces out),
+    // then each workspace, in the same order snapshots take them.
+    let store_lock = StoreLock::exclusive(&home)?;
+    let mut locks = Vec::new();
+    let mut git_dirs = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(home.join("workspaces")) {
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            if WorkspaceKey::new(&entry.file_name().to_string_lossy()).is_err() || !dir.join("git").is_dir() {
+                continue;
+            }
+            let registry = Registry::open(&dir.join("state"))?;
+            locks.push(registry.lock()?);
+            git_dirs.push(dir.join("git"));
+        }
+    }
+    crate::fault::pause("gc:before-marking");
+    let older_than = std::time::SystemTime::now() - grace;
+    let report = crate::verbs::collect_private_garbage(&git_dirs, &home.join("objects"), older_than, dry_run)?;
+    drop(locks);
+    drop(store_lock);
+    Ok(report)
+}
+
+/// Never captured by the copy provider unless `.ckptignore` re-includes them (`!dist/`).
+pub const DEFAULT_EXCLUDES: [&str; 7] = [
+    ".git/",
+    "node_modules/",
+    "target/",
+    ".venv/",
+    "__pycache__/",
+    "dist/",
+    "build/",
+];
+
+/// Where the copy provider keeps everything for the workspace `root`.
+pub struct CopyLayout {
+    pub home: PathBuf,
+    pub key: WorkspaceKey,
+    pub workspace_dir: PathBuf,
+    pub git_dir: PathBuf,
+    pub objects: PathBuf,
+    pub excludes_file: PathBuf,
+    pub state_dir: PathBuf,
+}
+
+impl CopyLayout {
+    pub fn for_root(root: &Path) -> Result<CopyLayout, CkptError> {
+        let home = ckpt_home()?;
+        let key = crate::verbs::path_key(root)?;
+        let workspace_dir = home.join("workspaces").join(key.as_str());
+        Ok(CopyLayout {
+            git_dir: workspace_dir.join("git"),
+            objects: home.join("objects"),
+            excludes_file: workspace_dir.join("exclude"),
+            state_dir: workspace_dir.join("state"),
+            workspace_dir,
+            key,
+            home,
+        })
+    }
+}
+
+impl Engine {
+    /// The copy provider for the workspace containing `dir`: the enclosing repository's worktree
+    /// if there is one (an unborn repository), else `dir` itself.
+    pub fn open_copy(dir: &Path, progress: Progress, excludes: Option<&[String]>) -> Result<Self, CkptError> {
+        let root = crate::verbs::enclosing_worktree(dir).unwrap_or_else(|| dir.to_path_buf());
+        let root = root.canonicalize().map_err(|source| CkptError::Io {
+            path: root.clone(),
+            source,
+        })?;
+        let layout = CopyLayout::for_root(&root)?;
+        let store_lock = StoreLock::shared(&layout.home)?;
+        let mut excludes = match excludes {
+            Some(patterns) => patterns.join("\n"),
+            None => DEFAULT_EXCLUDES.join("\n"),
+        };
+        excludes.push('\n');
+        // Within one excludes file the last match wins: git's own exclude files of an unborn
+        // repository come after the defaults, and `.ckptignore` last so it can re-include.
+        let mut sources = crate::verbs::enclosing_exclude_files(&root);
+        sources.push(root.join(".ckptignore"));
+        for source_path in sources {
+            match std::fs::read(&source_path) {
+                Ok(text) => {
+                    excludes.push_str(&String::from_utf8_lossy(&text));
+                    excludes.push('\n');
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(CkptError::Io {
+                        path: source_path,
+                        source,
+                    })
+                }
+            }
+        }
+        crate::records::write_state_file(&layout.excludes_file, excludes.as_bytes())?;
+        crate::records::write_state_file(
+            &layout.workspace_dir.join("workspace"),
+            root.as_os_str().as_encoded_bytes(),
+        )?;
+        let mut vault = Vault::open_private(&crate::verbs::PrivateStore {
+            git_dir: &layout.git_dir,
+            objects: &layout.objects,
+            excludes_file: &layout.excludes_file,
+            workdir: &root,
+        })?;
+        // The store may sit inside the workspace (workspace = the home directory).
+        vault.reserve(&layout.home);
+        Ok(Engine {
+            progress,
+            vault,
+            workdir: root,
+            workspace: WorkspaceKey::new("copy")?,
+            state_root: layout.workspace_dir.clone(),
+            state_dir: layout.state_dir,
+            kind: StoreKind::Private,
+            _store_lock: Some(store_lock),
+        })
+    }
+}

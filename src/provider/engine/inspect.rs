@@ -1,0 +1,192 @@
+//! Read-only views of checkpoints: listing across workspaces, line diffs against another
+//! checkpoint or the worktree, status and disk use, plus removing checkpoints (unpin, then
+//! drop the record). Writes nothing else.
+
+use std::collections::HashSet;
+
+use crate::provider::scan::{self, BlobSink};
+use crate::provider::{CkptError, Provider};
+use crate::records::{Record, Registry};
+use crate::verbs::{EntryKind, ObjectId, PinRef, RepoPath, WorkspaceKey};
+
+use super::{phase_time, Engine, StoreKind};
+use crate::provider::progress::Progress;
+
+impl Engine {
+    /// The bytes at a worktree path as a checkpoint would hold them (a symlink's target).
+    pub(super) fn read_worktree_bytes(&self, path: &RepoPath, kind: EntryKind) -> Result<Vec<u8>, CkptError> {
+        let full = self.workdir.join(path.to_os_path());
+        let io = |source| CkptError::Io {
+            path: full.clone(),
+            source,
+        };
+        if kind == EntryKind::Symlink {
+            Ok(std::fs::read_link(&full)
+                .map_err(io)?
+                .into_os_string()
+                .into_encoded_bytes())
+        } else {
+            let mut content = Vec::new();
+            std::io::Read::read_to_end(&mut crate::verbs::open_no_follow(&full).map_err(io)?, &mut content).map_err(
+                |source| CkptError::Io {
+                    path: full.clone(),
+                    source,
+                },
+            )?;
+            Ok(content)
+        }
+    }
+
+    pub(super) fn diff(
+        &self,
+        from: &Record,
+        to: Option<&Record>,
+        paths: &[RepoPath],
+        max_file_size: u64,
+    ) -> Result<Vec<crate::provider::FileDiff>, CkptError> {
+        let old = self.checkpoint_tree(from)?;
+        let new = match to {
+            Some(to) => self.checkpoint_tree(to)?,
+            None => {
+                let cache = Registry::open_existing(&self.state_dir).and_then(|r| self.trusted_stat_cache(&r));
+                scan::capture(
+                    &self.vault,
+                    max_file_size,
+                    BlobSink::HashOnly,
+                    cache.as_ref(),
+                    &Progress::hidden(),
+                )?
+                .items()
+            }
+        };
+        let mut out = Vec::new();
+        for change in crate::provider::diff::changes(&old, &new, paths) {
+            let old_bytes = match change.old {
+                Some(item) if item.kind != EntryKind::Gitlink => Some(self.vault.read_blob(&item.id)?),
+                _ => None,
+            };
+            let new_bytes = match change.new {
+                Some(item) if item.kind == EntryKind::Gitlink => None,
+                Some(item) if to.is_some() => Some(self.vault.read_blob(&item.id)?),
+                Some(item) => Some(self.read_worktree_bytes(&change.path, item.kind)?),
+                None => None,
+            };
+            let binary = old_bytes.as_deref().is_some_and(crate::provider::diff::is_binary)
+                || new_bytes.as_deref().is_some_and(crate::provider::diff::is_binary);
+            let (added, removed) = if binary {
+                (0, 0)
+            } else {
+                crate::provider::diff::line_counts(
+                    old_bytes.as_deref().unwrap_or_default(),
+                    new_bytes.as_deref().unwrap_or_default(),
+                )
+            };
+            out.push(crate::provider::FileDiff {
+                change,
+                old: old_bytes,
+                new: new_bytes,
+                binary,
+                added,
+                removed,
+            });
+        }
+        Ok(out)
+    }
+
+    pub(super) fn status(&self, max_file_size: u64) -> Result<crate::provider::StatusReport, CkptError> {
+        // Read-only and without reading file contents: protection comes from lstat alone. The
+        // checkpoint trees are walked on another thread while this one surveys the worktree.
+        let reconciled = self.reconcile(self.stored_records()?)?;
+        let pinned_trees: Vec<ObjectId> = reconciled
+            .records
+            .iter()
+            .filter(|r| !reconciled.unpinned.contains(&r.id))
+            .filter_map(|r| r.tree_id().ok())
+            .collect();
+        let head_tree = match (self.kind, self.vault.head_commit()?) {
+            (StoreKind::Repository, Some(head)) => Some(self.vault.read_commit(&head)?.tree),
+            _ => None,
+        };
+        let started = std::time::Instant::now();
+        let census = self.vault.spawn_blob_census(pinned_trees, head_tree);
+        let survey = scan::survey(&self.vault, max_file_size);
+        phase_time("survey", started);
+        let census = census.join()?;
+        phase_time("survey and blob census", started);
+        let survey = survey?;
+        let mut report = crate::provider::StatusReport {
+            provider: self.name(),
+            protected: survey.protected,
+            not_protected: survey.unprotected,
+            checkpoints: reconciled.records,
+            blobs: census.blobs.len(),
+            ..Default::default()
+        };
+        for blob in &census.blobs {
+            let outside_head = census.sizes_outside_head.get(blob).copied();
+            match (survey.index_ids.get(blob).copied(), outside_head) {
+                // The index records the worktree size of its files; good enough for an estimate.
+                (Some(index_size), _) => report.shared_bytes += index_size,
+                (None, None) => report.shared_bytes += self.vault.object_size(blob).unwrap_or(0),
+                (None, Some(size)) => report.ckpt_only_bytes += size,
+            }
+        }
+        Ok(report)
+    }
+
+    pub(super) fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let registry = self.registry()?;
+        let lock = registry.lock()?;
+        let records = self.reconcile(registry.load()?)?.records;
+        let wanted: HashSet<&String> = ids.iter().collect();
+        let mut kept = Vec::with_capacity(records.len());
+        let mut removed = Vec::new();
+        for record in records {
+            if !wanted.contains(&record.id) {
+                kept.push(record);
+                continue;
+            }
+            // Unpin first: a crash before the registry is saved leaves a record without a ref,
+            // which audit reports, rather than a ref that silently brings the checkpoint back.
+            let id = record.object_id().map_err(CkptError::InvalidInput)?;
+            let pin = PinRef::for_checkpoint(&self.workspace, &id);
+            if self.vault.read_pin(&pin)? == Some(id) {
+                self.vault.unpin(&pin, &id)?;
+            }
+            removed.push(record.id);
+        }
+        registry.save(&kept, &lock)?;
+        Ok(removed)
+    }
+
+    pub(super) fn checkpoints(&self, all_workspaces: bool) -> Result<Vec<Record>, CkptError> {
+        if !all_workspaces {
+            return self.records();
+        }
+        let mut all = Vec::new();
+        let entries = match std::fs::read_dir(&self.state_root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(all),
+            Err(source) => {
+                return Err(CkptError::Io {
+                    path: self.state_root.clone(),
+                    source,
+                })
+            }
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if WorkspaceKey::new(&name.to_string_lossy()).is_err() {
+                continue;
+            }
+            if let Some(registry) = Registry::open_existing(&entry.path()) {
+                all.extend(registry.load()?);
+            }
+        }
+        all.sort_by(|a, b| a.time.cmp(&b.time));
+        Ok(all)
+    }
+}

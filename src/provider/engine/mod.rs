@@ -1,0 +1,296 @@
+//! The checkpoint engine, one code path over two stores: the user's own repository (the git
+//! provider: each checkpoint a commit pinned by `refs/ckpt/<workspace>/<id>`) and a private
+//! store outside the workspace (the copy provider, opened in `provider/copy.rs`). Snapshot,
+//! restore and inspection live in their own files. The user's index, HEAD, branches, reflogs,
+//! config and hooks are never written: all repository access goes through `crate::verbs`, and
+//! only `refs/ckpt/` is ever edited.
+
+mod health;
+mod inspect;
+mod restore;
+mod snapshot;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use crate::provider::progress::Progress;
+use crate::provider::scan::Capture;
+use crate::provider::{
+    CkptError, Confirmation, Preview, Provider, RestoreReport, Selection, SnapshotOutcome, SnapshotRequest,
+};
+use crate::records::{Record, Registry, StoreLock, Trailers, WirePath};
+use crate::verbs::{ObjectId, PinRef, RepoPath, TreeItem, Vault, WorkspaceKey};
+
+/// The registry checked against the refs.
+#[derive(Debug, Default)]
+pub struct Reconciled {
+    /// Stored records plus rebuilt ones, oldest first.
+    pub records: Vec<Record>,
+    /// Ids rebuilt from pinned commits the registry lacked.
+    pub rebuilt: Vec<String>,
+    /// Ids of records whose pin ref is missing.
+    pub unpinned: Vec<String>,
+    /// Pins that could not be turned into a record, with why.
+    pub unreadable_pins: Vec<(String, String)>,
+    /// Names under refs/ckpt/ that are not valid pins.
+    pub foreign_refs: Vec<String>,
+}
+
+/// Where a provider's checkpoints live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    /// The user's own repository (the git provider).
+    Repository,
+    /// A private store outside the workspace (the copy provider).
+    Private,
+}
+
+/// The git provider, and — over a private store — the copy provider: both run the same
+/// snapshot, plan, restore and verify code through the same verbs.
+pub struct Engine {
+    pub(in crate::provider) progress: Progress,
+    pub(in crate::provider) vault: Vault,
+    pub(in crate::provider) workdir: PathBuf,
+    pub(in crate::provider) workspace: WorkspaceKey,
+    /// This workspace's registry, stat cache, journal and lock.
+    pub(in crate::provider) state_dir: PathBuf,
+    /// The directory holding the state dirs of every workspace sharing this store (`list --all`).
+    pub(in crate::provider) state_root: PathBuf,
+    pub(in crate::provider) kind: StoreKind,
+    /// Held (shared) while this process may write into a copy store, so `ckpt gc` waits.
+    pub(in crate::provider) _store_lock: Option<StoreLock>,
+}
+
+fn phase_time(phase: &str, started: std::time::Instant) {
+    if std::env::var_os("CKPT_TIMING").is_some() {
+        eprintln!("ckpt: {phase}: {:.1} ms", started.elapsed().as_secs_f64() * 1000.0);
+    }
+}
+
+/// With `CKPT_TIMING` set, says on stderr how long a phase took and how the capture was served.
+fn timing(phase: &str, started: std::time::Instant, capture: &Capture) {
+    if std::env::var_os("CKPT_TIMING").is_some() {
+        eprintln!(
+            "ckpt: {phase}: {:.1} ms ({} from stat cache, {} from index, {} read)",
+            started.elapsed().as_secs_f64() * 1000.0,
+            capture.stats.from_cache,
+            capture.stats.from_index,
+            capture.stats.read
+        );
+    }
+}
+
+fn now_rfc3339() -> (i64, String) {
+    let now = chrono::Utc::now();
+    (
+        now.timestamp(),
+        now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    )
+}
+
+impl Engine {
+    pub fn open(dir: &Path, progress: Progress) -> Result<Self, CkptError> {
+        let Some(mut vault) = Vault::discover(dir)? else {
+            return Err(CkptError::NoProvider(format!(
+                "{} is not inside a git repository with a worktree (use --provider copy or auto)",
+                dir.display()
+            )));
+        };
+        if vault.head_commit()?.is_none() {
+            return Err(CkptError::NoProvider(format!(
+                "the repository at {} has no commit yet (unborn HEAD); use --provider copy or auto",
+                vault.workdir().display()
+            )));
+        }
+        let workdir = vault.workdir().canonicalize().map_err(|source| CkptError::Io {
+            path: vault.workdir().to_path_buf(),
+            source,
+        })?;
+        let workspace = vault.workspace_key()?;
+        let state_root = vault.common_dir().join("ckpt");
+        // A copy store inside this worktree (a home directory kept in git) is ckpt's, not the
+        // user's: never captured, never restored over.
+        if let Ok(home) = crate::provider::copy::ckpt_home() {
+            vault.reserve(&home);
+        }
+        Ok(Engine {
+            progress,
+            vault,
+            workdir,
+            state_dir: state_root.join(workspace.as_str()),
+            workspace,
+            state_root,
+            kind: StoreKind::Repository,
+            _store_lock: None,
+        })
+    }
+
+    fn registry(&self) -> Result<Registry, CkptError> {
+        Ok(Registry::open(&self.state_dir)?)
+    }
+
+    fn workspace_path(&self) -> WirePath {
+        WirePath::from_bytes(self.workdir.as_os_str().as_encoded_bytes())
+    }
+
+    /// The registry as stored, without creating anything.
+    fn stored_records(&self) -> Result<Vec<Record>, CkptError> {
+        match Registry::open_existing(&self.state_dir) {
+            Some(registry) => Ok(registry.load()?),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The registry reconciled with this workspace's refs: a pinned checkpoint the registry
+    /// lacks (a process killed between pin and record) is rebuilt from its commit's trailers.
+    fn records(&self) -> Result<Vec<Record>, CkptError> {
+        Ok(self.reconcile(self.stored_records()?)?.records)
+    }
+
+    pub fn reconcile(&self, mut records: Vec<Record>) -> Result<Reconciled, CkptError> {
+        let (pins, foreign) = self.vault.list_pins()?;
+        let known: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
+        let mut pinned: HashSet<String> = HashSet::new();
+        let mut out = Reconciled {
+            foreign_refs: foreign,
+            ..Reconciled::default()
+        };
+        for (pin, target) in pins {
+            if pin.workspace() != self.workspace {
+                continue;
+            }
+            let Some(id) = pin.checkpoint_id() else { continue };
+            if id != target {
+                out.unreadable_pins
+                    .push((pin.as_str().to_owned(), format!("points at {target}, not at {id}")));
+                continue;
+            }
+            pinned.insert(id.to_hex());
+            if known.contains(&id.to_hex()) {
+                continue;
+            }
+            match self.record_from_commit(&id) {
+                Ok(record) => {
+                    out.rebuilt.push(record.id.clone());
+                    records.push(record);
+                }
+                Err(why) => out.unreadable_pins.push((pin.as_str().to_owned(), why)),
+            }
+        }
+        out.unpinned = records
+            .iter()
+            .filter(|r| !pinned.contains(&r.id))
+            .map(|r| r.id.clone())
+            .collect();
+        records.sort_by(|a, b| a.time.cmp(&b.time));
+        out.records = records;
+        Ok(out)
+    }
+
+    fn record_from_commit(&self, id: &ObjectId) -> Result<Record, String> {
+        let info = self.vault.read_commit(id).map_err(|e| e.to_string())?;
+        let trailers = Trailers::parse(&info.message)?;
+        if trailers.workspace_key != self.workspace.as_str() {
+            return Err(format!("commit names workspace {:?}", trailers.workspace_key));
+        }
+        let record = trailers.into_record(self.name(), id.to_hex(), info.tree.to_hex(), self.workspace_path());
+        record.validate()?;
+        Ok(record)
+    }
+
+    /// Reads a checkpoint's tree, failing loudly if its objects are gone.
+    fn checkpoint_tree(&self, record: &Record) -> Result<BTreeMap<RepoPath, TreeItem>, CkptError> {
+        let tree = self.checkpoint_tree_id(record)?;
+        Ok(self.vault.read_tree(&tree)?)
+    }
+
+    /// Checks that a record is pinned, matches its commit, and that every name in its tree is
+    /// safe; returns the tree id. Runs before anything is written.
+    fn checkpoint_tree_id(&self, record: &Record) -> Result<ObjectId, CkptError> {
+        record.validate().map_err(CkptError::InvalidInput)?;
+        let commit = record
+            .commit_id()
+            .map_err(CkptError::InvalidInput)?
+            .ok_or_else(|| CkptError::InvalidInput(format!("record {} names no commit", record.id)))?;
+        let pin = PinRef::for_checkpoint(&self.workspace, &commit);
+        if self.vault.read_pin(&pin)? != Some(commit) {
+            return Err(CkptError::NotFound(format!(
+                "checkpoint {} is not pinned at {} (pruned or tampered); refusing to use it",
+                record.short(),
+                pin.as_str()
+            )));
+        }
+        let info = self.vault.read_commit(&commit)?;
+        if info.tree.to_hex() != record.tree {
+            return Err(CkptError::InvalidInput(format!(
+                "record {} says tree {} but its commit has tree {}",
+                record.short(),
+                record.tree,
+                info.tree
+            )));
+        }
+        self.vault.validate_tree(&info.tree)?;
+        Ok(info.tree)
+    }
+}
+
+impl Provider for Engine {
+    fn name(&self) -> &'static str {
+        match self.kind {
+            StoreKind::Repository => "git",
+            StoreKind::Private => "copy",
+        }
+    }
+
+    fn workdir(&self) -> &Path {
+        &self.workdir
+    }
+
+    fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {
+        Engine::snapshot(self, request)
+    }
+
+    fn diff(
+        &self,
+        from: &Record,
+        to: Option<&Record>,
+        paths: &[RepoPath],
+        max_file_size: u64,
+    ) -> Result<Vec<crate::provider::FileDiff>, CkptError> {
+        Engine::diff(self, from, to, paths, max_file_size)
+    }
+
+    fn status(&self, max_file_size: u64) -> Result<crate::provider::StatusReport, CkptError> {
+        Engine::status(self, max_file_size)
+    }
+
+    fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError> {
+        Engine::remove(self, ids)
+    }
+
+    fn audit(&self) -> Result<crate::provider::AuditReport, CkptError> {
+        self.audit_report()
+    }
+
+    fn doctor(&self, fix: Option<crate::provider::JournalFix>) -> Result<crate::provider::DoctorReport, CkptError> {
+        self.doctor_report(fix)
+    }
+
+    fn checkpoints(&self, all_workspaces: bool) -> Result<Vec<Record>, CkptError> {
+        Engine::checkpoints(self, all_workspaces)
+    }
+
+    fn preview(&self, record: &Record, selection: &Selection, max_file_size: u64) -> Result<Preview, CkptError> {
+        Engine::preview(self, record, selection, max_file_size)
+    }
+
+    fn restore(
+        &self,
+        record: &Record,
+        selection: &Selection,
+        request: &SnapshotRequest,
+        confirmation: Confirmation<'_>,
+    ) -> Result<RestoreReport, CkptError> {
+        Engine::restore(self, record, selection, request, confirmation)
+    }
+}

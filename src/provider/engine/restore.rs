@@ -1,0 +1,309 @@
+//! Preview and the restore transaction: plan from the difference between the target and a guard
+//! checkpoint of the current state, journal, path-batched writes through the verbs, verify.
+//! Never deletes what it has no evidence about.
+
+use std::collections::BTreeMap;
+
+use crate::provider::plan::{self, PlanInput};
+use crate::provider::scan::{self, BlobSink, Capture};
+use crate::provider::{CkptError, Confirmation, Preview, RestoreReport, Selection, SnapshotRequest};
+use crate::records::{Record, Registry, WirePath};
+use crate::verbs::{ObjectId, RepoPath, RestoreOp, TreeItem};
+
+use super::{now_rfc3339, phase_time, Engine};
+
+fn journal(record: &Record, guard: &Record, selection: &Selection, ops: &[RestoreOp]) -> serde_json::Value {
+    let ops: Vec<serde_json::Value> = ops
+        .iter()
+        .map(|op| {
+            let (name, path) = match op {
+                RestoreOp::Remove { path, .. } => ("remove", path),
+                RestoreOp::RemoveEmptyDir { path } => ("remove_dir", path),
+                RestoreOp::PruneEmptyDir { path } => ("prune_dir", path),
+                RestoreOp::Write { path, .. } => ("write", path),
+            };
+            serde_json::json!({"op": name, "path": WirePath::from_repo_path(path)})
+        })
+        .collect();
+    serde_json::json!({
+        "format": "ckpt-restore-journal",
+        "version": 1,
+        "target": record.id,
+        "guard": guard.id,
+        "exact": selection.exact,
+        "paths": selection.paths.iter().map(WirePath::from_repo_path).collect::<Vec<_>>(),
+        "started": now_rfc3339().1,
+        "pid": std::process::id(),
+        "ops": ops,
+    })
+}
+
+impl Engine {
+    /// The restore plan from the difference between the guard and the target: only differing
+    /// paths are looked at, so the cost follows the size of the change, not of the tree.
+    pub(super) fn plan_from_diff(
+        &self,
+        guard_tree: &ObjectId,
+        target_tree: &ObjectId,
+        record: &Record,
+        capture: &Capture,
+        selection: &Selection,
+    ) -> Result<plan::Plan, CkptError> {
+        let changes = self.vault.diff_trees(Some(guard_tree), Some(target_tree))?;
+        let mut target = BTreeMap::new();
+        let mut current = BTreeMap::new();
+        for change in changes {
+            if let Some(new) = change.new {
+                target.insert(change.path.clone(), new);
+            }
+            if let Some(old) = change.old {
+                current.insert(change.path, old);
+            }
+        }
+        let mut plan = plan::plan(&PlanInput {
+            target: &target,
+            current: &current,
+            unprotected: &capture.unprotected(),
+            filter: &selection.paths,
+            untouchable: &Self::untouchable(record, capture),
+            exact: selection.exact,
+        });
+        let in_scope = |p: &RepoPath| selection.paths.is_empty() || selection.paths.iter().any(|f| p.is_within(f));
+        // Paths equal on both sides are exactly the guard's paths the diff did not name.
+        plan.unchanged = capture
+            .files
+            .iter()
+            .filter(|(p, f)| {
+                f.item.kind != crate::verbs::EntryKind::Gitlink && in_scope(p) && !current.contains_key(*p)
+            })
+            .count();
+        plan.unmatched_filter
+            .retain(|f| !capture.files.keys().any(|p| p.is_within(f)));
+        if let Some(unmatched) = plan.unmatched_filter.first() {
+            return Err(CkptError::NotFound(format!(
+                "path {} is neither in the checkpoint nor in the worktree",
+                unmatched.display()
+            )));
+        }
+        Ok(plan)
+    }
+
+    pub(super) fn not_protected(record: &Record, capture: &Capture, selection: &Selection) -> Vec<(RepoPath, String)> {
+        let in_scope = |p: &RepoPath| {
+            selection.paths.is_empty() || selection.paths.iter().any(|f| p.is_within(f) || f.is_within(p))
+        };
+        let mut out: Vec<(RepoPath, String)> = capture.unprotected().into_iter().filter(|(p, _)| in_scope(p)).collect();
+        for skipped in &record.skipped {
+            if let Ok(path) = skipped.path.to_repo_path() {
+                if in_scope(&path) {
+                    out.push((path, format!("not in checkpoint: {}", skipped.reason)));
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// What a restore to `record` must leave alone: the paths the checkpoint saw but did not
+    /// protect (it holds no evidence about them), and ckpt's own store inside the workspace.
+    pub(super) fn untouchable(record: &Record, capture: &Capture) -> Vec<RepoPath> {
+        let mut out: Vec<RepoPath> = record
+            .skipped
+            .iter()
+            .filter_map(crate::records::skipped_path)
+            .chain(
+                capture
+                    .skipped
+                    .iter()
+                    .filter(|(_, why)| why == scan::CKPT_STORE)
+                    .map(|(path, _)| path.clone()),
+            )
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    pub(super) fn make_plan(
+        target: &BTreeMap<RepoPath, TreeItem>,
+        record: &Record,
+        capture: &Capture,
+        selection: &Selection,
+    ) -> Result<plan::Plan, CkptError> {
+        let plan = plan::plan(&PlanInput {
+            target,
+            current: &capture.items(),
+            unprotected: &capture.unprotected(),
+            filter: &selection.paths,
+            untouchable: &Self::untouchable(record, capture),
+            exact: selection.exact,
+        });
+        if let Some(unmatched) = plan.unmatched_filter.first() {
+            return Err(CkptError::NotFound(format!(
+                "path {} is neither in the checkpoint nor in the worktree",
+                unmatched.display()
+            )));
+        }
+        Ok(plan)
+    }
+
+    pub(super) fn preview_from(
+        record: &Record,
+        plan: &plan::Plan,
+        not_protected: Vec<(RepoPath, String)>,
+        exact: bool,
+    ) -> Preview {
+        Preview {
+            id: record.id.clone(),
+            overwrite: plan.overwrite.clone(),
+            unchanged: plan.unchanged,
+            created_after: plan.created_after.clone(),
+            delete: plan.delete.clone(),
+            conflicts: plan.conflicts.clone(),
+            not_protected,
+            exact,
+        }
+    }
+
+    pub(super) fn ensure_blobs_present(&self, ops: &[RestoreOp]) -> Result<(), CkptError> {
+        for op in ops {
+            if let RestoreOp::Write { item, path, .. } = op {
+                if !self.vault.has_object(&item.id) {
+                    return Err(CkptError::Verb(crate::verbs::VerbError::Worktree {
+                        path: path.display(),
+                        message: format!(
+                            "content {} is missing from the object database; the checkpoint cannot be restored and nothing was written",
+                            item.id
+                        ),
+                    }));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn preview(
+        &self,
+        record: &Record,
+        selection: &Selection,
+        max_file_size: u64,
+    ) -> Result<Preview, CkptError> {
+        let target = self.checkpoint_tree(record)?;
+        let cache = Registry::open_existing(&self.state_dir).and_then(|registry| self.trusted_stat_cache(&registry));
+        let capture = scan::capture(
+            &self.vault,
+            max_file_size,
+            BlobSink::HashOnly,
+            cache.as_ref(),
+            &self.progress,
+        )?;
+        let plan = Self::make_plan(&target, record, &capture, selection)?;
+        let not_protected = Self::not_protected(record, &capture, selection);
+        Ok(Self::preview_from(record, &plan, not_protected, selection.exact))
+    }
+
+    pub(super) fn restore(
+        &self,
+        record: &Record,
+        selection: &Selection,
+        request: &SnapshotRequest,
+        confirmation: Confirmation<'_>,
+    ) -> Result<RestoreReport, CkptError> {
+        let t0 = std::time::Instant::now();
+        let target_tree = self.checkpoint_tree_id(record)?;
+        phase_time("check target tree", t0);
+        if let Confirmation::Ask(ask) = confirmation {
+            let preview = self.preview(record, selection, request.max_file_size)?;
+            if !ask(&preview) {
+                return Err(CkptError::Refused("restore not confirmed; nothing was changed".into()));
+            }
+        }
+        let registry = self.registry()?;
+        let lock = registry.lock()?;
+        if let Some(stale) = registry.read_journal()? {
+            eprintln!(
+                "ckpt: warning: an earlier restore was interrupted (journal: {}); its guard {} still holds the state before it",
+                registry.dir().join("restore-journal.json").display(),
+                stale.get("guard").and_then(|g| g.as_str()).unwrap_or("?")
+            );
+        }
+
+        let t1 = std::time::Instant::now();
+        let (guard, capture) = self.snapshot_locked(&registry, &lock, request)?;
+        phase_time("guard snapshot", t1);
+        let t2 = std::time::Instant::now();
+        let guard_tree = guard.record.tree_id().map_err(CkptError::InvalidInput)?;
+        let plan = self.plan_from_diff(&guard_tree, &target_tree, record, &capture, selection)?;
+        self.ensure_blobs_present(&plan.ops)?;
+        phase_time("plan", t2);
+        let t3 = std::time::Instant::now();
+
+        registry.write_journal(&journal(record, &guard.record, selection, &plan.ops), &lock)?;
+        crate::fault::point("restore:after-journal");
+        let phase = self.progress.phase("restoring", plan.ops.len() as u64);
+        let progress = &self.progress;
+        let results = self.vault.restore_paths_with(&plan.ops, |done| {
+            progress.inc(1);
+            if done == 1 {
+                crate::fault::point("restore:after-first-write");
+            }
+        });
+        drop(phase);
+
+        let mut report = RestoreReport {
+            id: record.id.clone(),
+            guard: Some(guard.record.id.clone()),
+            guard_created: guard.created,
+            written: Vec::new(),
+            deleted: Vec::new(),
+            left: if selection.exact {
+                Vec::new()
+            } else {
+                plan.created_after.clone()
+            },
+            unchanged: plan.unchanged,
+            failed: plan
+                .conflicts
+                .iter()
+                .map(|(p, why)| (p.clone(), format!("conflict: {why}")))
+                .collect(),
+            verified: false,
+        };
+        for (op, result) in plan.ops.iter().zip(results) {
+            match (op, result) {
+                (RestoreOp::Write { path, .. }, Ok(())) => report.written.push(path.clone()),
+                (RestoreOp::Remove { path, .. }, Ok(())) => report.deleted.push(path.clone()),
+                (_, Ok(())) => {}
+                (op, Err(error)) => report.failed.push((op.path().clone(), error.to_string())),
+            }
+        }
+
+        phase_time("writes", t3);
+        let t4 = std::time::Instant::now();
+        let mut verified = report.failed.is_empty();
+        for op in &plan.ops {
+            let expected = match op {
+                RestoreOp::Write { path, item, .. } => Some((path, Some(item))),
+                RestoreOp::Remove { path, .. } => Some((path, None)),
+                _ => None,
+            };
+            if let Some((path, item)) = expected {
+                if report.failed.iter().any(|(p, _)| p == path) {
+                    continue;
+                }
+                if !self.vault.verify_path(path, item)? {
+                    verified = false;
+                    report.failed.push((
+                        path.clone(),
+                        "verification failed: content differs after restore".into(),
+                    ));
+                }
+            }
+        }
+        report.verified = verified;
+        phase_time("verify", t4);
+        registry.clear_journal(&lock)?;
+        Ok(report)
+    }
+}

@@ -1,0 +1,252 @@
+//! The snapshot transaction: capture, trees (reusing the cached checkpoint's subtrees), commit,
+//! pin, record, stat cache. The pin is the commit point; nothing is published for a partial
+//! capture.
+
+use std::collections::HashSet;
+
+use crate::provider::scan::{self, BlobSink, Capture};
+use crate::provider::treebuild;
+use crate::provider::{CkptError, Provider, SnapshotOutcome, SnapshotRequest};
+use crate::records::statcache::StatCache;
+use crate::records::{Record, Registry, RegistryLock, Skipped, Trailers, WirePath};
+use crate::verbs::{ObjectId, PinRef, RepoPath, TreeItem};
+
+use super::{now_rfc3339, phase_time, timing, Engine, StoreKind};
+
+impl Engine {
+    /// Writes the capture's trees. With a stat cache (which names every file of its checkpoint),
+    /// that checkpoint's tree is the base: only directories holding a file that is not the
+    /// checkpoint's own (`CapturedFile::cached`), or a cached file that is gone, are written
+    /// again; every other subtree id is the base's.
+    pub(super) fn write_trees(&self, capture: &Capture, cache: Option<&StatCache>) -> Result<ObjectId, CkptError> {
+        let files: Vec<(&RepoPath, TreeItem)> = capture.files.iter().map(|(path, file)| (path, file.item)).collect();
+        let base_tree = cache
+            .and_then(|cache| cache.checkpoint)
+            .and_then(|checkpoint| self.vault.read_commit(&checkpoint).ok())
+            .map(|info| info.tree);
+        let (Some(cache), Some(base_tree)) = (cache, base_tree) else {
+            return treebuild::build_trees(&self.vault, &files, None);
+        };
+        let mut changed = HashSet::new();
+        for (path, file) in capture.files.iter() {
+            if !file.cached {
+                treebuild::mark_parents_changed(&mut changed, path.as_bytes());
+            }
+        }
+        // Both lists are in path order: one merge pass finds the cached files that are gone.
+        let mut captured = capture.files.keys().map(RepoPath::as_bytes).peekable();
+        for path in cache.paths() {
+            while captured.next_if(|p| *p < path).is_some() {}
+            if captured.peek() != Some(&path) {
+                treebuild::mark_parents_changed(&mut changed, path);
+            }
+        }
+        let base = treebuild::Base {
+            tree: base_tree,
+            changed_dirs: &changed,
+        };
+        treebuild::build_trees(&self.vault, &files, Some(&base))
+    }
+
+    /// The snapshot transaction; the caller holds the workspace lock. All or nothing: the record
+    /// is the last step, and a failure to save it removes the ref it just pinned.
+    pub(super) fn snapshot_locked(
+        &self,
+        registry: &Registry,
+        lock: &RegistryLock,
+        request: &SnapshotRequest,
+    ) -> Result<(SnapshotOutcome, Capture), CkptError> {
+        let t0 = std::time::Instant::now();
+        let reconciled = self.reconcile(registry.load()?)?;
+        phase_time("registry + refs", t0);
+        // The previous checkpoint is the newest one still pinned: an unpinned record's objects
+        // may already be collected, so nothing may be built on it.
+        let previous: Option<Record> = reconciled
+            .records
+            .iter()
+            .rev()
+            .find(|r| !reconciled.unpinned.contains(&r.id))
+            .cloned();
+        let mut records = reconciled.records;
+        // A private store has no history of its own: copy checkpoints have no parent.
+        let head = match self.kind {
+            StoreKind::Repository => self.vault.head_commit()?,
+            StoreKind::Private => None,
+        };
+        let started = std::time::Instant::now();
+        let cache = self.trusted_stat_cache(registry);
+        phase_time("stat cache load", started);
+        let capture = scan::capture(
+            &self.vault,
+            request.max_file_size,
+            BlobSink::Store,
+            cache.as_ref(),
+            &self.progress,
+        )?;
+        timing("capture", started, &capture);
+        crate::fault::point("snapshot:after-blobs");
+        let t1 = std::time::Instant::now();
+        let tree = match self.unchanged_since_cache(&capture, cache.as_ref()) {
+            Some(tree) => tree,
+            None => self.write_trees(&capture, cache.as_ref())?,
+        };
+        phase_time("trees", t1);
+        // Only its size and checkpoint matter from here on; the entries go (memory at 200k files).
+        let loaded = cache.as_ref().map(|cache| (cache.len(), cache.checkpoint));
+        drop(cache);
+        let warnings = capture.warnings.clone();
+
+        if let Some(previous) = &previous {
+            if previous.tree_id().ok() == Some(tree) {
+                let outcome = SnapshotOutcome {
+                    record: previous.clone(),
+                    created: false,
+                    warnings,
+                    scan: capture.stats,
+                };
+                let t2 = std::time::Instant::now();
+                self.save_stat_cache(registry, lock, &capture, &outcome.record, loaded);
+                phase_time("stat cache save", t2);
+                return Ok((outcome, capture));
+            }
+        }
+
+        // `files` counts paths that differ from the previous checkpoint (or, for the first one,
+        // from HEAD). A previous checkpoint whose tree cannot be read (tampered, corrupt) is not
+        // built on: it is named in a warning and the count falls back to HEAD.
+        let head_tree = match head {
+            Some(head) => Some(self.vault.read_commit(&head)?.tree),
+            None => None,
+        };
+        let mut warnings = warnings;
+        let t3 = std::time::Instant::now();
+        let changes = match previous.as_ref().map(|p| (p, p.tree_id())) {
+            Some((previous, Ok(base))) => match self.vault.diff_trees(Some(&base), Some(&tree)) {
+                Ok(changes) => changes,
+                Err(e) => {
+                    warnings.push(format!(
+                        "checkpoint {} cannot be read ({e}); counting changes against HEAD instead. `ckpt doctor --fix` sets it aside",
+                        previous.short()
+                    ));
+                    self.vault.diff_trees(head_tree.as_ref(), Some(&tree))?
+                }
+            },
+            _ => self.vault.diff_trees(head_tree.as_ref(), Some(&tree))?,
+        };
+        phase_time("diff against the previous checkpoint", t3);
+        // New bytes: content this snapshot added to the object store. What a checkpoint, HEAD or
+        // any other commit already held costs nothing more, so the quota measures what ckpt keeps.
+        let mut counted: HashSet<ObjectId> = HashSet::new();
+        let bytes: u64 = capture
+            .files
+            .values()
+            .filter(|f| f.fresh && counted.insert(f.item.id))
+            .map(|f| f.size)
+            .sum();
+        let files = changes.len() as u64;
+        let skipped: Vec<Skipped> = capture
+            .skipped
+            .iter()
+            .map(|(path, reason)| Skipped {
+                path: WirePath::from_repo_path(path),
+                reason: reason.clone(),
+            })
+            .collect();
+
+        let (unix, time) = now_rfc3339();
+        let trailers = Trailers {
+            workspace_key: self.workspace.as_str().to_owned(),
+            session: request.session.clone(),
+            turn: request.turn,
+            step: request.step,
+            trigger: request.trigger.clone(),
+            kind: request.kind,
+            time,
+            files,
+            total_files: capture.files.len() as u64,
+            bytes,
+            skipped,
+        };
+        let t4 = std::time::Instant::now();
+        let commit = self
+            .vault
+            .write_commit(&tree, head.as_ref(), &trailers.format(), unix)?;
+        crate::fault::point("snapshot:after-commit");
+        let pin = PinRef::for_checkpoint(&self.workspace, &commit);
+        self.vault.pin(&pin, &commit, None)?;
+        crate::fault::point("snapshot:after-pin");
+
+        let record = trailers.into_record(self.name(), commit.to_hex(), tree.to_hex(), self.workspace_path());
+        records.push(record.clone());
+        if let Err(error) = registry.save(&records, lock) {
+            self.vault.unpin(&pin, &commit).ok();
+            return Err(error.into());
+        }
+        phase_time("commit, pin and record", t4);
+        let t5 = std::time::Instant::now();
+        self.save_stat_cache(registry, lock, &capture, &record, loaded);
+        phase_time("stat cache save", t5);
+        Ok((
+            SnapshotOutcome {
+                record,
+                created: true,
+                warnings,
+                scan: capture.stats,
+            },
+            capture,
+        ))
+    }
+
+    /// The stat cache, if it refers to a checkpoint that is still pinned (so every object it
+    /// names is still in the object database). Anything else means starting afresh.
+    pub(super) fn trusted_stat_cache(&self, registry: &Registry) -> Option<StatCache> {
+        let cache = StatCache::load(registry.dir())?;
+        let checkpoint = cache.checkpoint?;
+        let pin = PinRef::for_checkpoint(&self.workspace, &checkpoint);
+        (self.vault.read_pin(&pin).ok()? == Some(checkpoint)).then_some(cache)
+    }
+
+    /// When every captured file is the cached checkpoint's own (by stat, or read back to the same
+    /// id and kind) and the set of paths is the cache's own, the worktree is exactly that
+    /// checkpoint: its tree is reused without hashing a single tree object. Submodule pointers
+    /// come from the index, so their presence disables it.
+    pub(super) fn unchanged_since_cache(&self, capture: &Capture, cache: Option<&StatCache>) -> Option<ObjectId> {
+        let cache = cache?;
+        // Every file is the checkpoint's own and none of its files is missing.
+        let only_cached_files = capture.files.values().all(|f| f.cached) && capture.files.len() == cache.len();
+        if !only_cached_files {
+            return None;
+        }
+        self.vault.read_commit(&cache.checkpoint?).ok().map(|info| info.tree)
+    }
+
+    /// Best effort: a cache that cannot be written only costs speed next time. When every file
+    /// came from the loaded cache (`loaded`: its length and checkpoint) for the same checkpoint,
+    /// the file on disk already says it all.
+    pub(super) fn save_stat_cache(
+        &self,
+        registry: &Registry,
+        lock: &RegistryLock,
+        capture: &Capture,
+        record: &Record,
+        loaded: Option<(usize, Option<ObjectId>)>,
+    ) {
+        let checkpoint = record.object_id().ok();
+        let all_cached = capture.stats.read == 0 && capture.stats.from_index == 0;
+        if let Some((loaded_len, loaded_checkpoint)) = loaded {
+            let same_paths = loaded_len == capture.files.values().filter(|f| f.stat.is_some()).count();
+            if all_cached && same_paths && loaded_checkpoint == checkpoint {
+                return;
+            }
+        }
+        if let Err(e) = StatCache::save_entries(registry.dir(), lock, checkpoint, capture.stat_entries()) {
+            eprintln!("ckpt: warning: could not write the stat cache: {e}");
+        }
+    }
+
+    pub(super) fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {
+        let registry = self.registry()?;
+        let lock = registry.lock()?;
+        Ok(self.snapshot_locked(&registry, &lock, request)?.0)
+    }
+}
