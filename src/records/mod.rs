@@ -308,15 +308,6 @@ impl Registry {
         Ok(RegistryLock { _file: file })
     }
 
-    /// True if another process holds the workspace lock right now.
-    pub fn is_locked(&self) -> bool {
-        let path = self.dir.join(LOCK_FILE);
-        match OpenOptions::new().write(true).open(&path) {
-            Ok(file) => !matches!(fs4::fs_std::FileExt::try_lock_exclusive(&file), Ok(true)),
-            Err(_) => false,
-        }
-    }
-
     /// Moves an unreadable registry aside (never deletes it) so it can be rebuilt from refs.
     pub fn set_aside_corrupt(&self, _lock: &RegistryLock) -> Result<Option<PathBuf>, RecordsError> {
         let path = self.records_path();

@@ -234,14 +234,6 @@ impl StatCache {
         }
         result
     }
-
-    /// Removes the cache (after checkpoints it may refer to were deleted).
-    pub fn discard(dir: &Path, _lock: &super::RegistryLock) -> std::io::Result<()> {
-        match std::fs::remove_file(dir.join(FILE_NAME)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
-    }
 }
 
 /// A writer that keeps a running CRC of everything written through it.

@@ -186,21 +186,13 @@ impl Vault {
         self.worktree().read_item(path)
     }
 
-    /// Applies `ops` in order. Each op succeeds or fails on its own; a failed op leaves its path
-    /// as it was (the temp file is removed). Returns one result per op.
-    pub fn restore_paths(&self, ops: &[RestoreOp]) -> Vec<Result<(), VerbError>> {
-        self.restore_paths_with(ops, |_| {})
-    }
-
-    /// Like [`Self::restore_paths`], calling `after_each(n)` once `n` ops are done (progress,
-    /// fault injection). Consecutive file removals, and consecutive writes, touch distinct
-    /// paths and never each other's parents, so each such run is applied in parallel; directory
-    /// removals and prunes keep their deepest-first order.
-    pub fn restore_paths_with(
-        &self,
-        ops: &[RestoreOp],
-        after_each: impl Fn(usize) + Sync,
-    ) -> Vec<Result<(), VerbError>> {
+    /// Applies `ops` in order, calling `after_each(n)` once `n` ops are done (progress, fault
+    /// injection). Each op succeeds or fails on its own; a failed op leaves its path as it was
+    /// (or puts it back) and removes its temp file. Returns one result per op. Consecutive file
+    /// removals, and consecutive writes, touch distinct paths and never each other's parents, so
+    /// each such run is applied in parallel; directory removals and prunes keep their
+    /// deepest-first order.
+    pub fn restore_paths(&self, ops: &[RestoreOp], after_each: impl Fn(usize) + Sync) -> Vec<Result<(), VerbError>> {
         use rayon::prelude::*;
         let worktree = self.worktree();
         let shared = self.repo_for_threads();

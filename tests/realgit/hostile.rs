@@ -132,7 +132,7 @@ fn ambiguous_prefix_lists_candidates_and_refuses() {
 #[test]
 fn hostile_tree_names_are_refused_before_any_write() {
     let repo = TestRepo::new();
-    let real = repo.snapshot(&[]);
+    repo.snapshot(&[]);
     let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"pwned\n");
     let raw_id = |hex: &str| -> Vec<u8> {
         (0..20)
@@ -209,7 +209,6 @@ fn hostile_tree_names_are_refused_before_any_write() {
         let run = repo.ckpt_json(&["preview", &commit], 2);
         assert_eq!(run.one("error")["code"], "invalid_input");
     }
-    let _ = real;
 }
 
 #[test]

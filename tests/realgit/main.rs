@@ -15,5 +15,5 @@ mod retention;
 mod safety;
 mod sandbox;
 mod snapshot;
-mod speed;
+mod statcache;
 mod stress;

@@ -139,7 +139,7 @@ fn within(path: &[u8], dir: &[u8]) -> bool {
 }
 
 impl World {
-    fn new(start: Start, rng: &mut Rng) -> World {
+    fn new(start: Start) -> World {
         let repo = TestRepo::bare_dir();
         let copy = matches!(start, Start::PlainDir | Start::UnbornRepo | Start::StoreInWorkspace);
         if start == Start::Sha256 {
@@ -280,7 +280,6 @@ impl World {
             }
             _ => {}
         }
-        let _ = rng;
         World {
             repo,
             ws,
@@ -1128,7 +1127,7 @@ fn repo_safety_properties_hold_over_random_sequences() {
         let start = STARTS[(*seed % STARTS.len() as u64) as usize];
         let mut rng = Rng(*seed);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let mut world = World::new(start, &mut rng);
+            let mut world = World::new(start);
             let mut log_on_panic = Vec::new();
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 world.snapshot();

@@ -243,7 +243,7 @@ impl Engine {
         crate::fault::point("restore:after-journal");
         let phase = self.progress.phase("restoring", plan.ops.len() as u64);
         let progress = &self.progress;
-        let results = self.vault.restore_paths_with(&plan.ops, |done| {
+        let results = self.vault.restore_paths(&plan.ops, |done| {
             progress.inc(1);
             if done == 1 {
                 crate::fault::point("restore:after-first-write");

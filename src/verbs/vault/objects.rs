@@ -81,21 +81,6 @@ impl Vault {
         self.repo.has_object(id.0)
     }
 
-    /// Hashes `bytes` as a blob without writing anything.
-    pub fn hash_blob(&self, bytes: &[u8]) -> Result<ObjectId, VerbError> {
-        gix::objs::compute_hash(self.repo.object_hash(), gix::objs::Kind::Blob, bytes)
-            .map(ObjectId)
-            .map_err(|e| VerbError::git("hashing a blob", e))
-    }
-
-    /// Writes `bytes` as a blob (no filters: the bytes are stored exactly).
-    pub fn write_blob(&self, bytes: &[u8]) -> Result<ObjectId, VerbError> {
-        self.repo
-            .write_blob(bytes)
-            .map(|id| ObjectId(id.detach()))
-            .map_err(|e| VerbError::git("writing a blob", e))
-    }
-
     /// Writes one tree from validated entries, sorted the way git requires.
     pub fn write_tree(&self, entries: Vec<NewTreeEntry>) -> Result<ObjectId, VerbError> {
         let mut tree = gix::objs::Tree {
