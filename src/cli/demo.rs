@@ -31,7 +31,7 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, CkptError> {
             source: e,
         })?;
     if !out.status.success() {
-        return Err(CkptError::Refused(format!(
+        return Err(CkptError::Demo(format!(
             "demo setup: git {} failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
@@ -103,7 +103,7 @@ fn check(out: &Output, ok: bool, what: &str) -> Result<(), CkptError> {
         out.human(&format!("   ok: {what}"));
         Ok(())
     } else {
-        Err(CkptError::Refused(format!("demo check failed: {what}")))
+        Err(CkptError::Demo(format!("demo check failed: {what}")))
     }
 }
 

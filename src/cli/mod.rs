@@ -564,16 +564,22 @@ fn preview(
     Ok(0)
 }
 
+/// The one confirmation prompt: asks `question [y/N]` on stderr; `y` or `yes` in any case is a
+/// yes, anything else (or no answer) a no.
+fn ask_yes(question: &str) -> bool {
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    if std::io::stdin().lock().read_line(&mut answer).is_err() {
+        return false;
+    }
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
 fn ask_on_terminal(record: &Record) -> impl FnMut(&provider::Preview) -> bool + '_ {
     move |preview| {
         eprint!("{}", output::preview_text(preview, record));
-        eprint!("Restore these paths? A guard checkpoint is taken first. [y/N] ");
-        let _ = std::io::stderr().flush();
-        let mut answer = String::new();
-        if std::io::stdin().lock().read_line(&mut answer).is_err() {
-            return false;
-        }
-        matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes")
+        ask_yes("Restore these paths? A guard checkpoint is taken first.")
     }
 }
 
@@ -764,13 +770,11 @@ fn confirm_removal(records: &[Record], yes: bool, what: &str) -> Result<(), Ckpt
     if yes || records.is_empty() {
         return Ok(());
     }
-    if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
-        eprint!("{what}: delete {} checkpoint(s)? [y/N] ", records.len());
-        let _ = std::io::stderr().flush();
-        let mut answer = String::new();
-        if std::io::stdin().lock().read_line(&mut answer).is_ok() && matches!(answer.trim(), "y" | "Y" | "yes") {
-            return Ok(());
-        }
+    if std::io::stdin().is_terminal()
+        && std::io::stderr().is_terminal()
+        && ask_yes(&format!("{what}: delete {} checkpoint(s)?", records.len()))
+    {
+        return Ok(());
     }
     Err(CkptError::Refused(format!(
         "{what} of {} checkpoint(s) needs confirmation: pass --yes; nothing was deleted",

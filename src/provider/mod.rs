@@ -31,6 +31,13 @@ pub enum CkptError {
     Refused(String),
     #[error("{0}")]
     InvalidInput(String),
+    /// A registry record that does not hold up against the repository (tampered or damaged):
+    /// ckpt's own state is wrong, not the user's command line.
+    #[error("{0}")]
+    CorruptRecord(String),
+    /// The demo's own setup or one of its checks failed (exit 1, not "refused").
+    #[error("{0}")]
+    Demo(String),
     #[error(transparent)]
     Records(#[from] RecordsError),
     #[error(transparent)]
@@ -57,6 +64,8 @@ impl CkptError {
             CkptError::Ambiguous { .. } => "ambiguous",
             CkptError::Refused(_) => "refused",
             CkptError::InvalidInput(_) => "invalid_input",
+            CkptError::CorruptRecord(_) => "corrupt_registry",
+            CkptError::Demo(_) => "demo_failed",
             CkptError::Records(RecordsError::Corrupt { .. }) => "corrupt_registry",
             CkptError::Records(RecordsError::UnsupportedVersion { .. }) => "unsupported_version",
             CkptError::Records(RecordsError::Io { .. }) => "io",

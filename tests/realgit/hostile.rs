@@ -247,3 +247,15 @@ fn bad_targets_and_labels_are_usage_errors() {
     assert_eq!(repo.ckpt_json(&["frobnicate"], 2).one("error")["code"], "usage");
     assert_eq!(everything(&repo), before);
 }
+
+#[test]
+fn a_record_that_disagrees_with_its_commit_is_a_corrupt_registry_not_a_usage_error() {
+    let repo = TestRepo::new();
+    let id = repo.snapshot(&[]);
+    let mut records = load_records(&repo);
+    let other_tree = repo.git(&["rev-parse", "HEAD^{tree}"]).trim().to_owned();
+    records["records"][0]["tree"] = json!(format!("{:0>40}", &other_tree[..39]));
+    save_records(&repo, &records);
+    let run = repo.ckpt_json(&["restore", &id, "--yes"], 1);
+    assert_eq!(run.one("error")["code"], "corrupt_registry", "{}", run.stdout);
+}

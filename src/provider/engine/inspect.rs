@@ -151,7 +151,7 @@ impl Engine {
             }
             // Unpin first: a crash before the registry is saved leaves a record without a ref,
             // which audit reports, rather than a ref that silently brings the checkpoint back.
-            let id = record.object_id().map_err(CkptError::InvalidInput)?;
+            let id = record.object_id().map_err(CkptError::CorruptRecord)?;
             let pin = PinRef::for_checkpoint(&self.workspace, &id);
             if self.vault.read_pin(&pin)? == Some(id) {
                 self.vault.unpin(&pin, &id)?;

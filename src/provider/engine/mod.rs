@@ -207,11 +207,11 @@ impl Engine {
     /// Checks that a record is pinned, matches its commit, and that every name in its tree is
     /// safe; returns the tree id. Runs before anything is written.
     fn checkpoint_tree_id(&self, record: &Record) -> Result<ObjectId, CkptError> {
-        record.validate().map_err(CkptError::InvalidInput)?;
+        record.validate().map_err(CkptError::CorruptRecord)?;
         let commit = record
             .commit_id()
-            .map_err(CkptError::InvalidInput)?
-            .ok_or_else(|| CkptError::InvalidInput(format!("record {} names no commit", record.id)))?;
+            .map_err(CkptError::CorruptRecord)?
+            .ok_or_else(|| CkptError::CorruptRecord(format!("record {} names no commit", record.id)))?;
         let pin = PinRef::for_checkpoint(&self.workspace, &commit);
         if self.vault.read_pin(&pin)? != Some(commit) {
             return Err(CkptError::NotFound(format!(
@@ -222,7 +222,7 @@ impl Engine {
         }
         let info = self.vault.read_commit(&commit)?;
         if info.tree.to_hex() != record.tree {
-            return Err(CkptError::InvalidInput(format!(
+            return Err(CkptError::CorruptRecord(format!(
                 "record {} says tree {} but its commit has tree {}",
                 record.short(),
                 record.tree,

@@ -233,7 +233,7 @@ impl Engine {
         let (guard, capture) = self.snapshot_locked(&registry, &lock, request)?;
         phase_time("guard snapshot", t1);
         let t2 = std::time::Instant::now();
-        let guard_tree = guard.record.tree_id().map_err(CkptError::InvalidInput)?;
+        let guard_tree = guard.record.tree_id().map_err(CkptError::CorruptRecord)?;
         let plan = self.plan_from_diff(&guard_tree, &target_tree, record, &capture, selection)?;
         self.ensure_blobs_present(&plan.ops)?;
         phase_time("plan", t2);
