@@ -35,8 +35,8 @@ struct Cli {
     json: bool,
     /// git (checkpoints in the repository), copy (a private store outside the workspace), or
     /// auto: git inside a repository whose HEAD is born, copy otherwise
-    #[arg(long, global = true, value_parser = ["auto", "git", "copy"])]
-    provider: Option<String>,
+    #[arg(long, global = true, value_enum)]
+    provider: Option<ProviderArg>,
     #[command(subcommand)]
     command: Command,
 }
@@ -165,8 +165,8 @@ struct SnapshotArgs {
     #[arg(long)]
     trigger: Option<String>,
     /// auto, manual or guard
-    #[arg(long, default_value = "manual", value_parser = ["auto", "manual", "guard"])]
-    kind: String,
+    #[arg(long, value_enum, default_value_t = KindArg::Manual)]
+    kind: KindArg,
     /// Files larger than this many bytes are skipped and reported
     #[arg(long)]
     max_file_size: Option<u64>,
@@ -197,6 +197,22 @@ struct RestoreArgs {
 }
 
 /// Runs the CLI with the process arguments and returns the exit code.
+/// `--provider`: where checkpoints live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ProviderArg {
+    Auto,
+    Git,
+    Copy,
+}
+
+/// `--kind` of a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum KindArg {
+    Auto,
+    Manual,
+    Guard,
+}
+
 pub fn run() -> i32 {
     run_with(std::env::args_os().collect())
 }
@@ -295,12 +311,16 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
     let cwd = working_dir(cli)?;
     let config = load_config(&cwd)?;
     let show_progress = !cli.json && std::io::stderr().is_terminal();
-    let choice = cli
-        .provider
-        .as_deref()
-        .or(config.provider.as_deref())
-        .and_then(provider::ProviderChoice::parse)
-        .unwrap_or(provider::ProviderChoice::Auto);
+    let choice = match cli.provider {
+        Some(ProviderArg::Auto) => provider::ProviderChoice::Auto,
+        Some(ProviderArg::Git) => provider::ProviderChoice::Git,
+        Some(ProviderArg::Copy) => provider::ProviderChoice::Copy,
+        None => config
+            .provider
+            .as_deref()
+            .and_then(provider::ProviderChoice::parse)
+            .unwrap_or(provider::ProviderChoice::Auto),
+    };
     let excludes = config.copy.as_ref().and_then(|c| c.excludes.clone());
     let provider = provider::open(
         &cwd,
@@ -378,7 +398,11 @@ fn snapshot(
         turn: args.turn,
         step: args.step,
         trigger: args.trigger.clone(),
-        kind: Kind::parse(&args.kind).unwrap_or(Kind::Manual),
+        kind: match args.kind {
+            KindArg::Auto => Kind::Auto,
+            KindArg::Manual => Kind::Manual,
+            KindArg::Guard => Kind::Guard,
+        },
         max_file_size,
     };
     let outcome = provider.snapshot(&request)?;
