@@ -151,6 +151,13 @@ enum Command {
         #[arg(long)]
         keep: bool,
     },
+    /// Print a shell completion script (e.g. `ckpt completions bash > /etc/bash_completion.d/ckpt`)
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `ckpt man | man -l -`
+    Man,
 }
 
 #[derive(Args, Debug)]
@@ -291,6 +298,26 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
     if let Command::Demo { keep } = &cli.command {
         return demo::run(*keep, out);
     }
+    match &cli.command {
+        Command::Completions { shell } => {
+            let mut text = Vec::new();
+            clap_complete::generate(*shell, &mut <Cli as clap::CommandFactory>::command(), "ckpt", &mut text);
+            output::to_stdout(&String::from_utf8_lossy(&text));
+            return Ok(0);
+        }
+        Command::Man => {
+            let mut text = Vec::new();
+            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+                .render(&mut text)
+                .map_err(|source| CkptError::Io {
+                    path: PathBuf::from("<manual page>"),
+                    source,
+                })?;
+            output::to_stdout(&String::from_utf8_lossy(&text));
+            return Ok(0);
+        }
+        _ => {}
+    }
     if let Command::Gc { grace_seconds, dry_run } = &cli.command {
         let grace = std::time::Duration::from_secs(*grace_seconds);
         let report = provider::copy::collect_copy_store_garbage(grace, *dry_run)?;
@@ -380,7 +407,7 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
             diff(provider.as_ref(), &cwd, &request, out)
         }
         Command::Doctor { fix, complete } => doctor(provider.as_ref(), *fix, *complete, out),
-        Command::Demo { .. } | Command::Gc { .. } => Ok(0),
+        Command::Demo { .. } | Command::Gc { .. } | Command::Completions { .. } | Command::Man => Ok(0),
     }
 }
 

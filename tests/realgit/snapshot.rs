@@ -405,3 +405,23 @@ fn a_closed_pipe_ends_quietly_like_git() {
         assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn completions_and_man_page_come_from_the_same_definitions() {
+    let repo = TestRepo::bare_dir();
+    let run = repo.ckpt(&["completions", "bash"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("snapshot") && run.stdout.contains("--exact"),
+        "{}",
+        run.stdout
+    );
+    let run = repo.ckpt(&["man"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains(".TH ckpt 1") && run.stdout.contains("restore"),
+        "{}",
+        run.stdout
+    );
+    assert!(repo.ckpt(&["completions", "no-such-shell"]).code == 2);
+}
