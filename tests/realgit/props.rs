@@ -1111,6 +1111,39 @@ fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// How one property case ended: its invariant checks, or why it failed (with its step log).
+enum CaseOutcome {
+    Passed(u64),
+    Failed(String),
+}
+
+fn run_case(seed: u64, start: Start, steps: u64) -> CaseOutcome {
+    let mut rng = Rng(seed);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut world = World::new(start);
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            world.snapshot();
+            world.global_invariants();
+            for _ in 0..steps {
+                world.step(&mut rng);
+            }
+        }));
+        (result, world.checks, std::mem::take(&mut world.log))
+    }));
+    match outcome {
+        Ok((Ok(()), checks, _)) => CaseOutcome::Passed(checks),
+        Ok((Err(panic), _, log)) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            CaseOutcome::Failed(format!("steps: {}\n  {message}", log.join("\n         ")))
+        }
+        Err(_) => CaseOutcome::Failed("failed while setting up".into()),
+    }
+}
+
 #[test]
 fn repo_safety_properties_hold_over_random_sequences() {
     let cases = env_number("CKPT_PROP_CASES", 60);
@@ -1120,43 +1153,42 @@ fn repo_safety_properties_hold_over_random_sequences() {
         Some(seed) => vec![seed],
         None => (0..cases).map(|i| base + i).collect(),
     };
+    // Cases run on as many workers as there are cores; each case is independent (its own
+    // repositories and homes) and reports back a line in seed order.
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(seeds.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut outcomes: Vec<(u64, Start, CaseOutcome)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let at = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&seed) = seeds.get(at) else { break };
+                        let start = STARTS[(seed % STARTS.len() as u64) as usize];
+                        done.push((seed, start, run_case(seed, start, steps)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    outcomes.sort_by_key(|(seed, _, _)| *seed);
     let mut covered: BTreeSet<Start> = BTreeSet::new();
     let mut checks = 0u64;
     let mut failures = Vec::new();
-    for seed in &seeds {
-        let start = STARTS[(*seed % STARTS.len() as u64) as usize];
-        let mut rng = Rng(*seed);
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let mut world = World::new(start);
-            let mut log_on_panic = Vec::new();
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                world.snapshot();
-                world.global_invariants();
-                for _ in 0..steps {
-                    world.step(&mut rng);
-                }
-            }));
-            log_on_panic.append(&mut world.log);
-            (result, world.checks, log_on_panic)
-        }));
+    for (seed, start, outcome) in outcomes {
         match outcome {
-            Ok((Ok(()), n, _)) => {
+            CaseOutcome::Passed(n) => {
                 checks += n;
                 covered.insert(start);
             }
-            Ok((Err(panic), _, log)) => {
-                let message = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                failures.push(format!(
-                    "seed {seed} ({start:?}) failed; replay with CKPT_PROP_SEED={seed}\n  steps: {}\n  {message}",
-                    log.join("\n         ")
-                ));
-            }
-            Err(_) => failures.push(format!(
-                "seed {seed} ({start:?}) failed while setting up; replay with CKPT_PROP_SEED={seed}"
+            CaseOutcome::Failed(message) => failures.push(format!(
+                "seed {seed} ({start:?}) failed; replay with CKPT_PROP_SEED={seed}\n  {message}"
             )),
         }
     }
