@@ -14,18 +14,27 @@ use crate::verbs::{Vault, WorkspaceKey};
 /// The copy provider's home: `$CKPT_HOME`, else `$XDG_DATA_HOME/ckpt`, else
 /// `~/.local/share/ckpt`.
 pub fn ckpt_home() -> Result<PathBuf, CkptError> {
-    if let Some(home) = std::env::var_os("CKPT_HOME").filter(|v| !v.is_empty()) {
-        return Ok(PathBuf::from(home));
-    }
-    if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
-        return Ok(PathBuf::from(data).join("ckpt"));
-    }
-    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
-        Some(home) => Ok(PathBuf::from(home).join(".local/share/ckpt")),
-        None => Err(CkptError::NoProvider(
-            "the copy provider needs a place for its store: set CKPT_HOME (or HOME)".into(),
-        )),
-    }
+    let home = if let Some(home) = std::env::var_os("CKPT_HOME").filter(|v| !v.is_empty()) {
+        PathBuf::from(home)
+    } else if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        PathBuf::from(data).join("ckpt")
+    } else {
+        match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+            Some(home) => PathBuf::from(home).join(".local/share/ckpt"),
+            None => {
+                return Err(CkptError::NoProvider(
+                    "the copy provider needs a place for its store: set CKPT_HOME (or HOME)".into(),
+                ))
+            }
+        }
+    };
+    // A relative setting means the same store from every directory: resolved once, here, and
+    // through any symlinks and `..` as far as the path exists.
+    let absolute = std::path::absolute(&home).map_err(|source| CkptError::Io {
+        path: home.clone(),
+        source,
+    })?;
+    crate::verbs::absolute_parent_canonical(&absolute).map_err(|source| CkptError::Io { path: home, source })
 }
 
 /// `ckpt gc` for the copy store: with every workspace's lock held (so no snapshot can be

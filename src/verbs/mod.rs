@@ -16,10 +16,10 @@ pub use types::{
     PIN_NAMESPACE,
 };
 pub use vault::{
-    collect_private_garbage, enclosing_common_dir, enclosing_exclude_files, enclosing_worktree, path_key, BlobCensus,
-    CensusHandle, CommitInfo, FileRead, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, ParallelBlobs,
-    PrivateStore, PutBlob, TrackedEntry, TreeChange, Vault, VerifyFailure, WorktreeListing, CKPT_EMAIL, CKPT_NAME,
-    READ_ATTEMPTS, STREAM_THRESHOLD,
+    absolute_parent_canonical, collect_private_garbage, enclosing_common_dir, enclosing_exclude_files,
+    enclosing_worktree, path_key, BlobCensus, CensusHandle, CommitInfo, FileRead, GarbageReport, IndexStat, LevelEntry,
+    LocalBlobs, NewTreeEntry, ParallelBlobs, PrivateStore, PutBlob, TrackedEntry, TreeChange, Vault, VerifyFailure,
+    WorktreeListing, CKPT_EMAIL, CKPT_NAME, READ_ATTEMPTS, STREAM_THRESHOLD,
 };
 pub use worktree::{open_no_follow, temp_file_owner, DiskItem, RestoreOp, WorktreeProbe};
 

@@ -1155,7 +1155,10 @@ fn repo_safety_properties_hold_over_random_sequences() {
     };
     // Cases run on as many workers as there are cores; each case is independent (its own
     // repositories and homes) and reports back a line in seed order.
-    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(seeds.len().max(1));
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(seeds.len().max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut outcomes: Vec<(u64, Start, CaseOutcome)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
@@ -1172,10 +1175,7 @@ fn repo_safety_properties_hold_over_random_sequences() {
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
     });
     outcomes.sort_by_key(|(seed, _, _)| *seed);
     let mut covered: BTreeSet<Start> = BTreeSet::new();

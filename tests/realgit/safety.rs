@@ -779,3 +779,115 @@ fn a_full_disk_is_named() {
     );
     assert!(repo.git_in(&work, &["for-each-ref", "refs/ckpt/"]).trim().is_empty());
 }
+
+#[test]
+fn another_store_inside_the_workspace_is_recognised_by_what_it_holds() {
+    // HOME holds the default store, used by another project; the workspace is HOME, but this
+    // run's CKPT_HOME is elsewhere, so the path alone does not say it is a store.
+    let repo = TestRepo::bare_dir();
+    let home = repo.home.clone();
+    let project = repo.root.clone();
+    let ckpt = |dir: &Path, home_store: Option<&Path>, args: &[&str]| {
+        let mut cmd = repo.ckpt_command();
+        cmd.current_dir(dir).arg("--json").args(args);
+        match home_store {
+            Some(store) => cmd.env("CKPT_HOME", store),
+            None => cmd.env_remove("CKPT_HOME"),
+        };
+        let out = cmd.output().expect("ckpt");
+        assert!(
+            out.status.success(),
+            "ckpt {args:?}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    std::fs::write(project.join("p.txt"), b"p\n").expect("write");
+    ckpt(&project, None, &["snapshot"]);
+    let elsewhere = repo.home.parent().expect("tmp").join("elsewhere");
+    std::fs::write(home.join("h.txt"), b"h\n").expect("write");
+    let first = ckpt(&home, Some(&elsewhere), &["snapshot"]);
+    assert!(
+        !first.contains(".local/share/ckpt/"),
+        "the other store was captured: {first}"
+    );
+    let first_id = first
+        .lines()
+        .find(|l| l.contains("\"type\":\"snapshot\""))
+        .and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .and_then(|v| v["id"].as_str().map(str::to_owned))
+        .expect("id");
+    std::fs::write(project.join("p.txt"), b"p2\n").expect("write");
+    ckpt(&project, None, &["snapshot"]);
+    let store_before = tree_of(&home.join(".local/share/ckpt"));
+    ckpt(&home, Some(&elsewhere), &["restore", &first_id, "--exact", "--yes"]);
+    assert_eq!(
+        tree_of(&home.join(".local/share/ckpt")),
+        store_before,
+        "the other store was touched"
+    );
+    let audit = ckpt(&project, None, &["audit"]);
+    assert!(audit.contains("\"problems\":0"), "{audit}");
+}
+
+#[test]
+fn gc_keeps_what_doctor_quarantined() {
+    let repo = TestRepo::bare_dir();
+    let store = repo.home.join("store");
+    let ckpt = |args: &[&str], code: i32| {
+        let mut cmd = repo.ckpt_command();
+        cmd.env("CKPT_HOME", &store).arg("--json").args(args);
+        let run = run_ckpt(cmd);
+        assert_eq!(run.code, code, "ckpt {args:?}: {}\n{}", run.stdout, run.stderr);
+        run
+    };
+    repo.write("a.txt", b"a\n");
+    ckpt(&["snapshot"], 0);
+    let git_dir = std::fs::read_dir(store.join("workspaces"))
+        .expect("workspaces")
+        .flatten()
+        .next()
+        .expect("one workspace")
+        .path()
+        .join("git");
+    let store_git = |args: &[&str], input: &[u8]| {
+        let mut child = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&git_dir)
+            .args(args)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("git");
+        child.stdin.take().expect("stdin").write_all(input).expect("write");
+        let out = child.wait_with_output().expect("git");
+        assert!(out.status.success(), "git {args:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let blob = store_git(&["hash-object", "-w", "--stdin"], b"planted\n");
+    let mut tree = b"100644 ..\0".to_vec();
+    tree.extend((0..20).map(|i| u8::from_str_radix(&blob[i * 2..i * 2 + 2], 16).expect("hex")));
+    let tree = store_git(&["hash-object", "-t", "tree", "--literally", "-w", "--stdin"], &tree);
+    let message = "ckpt: manual checkpoint\n\nCkpt-Format: 1\nCkpt-Workspace: copy\nCkpt-Kind: manual\nCkpt-Time: 2099-01-01T00:00:00.000Z\nCkpt-Files: 0\nCkpt-Total-Files: 1\nCkpt-Bytes: 0\n";
+    let planted = store_git(
+        &[
+            "-c",
+            "user.name=x",
+            "-c",
+            "user.email=x@x",
+            "commit-tree",
+            &tree,
+            "-F",
+            "-",
+        ],
+        message.as_bytes(),
+    );
+    store_git(&["update-ref", &format!("refs/ckpt/copy/{planted}"), &planted], b"");
+    ckpt(&["doctor", "--fix"], 0);
+    ckpt(&["gc", "--grace-seconds", "0"], 0);
+    for object in [&planted, &tree, &blob] {
+        store_git(&["cat-file", "-e", object], b"");
+    }
+}

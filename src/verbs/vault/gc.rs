@@ -40,12 +40,16 @@ pub fn collect_private_garbage(
             repo,
             reserved: Vec::new(),
         };
-        let (pins, _) = vault.list_pins()?;
-        for (_, commit) in pins {
-            live.insert(commit.0);
-            let info = vault.read_commit(&commit)?;
-            live.insert(info.tree.0);
-            let mut pending = vec![info.tree];
+        // Every ref under refs/ckpt/ keeps its objects: pins, quarantined pins, anything else.
+        for target in vault.ckpt_ref_targets()? {
+            live.insert(target.0);
+            let root = match vault.repo.find_header(target.0).map(|h| h.kind()) {
+                Ok(gix::objs::Kind::Commit) => vault.read_commit(&target)?.tree,
+                Ok(gix::objs::Kind::Tree) => target,
+                _ => continue,
+            };
+            live.insert(root.0);
+            let mut pending = vec![root];
             let mut seen = std::collections::HashSet::new();
             while let Some(tree) = pending.pop() {
                 if !seen.insert(tree) {

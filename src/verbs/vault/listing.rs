@@ -2,7 +2,7 @@
 //! for untracked paths with git's ignore rules, plus whether index ids may stand for the bytes
 //! on disk. Nothing here writes anything.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use gix::bstr::BStr;
 
@@ -117,6 +117,32 @@ fn walk_untracked(repo: &gix::Repository, index: &gix::index::File) -> Result<Wo
 /// How many index entries [`Vault::index_sizes_are_raw`] compares with their stored blobs.
 const SIZE_SAMPLE: usize = 256;
 
+/// The directories above `paths` (sorted) that are ckpt copy stores: they hold a `store.lock`
+/// file and `objects/` and `workspaces/` directories. Each directory is looked at once.
+fn stores_among<'a>(root: &Path, paths: impl Iterator<Item = &'a RepoPath>) -> Vec<RepoPath> {
+    let is_store = |dir: &Path| {
+        std::fs::symlink_metadata(dir.join("store.lock")).is_ok_and(|m| m.is_file())
+            && std::fs::symlink_metadata(dir.join("objects")).is_ok_and(|m| m.is_dir())
+            && std::fs::symlink_metadata(dir.join("workspaces")).is_ok_and(|m| m.is_dir())
+    };
+    let mut seen: std::collections::HashSet<RepoPath> = std::collections::HashSet::new();
+    let mut stores = Vec::new();
+    let mut last_parent: Option<RepoPath> = None;
+    for path in paths {
+        let parent = path.parent();
+        if parent == last_parent {
+            continue;
+        }
+        last_parent = parent;
+        for dir in path.ancestors() {
+            if seen.insert(dir.clone()) && is_store(&root.join(dir.to_os_path())) {
+                stores.push(dir);
+            }
+        }
+    }
+    stores
+}
+
 /// True if no line of an attributes file sets an attribute that converts content.
 fn attributes_are_raw(text: &[u8]) -> bool {
     const CONVERTING: [&str; 6] = ["text", "eol", "crlf", "filter", "ident", "working-tree-encoding"];
@@ -204,17 +230,23 @@ impl Vault {
             (walked, result)
         });
         let mut walked = walked?;
-        if !self.reserved.is_empty() {
-            let outside = |path: &RepoPath| !self.reserved.iter().any(|r| path.is_within(r));
+        // ckpt's own stores: the configured one, and any other found by what it holds (another
+        // CKPT_HOME, or this one reached through a bind mount or another path).
+        let mut reserved: Vec<RepoPath> = self
+            .reserved
+            .iter()
+            .filter(|r| std::fs::symlink_metadata(self.workdir.join(r.to_os_path())).is_ok())
+            .cloned()
+            .collect();
+        reserved.extend(stores_among(&self.workdir, walked.untracked.iter()));
+        reserved.sort();
+        reserved.dedup();
+        if !reserved.is_empty() {
+            let outside = |path: &RepoPath| !reserved.iter().any(|r| path.is_within(r));
             walked.untracked.retain(|p| outside(p));
             walked.ignored.retain(|(p, _)| outside(p));
             walked.nested_repos.retain(|p| outside(p));
-            listing.reserved = self
-                .reserved
-                .iter()
-                .filter(|r| std::fs::symlink_metadata(self.workdir.join(r.to_os_path())).is_ok())
-                .cloned()
-                .collect();
+            listing.reserved = reserved;
         }
         listing.untracked = walked.untracked;
         listing.ignored = walked.ignored;

@@ -64,7 +64,7 @@ fn filesystem_tells_case_apart(git_dir: &Path) -> bool {
 }
 
 /// `dir` made absolute through its nearest existing ancestor, for a directory not made yet.
-fn absolute_parent_canonical(dir: &Path) -> std::io::Result<PathBuf> {
+pub fn absolute_parent_canonical(dir: &Path) -> std::io::Result<PathBuf> {
     let mut missing = Vec::new();
     let mut current = dir;
     loop {

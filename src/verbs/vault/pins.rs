@@ -121,6 +121,23 @@ impl Vault {
         Ok((pins, foreign))
     }
 
+    /// What every ref under `refs/ckpt/` points at — pins, quarantined pins and names that are
+    /// not pins alike: all of it must stay alive in a store ckpt collects itself.
+    pub fn ckpt_ref_targets(&self) -> Result<Vec<ObjectId>, VerbError> {
+        let platform = self.repo.references().map_err(|e| VerbError::git("listing refs", e))?;
+        let iter = platform
+            .prefixed("refs/ckpt/")
+            .map_err(|e| VerbError::git("listing refs/ckpt/", e))?;
+        let mut targets = Vec::new();
+        for reference in iter {
+            let reference = reference.map_err(|e| VerbError::git("reading a ref under refs/ckpt/", e))?;
+            if let Some(id) = reference.target().try_id() {
+                targets.push(ObjectId(id.to_owned()));
+            }
+        }
+        Ok(targets)
+    }
+
     /// The object a pin ref points at now, if it exists.
     pub fn read_pin(&self, pin: &PinRef) -> Result<Option<ObjectId>, VerbError> {
         let found = self

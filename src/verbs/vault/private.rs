@@ -113,6 +113,20 @@ impl Vault {
                 }
             }
         }
+        // An `objects` link that does not lead to the shared store (left by an older ckpt given a
+        // relative CKPT_HOME, or by a moved store) is pointed at it again, atomically.
+        let link = store.git_dir.join("objects");
+        let relink = match std::fs::read_link(&link) {
+            Ok(target) => target != store.objects,
+            Err(_) => std::fs::symlink_metadata(&link).is_err(),
+        };
+        if relink {
+            let fresh = store.git_dir.join(format!("objects-{}.tmp", std::process::id()));
+            std::fs::remove_file(&fresh).ok();
+            std::os::unix::fs::symlink(store.objects, &fresh)
+                .and_then(|()| std::fs::rename(&fresh, &link))
+                .map_err(|e| fail("linking the shared objects again", &e))?;
+        }
         let mut overrides: Vec<gix::bstr::BString> = CONFIG_OVERRIDES.iter().map(|s| (*s).into()).collect();
         let mut excludes: gix::bstr::BString = "core.excludesFile=".into();
         excludes.extend_from_slice(store.excludes_file.as_os_str().as_encoded_bytes());
