@@ -731,7 +731,13 @@ fn doctor(provider: &dyn Provider, fix: bool, complete: bool, out: &Output) -> R
     } else if !healthy {
         out.human(&format!("doctor: {} problem(s) remain", report.remaining.len()));
     }
-    Ok(if healthy { 0 } else { 1 })
+    let partial = report.restore.as_ref().is_some_and(|r| !r.failed.is_empty());
+    Ok(match (healthy, partial) {
+        (false, _) => 1,
+        // The interrupted restore was settled, but paths changed since were left and named.
+        (true, true) => 3,
+        (true, false) => 0,
+    })
 }
 
 struct DiffRequest<'a> {

@@ -891,3 +891,49 @@ fn gc_keeps_what_doctor_quarantined() {
         store_git(&["cat-file", "-e", object], b"");
     }
 }
+
+#[cfg(feature = "fault-injection")]
+#[test]
+fn doctor_rollback_touches_only_what_the_interrupted_restore_changed() {
+    let repo = TestRepo::new();
+    for i in 0..40 {
+        repo.write(format!("f/{i:02}.txt"), format!("A {i}\n").as_bytes());
+    }
+    let id = repo.snapshot(&[]);
+    for i in 0..40 {
+        repo.write(format!("f/{i:02}.txt"), format!("B {i}\n").as_bytes());
+    }
+    let mut cmd = repo.ckpt_command();
+    cmd.env("CKPT_FAULT", "restore:after-first-write")
+        .args(["restore", &id, "--yes"]);
+    assert!(!cmd.output().expect("restore").status.success());
+    // After the crash the user goes on working: a new file, and edits to restored and
+    // not-yet-restored files alike.
+    let written: Vec<usize> = (0..40)
+        .filter(|i| repo.read(format!("f/{i:02}.txt")) == format!("A {i}\n").as_bytes())
+        .collect();
+    assert!(
+        !written.is_empty() && written.len() < 40,
+        "the crash must land mid-way: {written:?}"
+    );
+    let untouched = (0..40).find(|i| !written.contains(i)).expect("an untouched file");
+    repo.write("notes.txt", b"brand new user file\n");
+    repo.write(format!("f/{untouched:02}.txt"), b"my precious work\n");
+    // The edited path is named and left: a partial settlement, exit 3.
+    let run = repo.ckpt_json(&["doctor", "--fix"], 3);
+    let report = run.one("restore");
+    assert_eq!(
+        json_paths(&serde_json::json!(report["failed"]
+            .as_array()
+            .map(|f| f.iter().map(|e| e["path"].clone()).collect::<Vec<_>>())
+            .unwrap_or_default())),
+        vec![format!("f/{untouched:02}.txt").into_bytes()]
+    );
+    assert_eq!(repo.read("notes.txt"), b"brand new user file\n", "{}", run.stdout);
+    assert_eq!(repo.read(format!("f/{untouched:02}.txt")), b"my precious work\n");
+    // What the crashed restore wrote is rolled back.
+    for i in written {
+        assert_eq!(repo.read(format!("f/{i:02}.txt")), format!("B {i}\n").as_bytes());
+    }
+    repo.ckpt_json(&["audit"], 0);
+}

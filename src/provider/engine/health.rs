@@ -10,7 +10,7 @@ use crate::provider::{
     AuditReport, CkptError, Confirmation, DoctorReport, JournalFix, Problem, Selection, SnapshotRequest,
 };
 use crate::records::{Kind, Record, RecordsError, WirePath};
-use crate::verbs::{temp_file_owner, IdSet, ObjectId, PinRef, RepoPath};
+use crate::verbs::{temp_file_owner, DiskItem, IdSet, ObjectId, PinRef, RepoPath};
 
 fn problem(code: &'static str, message: String, id: Option<&str>) -> Problem {
     Problem {
@@ -157,52 +157,110 @@ impl Engine {
         Ok(report)
     }
 
+    /// Rolls an interrupted restore back to its guard, or (`Complete`) finishes it — but only
+    /// for the paths the journal says it was changing, and only where the disk still shows
+    /// either the state before it or its own doing. A path changed since (by the user) is left
+    /// as it is and reported; files it never touched are never looked at.
     fn finish_journal(
         &self,
         journal: &serde_json::Value,
         fix: JournalFix,
     ) -> Result<crate::provider::RestoreReport, CkptError> {
         let field = |key: &str| journal.get(key).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
-        let (target, selection) = match fix {
-            JournalFix::RollBack => (
-                field("guard"),
-                Selection {
-                    paths: Vec::new(),
-                    exact: true,
-                },
-            ),
-            JournalFix::Complete => {
-                let paths = journal
-                    .get("paths")
-                    .and_then(|p| p.as_array())
-                    .map(|paths| {
-                        paths
-                            .iter()
-                            .filter_map(|p| serde_json::from_value::<WirePath>(p.clone()).ok())
-                            .map(|p| p.to_repo_path().map_err(CkptError::InvalidInput))
-                            .collect::<Result<Vec<_>, _>>()
-                    })
-                    .transpose()?
-                    .unwrap_or_default();
-                let exact = journal.get("exact").and_then(|e| e.as_bool()).unwrap_or(false);
-                (field("target"), Selection { paths, exact })
+        let record_of = |id: String| -> Result<Record, CkptError> {
+            ObjectId::from_hex(&id)
+                .map_err(|_| CkptError::CorruptRecord(format!("the journal names a bad checkpoint id {id:?}")))?;
+            self.records()?
+                .into_iter()
+                .find(|r| r.id == id)
+                .ok_or_else(|| CkptError::NotFound(format!("the journal's checkpoint {id} is not in the registry")))
+        };
+        let guard = record_of(field("guard"))?;
+        let target = record_of(field("target"))?;
+        let before_tree = self.checkpoint_tree(&guard)?;
+        let after_tree = self.checkpoint_tree(&target)?;
+        let ops: Vec<(String, RepoPath)> = journal
+            .get("ops")
+            .and_then(|ops| ops.as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|op| {
+                let kind = op.get("op")?.as_str()?.to_owned();
+                let path = serde_json::from_value::<WirePath>(op.get("path")?.clone())
+                    .ok()?
+                    .to_repo_path()
+                    .ok()?;
+                Some((kind, path))
+            })
+            .filter(|(kind, _)| kind == "write" || kind == "remove")
+            .collect();
+        let mut eligible = Vec::new();
+        let mut changed_since = Vec::new();
+        for (kind, path) in ops {
+            let before = before_tree.get(&path).copied();
+            let after = if kind == "write" {
+                after_tree.get(&path).copied()
+            } else {
+                None
+            };
+            let now = match self.vault.read_worktree_item(&path)? {
+                DiskItem::Entry(item) => Some(Some(item)),
+                DiskItem::Missing => Some(None),
+                _ => None, // a directory, special file or unreachable path: neither side's
+            };
+            let (undone, done) = match fix {
+                JournalFix::RollBack => (before, after),
+                JournalFix::Complete => (after, before),
+            };
+            if now == Some(done) {
+                eligible.push(path);
+            } else if now != Some(undone) {
+                changed_since.push((
+                    path,
+                    "changed on disk after the restore was interrupted; left as it is".to_owned(),
+                ));
             }
+        }
+        let wanted = match fix {
+            JournalFix::RollBack => guard,
+            JournalFix::Complete => target,
         };
-        ObjectId::from_hex(&target)
-            .map_err(|_| CkptError::InvalidInput(format!("journal names a bad checkpoint id {target:?}")))?;
-        let record =
-            self.records()?.into_iter().find(|r| r.id == target).ok_or_else(|| {
-                CkptError::NotFound(format!("the journal's checkpoint {target} is not in the registry"))
-            })?;
-        let request = SnapshotRequest {
-            session: None,
-            turn: None,
-            step: None,
-            trigger: Some("doctor".into()),
-            kind: Kind::Guard,
-            max_file_size: crate::provider::scan::DEFAULT_MAX_FILE_SIZE,
+        let mut report = if eligible.is_empty() {
+            // Nothing of the interrupted restore is left to undo (or do): settle its journal.
+            let registry = self.registry()?;
+            let lock = registry.lock()?;
+            registry.clear_journal(&lock)?;
+            crate::provider::RestoreReport {
+                id: wanted.id.clone(),
+                guard: None,
+                guard_created: false,
+                written: Vec::new(),
+                deleted: Vec::new(),
+                left: Vec::new(),
+                unchanged: 0,
+                failed: Vec::new(),
+                verified: true,
+            }
+        } else {
+            let request = SnapshotRequest {
+                session: None,
+                turn: None,
+                step: None,
+                trigger: Some("doctor".into()),
+                kind: Kind::Guard,
+                max_file_size: crate::provider::scan::DEFAULT_MAX_FILE_SIZE,
+            };
+            let selection = Selection {
+                paths: eligible,
+                exact: true,
+            };
+            self.restore(&wanted, &selection, &request, Confirmation::Given)?
         };
-        self.restore(&record, &selection, &request, Confirmation::Given)
+        if !changed_since.is_empty() {
+            report.verified = false;
+            report.failed.extend(changed_since);
+        }
+        Ok(report)
     }
 
     pub(super) fn doctor_report(&self, fix: Option<JournalFix>) -> Result<DoctorReport, CkptError> {
