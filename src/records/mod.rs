@@ -289,6 +289,12 @@ impl Registry {
         Ok(Registry { dir: dir.to_path_buf() })
     }
 
+    /// Refuses (with [`RecordsError::UnsafeStateDir`]) a state directory that is a symlink, for
+    /// `audit` to report; every write checks the same through [`Self::lock`].
+    pub fn check_not_linked(dir: &Path) -> Result<(), RecordsError> {
+        refuse_linked_state_dir(dir)
+    }
+
     /// Opens without creating anything; `None` if no state exists yet.
     pub fn open_existing(dir: &Path) -> Option<Self> {
         dir.is_dir().then(|| Registry { dir: dir.to_path_buf() })

@@ -478,6 +478,16 @@ fn a_symlinked_state_directory_is_refused_not_followed() {
         0,
         "ckpt wrote through the link"
     );
+    // audit and doctor say so too, and doctor --fix leaves it to the user.
+    let audit = repo.ckpt_json(&["audit"], 1);
+    assert_eq!(
+        audit.one("audit.problem")["code"],
+        "unsafe_state_dir",
+        "{}",
+        audit.stdout
+    );
+    repo.ckpt_json(&["doctor", "--fix"], 1);
+    assert_eq!(std::fs::read_dir(&outside).expect("ls").count(), 0);
     // The whole state root as a link is refused too.
     std::fs::remove_file(&workspace).expect("rm link");
     std::fs::remove_dir_all(&state_root).expect("rm root");

@@ -77,6 +77,13 @@ impl Engine {
 
     pub(super) fn audit_report(&self) -> Result<AuditReport, CkptError> {
         let mut report = AuditReport::default();
+        if let Err(error) = crate::records::Registry::check_not_linked(&self.state_dir) {
+            // Nothing is read through the link; remove it, then run ckpt again.
+            report
+                .problems
+                .push(problem("unsafe_state_dir", error.to_string(), None));
+            return Ok(report);
+        }
         let stored = match self.stored_records() {
             Ok(records) => records,
             Err(error @ CkptError::Records(RecordsError::UnsupportedVersion { .. })) => {
