@@ -394,11 +394,13 @@ fn prepare_and_run<T>(
     // Submodule pointers, in index order.
     let mut gitlinks: Vec<(RepoPath, CapturedFile)> = Vec::new();
     let (listing, (mut results, index_seed)) = vault.list_worktree_overlapped(|listing| {
-        let index_seed = if listing.index_ids_are_raw {
-            listing.index_mtime
-        } else {
-            None
-        };
+        // The size sample reads object headers: only worth it when ids may seed this capture.
+        let index_seed =
+            if listing.index_ids_are_raw && want_index_entries && vault.index_sizes_are_raw(&listing.tracked) {
+                listing.index_mtime
+            } else {
+                None
+            };
         let mut candidates = Vec::with_capacity(listing.tracked.len());
         for tracked in std::mem::take(&mut listing.tracked) {
             if want_index_ids {

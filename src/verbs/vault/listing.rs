@@ -37,8 +37,9 @@ pub struct WorktreeListing {
     pub tracked: Vec<TrackedEntry>,
     /// The index file's mtime: entries not older than it are racily clean.
     pub index_mtime: Option<(i64, u32)>,
-    /// True when no clean/smudge filter, eol conversion or ident can make the index's blob ids
-    /// differ from the bytes on disk, so they may seed a capture.
+    /// True when no clean/smudge filter, eol conversion or ident configured now can make the
+    /// index's blob ids differ from the bytes on disk; a caller that will seed from them also
+    /// asks [`Vault::index_sizes_are_raw`] about conversions in the past.
     pub index_ids_are_raw: bool,
     /// Untracked, not ignored, non-directory paths (files, symlinks, special files).
     pub untracked: Vec<RepoPath>,
@@ -353,14 +354,14 @@ impl Vault {
             Ok(text) => attributes_are_raw(&text),
             Err(e) => e.kind() == std::io::ErrorKind::NotFound,
         });
-        attributes_raw && self.index_sizes_are_raw(tracked)
+        attributes_raw
     }
 
     /// A conversion that was active when files were checked out or added (autocrlf set then and
     /// unset since, an attributes file since removed) shows as a stored blob whose length
     /// differs from the file length the index recorded. Checked on an even sample of at most
     /// [`SIZE_SAMPLE`] entries: one mismatch turns seeding off for the whole capture.
-    fn index_sizes_are_raw(&self, tracked: &[TrackedEntry]) -> bool {
+    pub fn index_sizes_are_raw(&self, tracked: &[TrackedEntry]) -> bool {
         let plain: Vec<&TrackedEntry> = tracked
             .iter()
             .filter(|t| matches!(t.item.kind, EntryKind::File | EntryKind::Executable) && t.stat.is_some())
