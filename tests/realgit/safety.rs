@@ -536,38 +536,65 @@ fn directories_vanishing_during_the_walk_do_not_fail_snapshots() {
     );
 }
 
+/// What `plant_hostile_checkpoint` made: blob, tree and commit ids.
+struct Planted {
+    blob: String,
+    tree: String,
+    commit: String,
+}
+
+/// Writes, through `git` (args, stdin → stdout), a pinned-looking checkpoint commit with
+/// complete trailers for `workspace` whose tree has one entry named `name` (hostile), and pins
+/// it under refs/ckpt/<workspace>/.
+fn plant_hostile_checkpoint(
+    git: impl Fn(&[&str], &[u8]) -> String,
+    workspace: &str,
+    name: &[u8],
+    parent: Option<&str>,
+) -> Planted {
+    let blob = git(&["hash-object", "-w", "--stdin"], b"planted\n");
+    let mut entry = b"100644 ".to_vec();
+    entry.extend_from_slice(name);
+    entry.push(0);
+    entry.extend((0..20).map(|i| u8::from_str_radix(&blob[i * 2..i * 2 + 2], 16).expect("hex")));
+    let tree = git(&["hash-object", "-t", "tree", "--literally", "-w", "--stdin"], &entry);
+    let message = format!(
+        "ckpt: manual checkpoint\n\nCkpt-Format: 1\nCkpt-Workspace: {workspace}\nCkpt-Kind: manual\nCkpt-Time: 2099-01-01T00:00:00.000Z\nCkpt-Files: 0\nCkpt-Total-Files: 1\nCkpt-Bytes: 0\n"
+    );
+    let mut args = vec![
+        "-c",
+        "user.name=x",
+        "-c",
+        "user.email=x@x",
+        "commit-tree",
+        &tree,
+        "-F",
+        "-",
+    ];
+    if let Some(parent) = parent {
+        args.extend(["-p", parent]);
+    }
+    let commit = git(&args, message.as_bytes());
+    git(
+        &["update-ref", &format!("refs/ckpt/{workspace}/{commit}"), &commit],
+        b"",
+    );
+    Planted { blob, tree, commit }
+}
+
 #[test]
 fn one_planted_hostile_checkpoint_is_refused_alone_and_quarantined() {
     let repo = TestRepo::new();
     let good = repo.snapshot(&[]);
     // A pinned commit with complete trailers whose tree has an entry named `x/y`.
-    let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"pwned\n");
-    let mut tree = b"100644 x/y\0".to_vec();
-    tree.extend((0..20).map(|i| u8::from_str_radix(&blob[i * 2..i * 2 + 2], 16).expect("hex")));
-    let tree = git_stdin(
-        &repo,
-        &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
-        &tree,
-    );
-    let message = "ckpt: manual checkpoint\n\nCkpt-Format: 1\nCkpt-Workspace: main\nCkpt-Kind: manual\nCkpt-Time: 2099-01-01T00:00:00.000Z\nCkpt-Files: 0\nCkpt-Total-Files: 1\nCkpt-Bytes: 0\n";
-    let planted = git_stdin(
-        &repo,
-        &[
-            "-c",
-            "user.name=x",
-            "-c",
-            "user.email=x@x",
-            "commit-tree",
-            &tree,
-            "-p",
-            "HEAD",
-            "-F",
-            "-",
-        ],
-        message.as_bytes(),
-    );
+    let planted = plant_hostile_checkpoint(
+        |args, input| git_stdin(&repo, args, input),
+        "main",
+        b"x/y",
+        Some("HEAD"),
+    )
+    .commit;
     let pin = format!("refs/ckpt/main/{planted}");
-    repo.git(&["update-ref", &pin, &planted]);
 
     // Protection goes on: snapshots work, other checkpoints restore.
     repo.write("README.md", b"edited\n");
@@ -876,25 +903,11 @@ fn gc_keeps_what_doctor_quarantined() {
         assert!(out.status.success(), "git {args:?}");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
-    let blob = store_git(&["hash-object", "-w", "--stdin"], b"planted\n");
-    let mut tree = b"100644 ..\0".to_vec();
-    tree.extend((0..20).map(|i| u8::from_str_radix(&blob[i * 2..i * 2 + 2], 16).expect("hex")));
-    let tree = store_git(&["hash-object", "-t", "tree", "--literally", "-w", "--stdin"], &tree);
-    let message = "ckpt: manual checkpoint\n\nCkpt-Format: 1\nCkpt-Workspace: copy\nCkpt-Kind: manual\nCkpt-Time: 2099-01-01T00:00:00.000Z\nCkpt-Files: 0\nCkpt-Total-Files: 1\nCkpt-Bytes: 0\n";
-    let planted = store_git(
-        &[
-            "-c",
-            "user.name=x",
-            "-c",
-            "user.email=x@x",
-            "commit-tree",
-            &tree,
-            "-F",
-            "-",
-        ],
-        message.as_bytes(),
-    );
-    store_git(&["update-ref", &format!("refs/ckpt/copy/{planted}"), &planted], b"");
+    let Planted {
+        blob,
+        tree,
+        commit: planted,
+    } = plant_hostile_checkpoint(store_git, "copy", b"..", None);
     ckpt(&["doctor", "--fix"], 0);
     ckpt(&["gc", "--grace-seconds", "0"], 0);
     for object in [&planted, &tree, &blob] {
