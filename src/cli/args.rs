@@ -1,0 +1,207 @@
+//! The command line, declared once: global options, subcommands and their arguments (clap
+//! derive). Completions and the man page are generated from these same definitions. Nothing here
+//! runs anything.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ckpt",
+    version,
+    about = "Checkpoints of a working directory before every agent mutation, restorable exactly, without touching your git state"
+)]
+pub(super) struct Cli {
+    /// Run as if started in DIR (like git -C)
+    #[arg(short = 'C', global = true, value_name = "DIR")]
+    pub(super) dir: Option<PathBuf>,
+    /// JSON Lines on stdout (one object per line, each with "v":1 and "type"); human text on stderr
+    #[arg(long, global = true)]
+    pub(super) json: bool,
+    /// git (checkpoints in the repository), copy (a private store outside the workspace), or
+    /// auto: git inside a repository whose HEAD is born, copy otherwise
+    #[arg(long, global = true, value_enum)]
+    pub(super) provider: Option<ProviderArg>,
+    #[command(subcommand)]
+    pub(super) command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub(super) enum Command {
+    /// Take a checkpoint of the workspace now
+    Snapshot(SnapshotArgs),
+    /// List checkpoints, oldest first
+    List {
+        /// Only this session's checkpoints
+        #[arg(long)]
+        session: Option<String>,
+        /// Every worktree of this repository, not only this one
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show one checkpoint's record
+    Show(TargetArgs),
+    /// Show what restoring a checkpoint would change (read-only)
+    Preview(RestoreArgs),
+    /// Put the workspace (or some paths) back as a checkpoint had it; takes a guard checkpoint first
+    Restore {
+        #[command(flatten)]
+        args: RestoreArgs,
+        /// Confirm without asking
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// What changed since a checkpoint (to the worktree, read-only) or between two checkpoints
+    Diff {
+        /// The checkpoint to compare from: `latest`, an id prefix, `turn:T` or `turn:T.S`
+        from: String,
+        /// The checkpoint to compare to (default: the worktree as it is now)
+        to: Option<String>,
+        /// Session for `turn:` targets and `latest`
+        #[arg(long)]
+        session: Option<String>,
+        /// Per-file counts of changed lines
+        #[arg(long, conflicts_with = "name_status")]
+        stat: bool,
+        /// One line per file: status letter and path
+        #[arg(long)]
+        name_status: bool,
+        /// Worktree files larger than this many bytes are left out
+        #[arg(long)]
+        max_file_size: Option<u64>,
+        /// Only these paths (files or directories), after `--`
+        #[arg(last = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+    },
+    /// Remove checkpoints by retention policy: keep the newest per session, then a byte quota
+    Prune {
+        /// Only say what would be removed, and why
+        #[arg(long)]
+        dry_run: bool,
+        /// Newest checkpoints kept per session
+        #[arg(long)]
+        max_per_session: Option<usize>,
+        /// Soft cap on the incremental bytes of all kept checkpoints
+        #[arg(long)]
+        quota_bytes: Option<u64>,
+    },
+    /// Delete checkpoints: these targets, or every checkpoint of --session
+    Delete {
+        /// `latest`, id prefixes, `turn:T`, `turn:T.S`
+        targets: Vec<String>,
+        /// With no targets: every checkpoint of this session; with targets: the session for `turn:`
+        #[arg(long)]
+        session: Option<String>,
+        /// Confirm without asking
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Delete every checkpoint of this workspace
+    Clear {
+        /// Confirm without asking
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// What is protected now and why the rest is not, checkpoints per session, disk usage
+    Status {
+        /// Files larger than this many bytes count as not protected
+        #[arg(long)]
+        max_file_size: Option<u64>,
+    },
+    /// Remove content of the copy store that no checkpoint of any workspace references (git
+    /// provider checkpoints are left to git's own gc)
+    Gc {
+        /// Keep unreferenced content younger than this many seconds
+        #[arg(long, default_value_t = 3600)]
+        grace_seconds: u64,
+        /// Only count what would be removed
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Check this workspace's ckpt state (read-only); exits 1 on any problem
+    Audit,
+    /// Report problems in this workspace's ckpt state; --fix repairs them
+    Doctor {
+        /// Repair: rebuild or re-pin records, remove leftover temp files, roll an interrupted
+        /// restore back to its guard
+        #[arg(long)]
+        fix: bool,
+        /// With --fix: finish an interrupted restore instead of rolling it back
+        #[arg(long, requires = "fix")]
+        complete: bool,
+    },
+    /// A guided run in a scratch repository: snapshot, agent-like edits, preview, restore, undo
+    Demo {
+        /// Keep the scratch repository and print its path
+        #[arg(long)]
+        keep: bool,
+    },
+    /// Print a shell completion script (e.g. `ckpt completions bash > /etc/bash_completion.d/ckpt`)
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `ckpt man | man -l -`
+    Man,
+}
+
+#[derive(Args, Debug)]
+pub(super) struct SnapshotArgs {
+    #[arg(long)]
+    pub(super) session: Option<String>,
+    #[arg(long)]
+    pub(super) turn: Option<u64>,
+    #[arg(long)]
+    pub(super) step: Option<u64>,
+    /// What is about to mutate the workspace (e.g. the tool name)
+    #[arg(long)]
+    pub(super) trigger: Option<String>,
+    /// auto, manual or guard
+    #[arg(long, value_enum, default_value_t = KindArg::Manual)]
+    pub(super) kind: KindArg,
+    /// Files larger than this many bytes are skipped and reported
+    #[arg(long)]
+    pub(super) max_file_size: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub(super) struct TargetArgs {
+    /// `latest`, an id prefix, `turn:T` or `turn:T.S`
+    pub(super) target: String,
+    /// Session for `turn:` targets and `latest`
+    #[arg(long)]
+    pub(super) session: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub(super) struct RestoreArgs {
+    #[command(flatten)]
+    pub(super) target: TargetArgs,
+    /// Also remove files created after the checkpoint (only ones the guard captured)
+    #[arg(long)]
+    pub(super) exact: bool,
+    /// Files larger than this many bytes are not captured by the guard
+    #[arg(long)]
+    pub(super) max_file_size: Option<u64>,
+    /// Only these paths (files or directories), after `--`
+    #[arg(last = true, value_name = "PATH")]
+    pub(super) paths: Vec<PathBuf>,
+}
+
+/// Runs the CLI with the process arguments and returns the exit code.
+/// `--provider`: where checkpoints live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum ProviderArg {
+    Auto,
+    Git,
+    Copy,
+}
+
+/// `--kind` of a snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum KindArg {
+    Auto,
+    Manual,
+    Guard,
+}

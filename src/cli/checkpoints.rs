@@ -1,0 +1,187 @@
+//! `snapshot`, `list` and `show`, and how a target on the command line becomes a checkpoint.
+
+use serde_json::json;
+
+use super::args::*;
+use super::output::{self, Output};
+use super::*;
+use crate::provider::target::{self, ResolveError, Target};
+use crate::provider::{self, CkptError, Provider, SnapshotRequest};
+use crate::records::{Kind, Record};
+
+pub(super) fn snapshot(
+    provider: &dyn Provider,
+    args: &SnapshotArgs,
+    max_file_size: u64,
+    config: &Config,
+    out: &Output,
+) -> Result<i32, CkptError> {
+    check_label("session", &args.session)?;
+    check_label("trigger", &args.trigger)?;
+    let request = SnapshotRequest {
+        session: args.session.clone(),
+        turn: args.turn,
+        step: args.step,
+        trigger: args.trigger.clone(),
+        kind: match args.kind {
+            KindArg::Auto => Kind::Auto,
+            KindArg::Manual => Kind::Manual,
+            KindArg::Guard => Kind::Guard,
+        },
+        max_file_size,
+    };
+    let outcome = provider.snapshot(&request)?;
+    let auto_prune = config.retention.as_ref().and_then(|r| r.auto_prune).unwrap_or(false);
+    let pruned = if auto_prune && outcome.created {
+        let plan = provider::retention::plan(&provider.checkpoints(false)?, &retention_policy(config));
+        provider.remove(&plan.into_iter().map(|r| r.id).collect::<Vec<_>>())?
+    } else {
+        Vec::new()
+    };
+    for warning in &outcome.warnings {
+        eprintln!("ckpt: warning: {warning}");
+    }
+    let record = &outcome.record;
+    let skipped: Vec<_> = record
+        .skipped
+        .iter()
+        .map(|s| json!({"path": s.path, "reason": s.reason}))
+        .collect();
+    out.record(
+        "snapshot",
+        json!({
+            "id": record.id,
+            "short": record.short(),
+            "created": outcome.created,
+            "provider": record.provider,
+            "commit": record.commit,
+            "kind": record.kind.as_str(),
+            // A no-op reports what it added (nothing), not the previous checkpoint's numbers.
+            "files": if outcome.created { record.files } else { 0 },
+            "total_files": record.total_files,
+            "bytes": if outcome.created { record.bytes } else { 0 },
+            "skipped": skipped,
+            "scan": {"from_cache": outcome.scan.from_cache, "from_index": outcome.scan.from_index, "read": outcome.scan.read},
+            "pruned": pruned,
+        }),
+    );
+    if outcome.created {
+        out.human(&format!(
+            "checkpoint {} taken: {} file(s) changed, {} new, {} file(s) protected",
+            record.short(),
+            record.files,
+            output::human_bytes(record.bytes),
+            record.total_files
+        ));
+    } else {
+        out.human(&format!(
+            "nothing changed since checkpoint {}; no new checkpoint was needed",
+            record.short()
+        ));
+    }
+    for skipped in &record.skipped {
+        let path = skipped
+            .path
+            .to_repo_path()
+            .map(|p| output::human_path(&p))
+            .unwrap_or_default();
+        out.human(&format!("  not protected: {path}  [{}]", skipped.reason));
+    }
+    Ok(0)
+}
+
+pub(super) fn list(provider: &dyn Provider, session: Option<&str>, all: bool, out: &Output) -> Result<i32, CkptError> {
+    let every = provider.checkpoints(all)?;
+    let total = every.len();
+    let records: Vec<Record> = every
+        .into_iter()
+        .filter(|r| session.is_none_or(|s| r.session.as_deref() == Some(s)))
+        .collect();
+    for record in &records {
+        out.record("checkpoint", output::checkpoint_json(record));
+    }
+    if records.is_empty() && total > 0 {
+        if let Some(session) = session {
+            // Said even with --json (on stderr): an empty list is not "no checkpoints".
+            eprintln!(
+                "ckpt: no checkpoint belongs to session {session:?} ({total} checkpoint(s) in other sessions; `ckpt status` lists the sessions)"
+            );
+            return Ok(0);
+        }
+    }
+    if !out.json {
+        if records.is_empty() {
+            out.human("no checkpoints yet (take one with: ckpt snapshot)");
+        } else {
+            out.human(&output::list_header());
+            for record in &records {
+                out.human(&output::list_line(record));
+            }
+        }
+    }
+    Ok(0)
+}
+
+pub(super) fn resolve(provider: &dyn Provider, args: &TargetArgs) -> Result<Record, CkptError> {
+    check_label("session", &args.session)?;
+    let records = provider.checkpoints(false)?;
+    let parsed = Target::parse(&args.target).map_err(|e| resolve_error(&args.target, e))?;
+    target::resolve(&records, &parsed, args.session.as_deref())
+        .cloned()
+        .map_err(|e| resolve_error(&args.target, e))
+}
+
+pub(super) fn resolve_error(text: &str, error: ResolveError) -> CkptError {
+    match error {
+        ResolveError::Invalid(message) => CkptError::InvalidInput(message),
+        ResolveError::NotFound(message) => CkptError::NotFound(message),
+        ResolveError::Ambiguous(candidates) => CkptError::Ambiguous {
+            target: text.to_owned(),
+            candidates,
+        },
+    }
+}
+
+pub(super) fn show(provider: &dyn Provider, args: &TargetArgs, out: &Output) -> Result<i32, CkptError> {
+    let record = resolve(provider, args)?;
+    let mut value = output::checkpoint_json(&record);
+    if let serde_json::Value::Object(map) = &mut value {
+        map.insert("tree".into(), json!(record.tree));
+        map.insert("workspace".into(), json!(record.workspace));
+        map.insert(
+            "skipped".into(),
+            json!(record
+                .skipped
+                .iter()
+                .map(|s| json!({"path": s.path, "reason": s.reason}))
+                .collect::<Vec<_>>()),
+        );
+    }
+    out.record("checkpoint", value);
+    if !out.json {
+        let mut text = format!(
+            "checkpoint {}\n  provider  {}\n  kind      {}\n  time      {}\n  session   {}\n  turn      {}\n  trigger   {}\n  files     {} changed, {} protected\n  bytes     {} new\n  tree      {}\n",
+            record.id,
+            record.provider,
+            record.kind.as_str(),
+            output::human_time(&record),
+            record.session.as_deref().unwrap_or("-"),
+            output::turn_step(&record),
+            record.trigger.as_deref().unwrap_or("-"),
+            record.files,
+            record.total_files,
+            output::human_bytes(record.bytes),
+            record.tree
+        );
+        for skipped in &record.skipped {
+            let path = skipped
+                .path
+                .to_repo_path()
+                .map(|p| output::human_path(&p))
+                .unwrap_or_default();
+            text.push_str(&format!("  not protected: {path}  [{}]\n", skipped.reason));
+        }
+        out.human(text.trim_end());
+    }
+    Ok(0)
+}

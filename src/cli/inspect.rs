@@ -1,0 +1,127 @@
+//! `diff` and `status`: read-only views of checkpoints and of the worktree.
+
+use std::io::IsTerminal;
+use std::path::Path;
+
+use serde_json::json;
+
+use super::args::*;
+use super::checkpoints::resolve;
+use super::output::{self, Output};
+use super::*;
+use crate::provider::{self, CkptError, Provider};
+
+pub(super) struct DiffRequest<'a> {
+    pub(super) from: &'a str,
+    pub(super) to: Option<&'a str>,
+    pub(super) session: Option<&'a str>,
+    pub(super) view: output::DiffView,
+    pub(super) max_file_size: u64,
+    pub(super) paths: &'a [PathBuf],
+}
+
+pub(super) fn diff(
+    provider: &dyn Provider,
+    cwd: &Path,
+    request: &DiffRequest<'_>,
+    out: &Output,
+) -> Result<i32, CkptError> {
+    let target = |text: &str| TargetArgs {
+        target: text.to_owned(),
+        session: request.session.map(str::to_owned),
+    };
+    let from = resolve(provider, &target(request.from))?;
+    let to = request.to.map(|t| resolve(provider, &target(t))).transpose()?;
+    let paths = request
+        .paths
+        .iter()
+        .map(|arg| provider::repo_path_from_user(provider.workdir(), cwd, arg))
+        .collect::<Result<Vec<_>, _>>()?;
+    let files = provider.diff(&from, to.as_ref(), &paths, request.max_file_size)?;
+    let (added, removed) = files.iter().fold((0, 0), |(a, r), f| (a + f.added, r + f.removed));
+    for file in &files {
+        out.record("diff.file", output::diff_file_json(file));
+    }
+    out.record(
+        "diff",
+        json!({"from": from.id, "to": to.as_ref().map(|r| r.id.clone()), "files": files.len(), "added": added, "removed": removed}),
+    );
+    if !out.json {
+        let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let text = output::diff_text(&files, request.view, color);
+        if !text.is_empty() {
+            output::to_stdout(&text);
+        }
+        if files.is_empty() {
+            let to_name = to
+                .as_ref()
+                .map(|r| r.short().to_owned())
+                .unwrap_or_else(|| "the worktree".into());
+            out.human(&format!("no differences between {} and {to_name}", from.short()));
+        }
+    }
+    Ok(0)
+}
+
+pub(super) fn status(provider: &dyn Provider, max_file_size: u64, out: &Output) -> Result<i32, CkptError> {
+    let report = provider.status(max_file_size)?;
+    let mut sessions: std::collections::BTreeMap<Option<String>, usize> = std::collections::BTreeMap::new();
+    for record in &report.checkpoints {
+        *sessions.entry(record.session.clone()).or_default() += 1;
+    }
+    let oldest = report.checkpoints.first();
+    let newest = report.checkpoints.last();
+    out.record(
+        "status",
+        json!({
+            "provider": report.provider,
+            "workspace": crate::records::WirePath::from_bytes(provider.workdir().as_os_str().as_encoded_bytes()),
+            "protected": report.protected,
+            "not_protected": output::wire_reasons(&report.not_protected, "reason"),
+            "checkpoints": report.checkpoints.len(),
+            "sessions": sessions.iter().map(|(s, n)| json!({"session": s, "count": n})).collect::<Vec<_>>(),
+            "oldest": oldest.map(|r| r.id.clone()),
+            "newest": newest.map(|r| r.id.clone()),
+            "ckpt_only_bytes": report.ckpt_only_bytes,
+            "shared_bytes": report.shared_bytes,
+            "blobs": report.blobs,
+        }),
+    );
+    if !out.json {
+        let mut text = format!("provider {} for {}\n", report.provider, provider.workdir().display());
+        text.push_str(&format!("protected now: {} file(s)\n", report.protected));
+        if !report.not_protected.is_empty() {
+            text.push_str(&format!("not protected ({}):\n", report.not_protected.len()));
+            for (path, reason) in &report.not_protected {
+                text.push_str(&format!("  {}  [{reason}]\n", output::human_path(path)));
+            }
+        }
+        text.push_str(&format!("checkpoints: {}\n", report.checkpoints.len()));
+        for (session, count) in &sessions {
+            text.push_str(&format!(
+                "  {}: {count}\n",
+                session.as_deref().unwrap_or("(no session)")
+            ));
+        }
+        if let (Some(oldest), Some(newest)) = (oldest, newest) {
+            text.push_str(&format!(
+                "  oldest {}  {}\n",
+                oldest.short(),
+                output::human_time(oldest)
+            ));
+            text.push_str(&format!(
+                "  newest {}  {}\n",
+                newest.short(),
+                output::human_time(newest)
+            ));
+        }
+        text.push_str(&format!(
+            "disk: {} kept alive only by ckpt, {} shared with your repository ({} distinct files)",
+            output::human_bytes(report.ckpt_only_bytes),
+            output::human_bytes(report.shared_bytes),
+            report.blobs
+        ));
+        out.human(&text);
+    }
+    Ok(0)
+}
