@@ -444,11 +444,16 @@ fn doctor_removes_only_temp_files_of_the_interrupted_restore() {
     // Same pid, but in a directory the restore never wrote to: the user's.
     let lookalike = format!("docs/.ckpt-{pid}-0123abcd.tmp");
     repo.write(&lookalike, b"user data\n");
-    // The killed process's own leftover, where it was writing.
+    // The killed process's own leftover, where it was writing: the start of src/lib.rs as the
+    // checkpoint has it.
     let leftover = format!("src/.ckpt-{pid}-feedbeef.tmp");
-    repo.write(&leftover, b"partial");
+    repo.write(&leftover, b"pub fn ans");
+    // Same pid, same directory, but content the restore never wrote: the user's.
+    let users = format!("src/.ckpt-{pid}-0000aaaa.tmp");
+    repo.write(&users, b"user data written after the crash\n");
     repo.ckpt_json(&["doctor", "--fix"], 0);
     assert_eq!(repo.read(&lookalike), b"user data\n");
+    assert_eq!(repo.read(&users), b"user data written after the crash\n");
     assert!(
         !repo.path(&leftover).exists(),
         "the interrupted restore's temp file stays"

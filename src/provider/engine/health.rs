@@ -45,9 +45,11 @@ impl Engine {
     }
 
     /// Temp files an interrupted restore left in the worktree, as far as there is evidence that
-    /// ckpt made them: a restore journal is pending, the name carries that restore's pid, and
-    /// the file sits in a directory that restore was writing to. A file that merely looks like a
-    /// temp file is the user's and is never listed (so never removed).
+    /// ckpt made them: a restore journal is pending, the name carries that restore's pid, the
+    /// file sits in a directory that restore was writing to, and its content is (a beginning
+    /// of) what that restore wrote or moved aside there — the target's or the guard's content
+    /// of a path in that directory. Anything else that merely looks like a temp file is the
+    /// user's and is never listed (so never removed).
     fn stale_temp_files(&self, journal: Option<&serde_json::Value>) -> Result<Vec<RepoPath>, CkptError> {
         let Some(journal) = journal else {
             return Ok(Vec::new());
@@ -55,22 +57,64 @@ impl Engine {
         let Some(pid) = journal.get("pid").and_then(|p| p.as_u64()) else {
             return Ok(Vec::new());
         };
-        let dirs: HashSet<Option<RepoPath>> = journal
+        let op_paths: Vec<RepoPath> = journal
             .get("ops")
             .and_then(|ops| ops.as_array())
             .into_iter()
             .flatten()
             .filter_map(|op| serde_json::from_value::<WirePath>(op.get("path")?.clone()).ok())
             .filter_map(|path| path.to_repo_path().ok())
-            .map(|path| path.parent())
             .collect();
+        let dirs: HashSet<Option<RepoPath>> = op_paths.iter().map(RepoPath::parent).collect();
         let listing = self.vault.list_worktree()?;
-        Ok(listing
+        let named: Vec<RepoPath> = listing
             .untracked
             .into_iter()
             .filter(|p| {
                 p.components().last().and_then(temp_file_owner).map(u64::from) == Some(pid)
                     && dirs.contains(&p.parent())
+            })
+            .collect();
+        if named.is_empty() {
+            return Ok(named);
+        }
+        // The content each side of the interrupted restore has at the paths it was changing.
+        let mut trees = Vec::new();
+        for key in ["guard", "target"] {
+            let id = journal.get(key).and_then(|v| v.as_str()).unwrap_or_default();
+            if let Some(record) = self.records()?.into_iter().find(|r| r.id == id) {
+                trees.push(self.checkpoint_tree(&record)?);
+            }
+        }
+        let mut evidence: Vec<(Option<RepoPath>, Vec<u8>)> = Vec::new();
+        for path in &op_paths {
+            for tree in &trees {
+                if let Some(item) = tree.get(path) {
+                    evidence.push((path.parent(), self.vault.read_blob(&item.id)?));
+                }
+            }
+        }
+        Ok(named
+            .into_iter()
+            .filter(|temp| {
+                let full = self.workdir.join(temp.to_os_path());
+                let content = match std::fs::symlink_metadata(&full) {
+                    Ok(meta) if meta.file_type().is_symlink() => std::fs::read_link(&full)
+                        .map(|target| target.as_os_str().as_encoded_bytes().to_vec())
+                        .ok(),
+                    Ok(meta) if meta.is_file() => crate::verbs::open_no_follow(&full)
+                        .and_then(|mut file| {
+                            let mut bytes = Vec::new();
+                            std::io::Read::read_to_end(&mut file, &mut bytes).map(|_| bytes)
+                        })
+                        .ok(),
+                    _ => None,
+                };
+                content.is_some_and(|content| {
+                    evidence
+                        .iter()
+                        .any(|(dir, blob)| *dir == temp.parent() && blob.starts_with(&content))
+                })
             })
             .collect())
     }
