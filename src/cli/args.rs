@@ -123,8 +123,9 @@ pub(super) enum Command {
     Audit,
     /// Report problems in this workspace's ckpt state; --fix repairs them
     Doctor {
-        /// Repair: rebuild or re-pin records, remove leftover temp files, roll an interrupted
-        /// restore back to its guard
+        /// Repair: rebuild or re-pin records, quarantine unusable checkpoints, remove temp files
+        /// an interrupted restore provably left, and roll that restore back (only the paths it
+        /// was changing, and only where nothing changed since)
         #[arg(long)]
         fix: bool,
         /// With --fix: finish an interrupted restore instead of rolling it back

@@ -80,12 +80,7 @@ pub(super) fn snapshot(
         ));
     }
     for skipped in &record.skipped {
-        let path = skipped
-            .path
-            .to_repo_path()
-            .map(|p| output::human_path(&p))
-            .unwrap_or_default();
-        out.human(&format!("  not protected: {path}  [{}]", skipped.reason));
+        out.human(&not_protected_line(skipped));
     }
     Ok(0)
 }
@@ -174,14 +169,20 @@ pub(super) fn show(provider: &dyn Provider, args: &TargetArgs, out: &Output) -> 
             record.tree
         );
         for skipped in &record.skipped {
-            let path = skipped
-                .path
-                .to_repo_path()
-                .map(|p| output::human_path(&p))
-                .unwrap_or_default();
-            text.push_str(&format!("  not protected: {path}  [{}]\n", skipped.reason));
+            text.push_str(&not_protected_line(skipped));
+            text.push('\n');
         }
         out.human(text.trim_end());
     }
     Ok(0)
+}
+
+/// One path a checkpoint did not protect, for people.
+fn not_protected_line(skipped: &crate::records::Skipped) -> String {
+    let path = skipped
+        .path
+        .to_repo_path()
+        .map(|p| output::human_path(&p))
+        .unwrap_or_default();
+    format!("  not protected: {path}  [{}]", skipped.reason)
 }

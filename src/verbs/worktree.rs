@@ -573,8 +573,11 @@ impl Worktree<'_> {
                 return Err(cannot_move_into_place(path, e));
             }
         }
-        // The new content is in place; `temp` now names what it displaced.
-        let displaced = self.read_settled_at(parent, &temp, path)?;
+        // The new content is in place; `temp` now names what it displaced. What cannot be read
+        // is not evidence: it is swapped back like a change.
+        let displaced = self
+            .read_settled_at(parent, &temp, path)
+            .unwrap_or_else(|e| DiskItem::Unreachable(e.to_string()));
         if displaced == DiskItem::Entry(*expect) {
             rustix::fs::unlinkat(parent, temp.as_slice(), AtFlags::empty()).map_err(|e| {
                 worktree_error(
@@ -600,7 +603,9 @@ impl Worktree<'_> {
             ));
         }
         // `temp` holds ckpt's content again, unless a writer reached it by name meanwhile.
-        let ours = self.read_settled_at(parent, &temp, path)?;
+        let ours = self
+            .read_settled_at(parent, &temp, path)
+            .unwrap_or_else(|e| DiskItem::Unreachable(e.to_string()));
         let leftover = if ours == DiskItem::Entry(*item) {
             rustix::fs::unlinkat(parent, temp.as_slice(), AtFlags::empty()).ok();
             String::new()
@@ -637,7 +642,9 @@ impl Worktree<'_> {
             }
             Err(e) => return Err(worktree_error(path, format!("cannot remove: {}", errno_text(e)))),
         }
-        let moved = self.read_settled_at(parent, &aside, path)?;
+        let moved = self
+            .read_settled_at(parent, &aside, path)
+            .unwrap_or_else(|e| DiskItem::Unreachable(e.to_string()));
         if moved == DiskItem::Entry(*expect) {
             return rustix::fs::unlinkat(parent, aside.as_slice(), AtFlags::empty())
                 .map_err(|e| worktree_error(path, format!("cannot remove: {}", errno_text(e))));

@@ -78,45 +78,46 @@ impl Engine {
         if named.is_empty() {
             return Ok(named);
         }
-        // The content each side of the interrupted restore has at the paths it was changing.
+        // The content each side of the interrupted restore has at the paths it was changing,
+        // read one blob at a time for the temp files of that path's directory.
         let mut trees = Vec::new();
+        let records = self.records()?;
         for key in ["guard", "target"] {
             let id = journal.get(key).and_then(|v| v.as_str()).unwrap_or_default();
-            if let Some(record) = self.records()?.into_iter().find(|r| r.id == id) {
-                trees.push(self.checkpoint_tree(&record)?);
+            if let Some(record) = records.iter().find(|r| r.id == id) {
+                trees.push(self.checkpoint_tree(record)?);
             }
         }
-        let mut evidence: Vec<(Option<RepoPath>, Vec<u8>)> = Vec::new();
-        for path in &op_paths {
-            for tree in &trees {
-                if let Some(item) = tree.get(path) {
-                    evidence.push((path.parent(), self.vault.read_blob(&item.id)?));
+        let mut made_by_the_restore = Vec::new();
+        for temp in named {
+            let full = self.workdir.join(temp.to_os_path());
+            let content = match std::fs::symlink_metadata(&full) {
+                Ok(meta) if meta.file_type().is_symlink() => std::fs::read_link(&full)
+                    .map(|target| target.as_os_str().as_encoded_bytes().to_vec())
+                    .ok(),
+                Ok(meta) if meta.is_file() => crate::verbs::open_no_follow(&full)
+                    .and_then(|mut file| {
+                        let mut bytes = Vec::new();
+                        std::io::Read::read_to_end(&mut file, &mut bytes).map(|_| bytes)
+                    })
+                    .ok(),
+                _ => None,
+            };
+            let Some(content) = content else { continue };
+            let mut matched = false;
+            'paths: for path in op_paths.iter().filter(|p| p.parent() == temp.parent()) {
+                for item in trees.iter().filter_map(|tree| tree.get(path)) {
+                    if self.vault.read_blob(&item.id)?.starts_with(&content) {
+                        matched = true;
+                        break 'paths;
+                    }
                 }
             }
+            if matched {
+                made_by_the_restore.push(temp);
+            }
         }
-        Ok(named
-            .into_iter()
-            .filter(|temp| {
-                let full = self.workdir.join(temp.to_os_path());
-                let content = match std::fs::symlink_metadata(&full) {
-                    Ok(meta) if meta.file_type().is_symlink() => std::fs::read_link(&full)
-                        .map(|target| target.as_os_str().as_encoded_bytes().to_vec())
-                        .ok(),
-                    Ok(meta) if meta.is_file() => crate::verbs::open_no_follow(&full)
-                        .and_then(|mut file| {
-                            let mut bytes = Vec::new();
-                            std::io::Read::read_to_end(&mut file, &mut bytes).map(|_| bytes)
-                        })
-                        .ok(),
-                    _ => None,
-                };
-                content.is_some_and(|content| {
-                    evidence
-                        .iter()
-                        .any(|(dir, blob)| *dir == temp.parent() && blob.starts_with(&content))
-                })
-            })
-            .collect())
+        Ok(made_by_the_restore)
     }
 
     pub(super) fn audit_report(&self) -> Result<AuditReport, CkptError> {
