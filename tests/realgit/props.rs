@@ -974,6 +974,13 @@ impl World {
             self.check(held.stdout.iter().all(|b| Some(*b) == first), || {
                 format!("checkpoint {} holds a torn churn.bin", &id[..8])
             });
+            // It caught the file's last state: then it is the worktree as it stands now, and a
+            // later snapshot may rightly name it (created:false).
+            let created = run.one("snapshot")["created"] == true;
+            if created && std::fs::read(&path).ok().as_deref() == Some(&held.stdout[..]) {
+                let now = self.oracle();
+                self.checkpoints.push((id.clone(), now));
+            }
         }
         self.log.push(format!("snapshot {} while churn.bin changes", &id[..8]));
     }
@@ -1004,6 +1011,8 @@ impl World {
         cmd.env("CKPT_PAUSE", "restore:before-replace")
             .env("CKPT_PAUSE_RESUME", &resume)
             .args(["--json", "restore", &id, "--yes"]);
+        // What the restore's guard will hold: a later snapshot may name it.
+        let before = self.oracle();
         let ws = self.ws.clone();
         let written = victims.clone();
         // Unique bytes: content the guard already holds would not be a loss if replaced.
@@ -1014,6 +1023,14 @@ impl World {
             }
         });
         let code = out.status.code().unwrap_or(-1);
+        let guard = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["type"] == "restore")
+            .and_then(|v| v["guard"].as_str().map(str::to_owned));
+        if let Some(guard) = guard.filter(|g| !self.checkpoints.iter().any(|(c, _)| c == g)) {
+            self.checkpoints.push((guard, before));
+        }
         self.check(code == 3, || {
             format!(
                 "restore with user writes must report conflicts (exit {code}): {}",
