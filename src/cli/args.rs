@@ -19,6 +19,10 @@ pub(super) struct Cli {
     /// JSON Lines on stdout (one object per line, each with "v":1 and "type"); human text on stderr
     #[arg(long, global = true)]
     pub(super) json: bool,
+    /// Never page long output (diff, a long list); otherwise a terminal gets $CKPT_PAGER, $PAGER
+    /// or less -FRX
+    #[arg(long, global = true)]
+    pub(super) no_pager: bool,
     /// git (checkpoints in the repository), copy (a private store outside the workspace), or
     /// auto: git inside a repository whose HEAD is born, copy otherwise
     #[arg(long, global = true, value_enum)]

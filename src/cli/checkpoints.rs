@@ -1,9 +1,8 @@
 //! `snapshot`, `list` and `show`, and how a target on the command line becomes a checkpoint.
 
-use serde_json::json;
-
 use super::args::*;
 use super::output::{self, Output};
+use super::wire::{CheckpointRecord, SnapshotRecord};
 use super::*;
 use crate::provider::target::{self, ResolveError, Target};
 use crate::provider::{self, CkptError, Provider, SnapshotRequest};
@@ -41,30 +40,8 @@ pub(super) fn snapshot(
     for warning in &outcome.warnings {
         eprintln!("ckpt: warning: {warning}");
     }
+    out.record(&SnapshotRecord::new(&outcome, &pruned));
     let record = &outcome.record;
-    let skipped: Vec<_> = record
-        .skipped
-        .iter()
-        .map(|s| json!({"path": s.path, "reason": s.reason}))
-        .collect();
-    out.record(
-        "snapshot",
-        json!({
-            "id": record.id,
-            "short": record.short(),
-            "created": outcome.created,
-            "provider": record.provider,
-            "commit": record.commit,
-            "kind": record.kind.as_str(),
-            // A no-op reports what it added (nothing), not the previous checkpoint's numbers.
-            "files": if outcome.created { record.files } else { 0 },
-            "total_files": record.total_files,
-            "bytes": if outcome.created { record.bytes } else { 0 },
-            "skipped": skipped,
-            "scan": {"from_cache": outcome.scan.from_cache, "from_index": outcome.scan.from_index, "read": outcome.scan.read},
-            "pruned": pruned,
-        }),
-    );
     if outcome.created {
         out.human(&format!(
             "checkpoint {} taken: {} file(s) changed, {} new, {} file(s) protected",
@@ -93,7 +70,7 @@ pub(super) fn list(provider: &dyn Provider, session: Option<&str>, all: bool, ou
         .filter(|r| session.is_none_or(|s| r.session.as_deref() == Some(s)))
         .collect();
     for record in &records {
-        out.record("checkpoint", output::checkpoint_json(record));
+        out.record(&CheckpointRecord::listed(record));
     }
     if records.is_empty() && total > 0 {
         if let Some(session) = session {
@@ -108,10 +85,13 @@ pub(super) fn list(provider: &dyn Provider, session: Option<&str>, all: bool, ou
         if records.is_empty() {
             out.human("no checkpoints yet (take one with: ckpt snapshot)");
         } else {
-            out.human(&output::list_header());
+            let mut text = output::list_header();
+            text.push('\n');
             for record in &records {
-                out.human(&output::list_line(record));
+                text.push_str(&output::list_line(record));
+                text.push('\n');
             }
+            out.paging.show_if_long(&text);
         }
     }
     Ok(0)
@@ -139,20 +119,7 @@ pub(super) fn resolve_error(text: &str, error: ResolveError) -> CkptError {
 
 pub(super) fn show(provider: &dyn Provider, args: &TargetArgs, out: &Output) -> Result<i32, CkptError> {
     let record = resolve(provider, args)?;
-    let mut value = output::checkpoint_json(&record);
-    if let serde_json::Value::Object(map) = &mut value {
-        map.insert("tree".into(), json!(record.tree));
-        map.insert("workspace".into(), json!(record.workspace));
-        map.insert(
-            "skipped".into(),
-            json!(record
-                .skipped
-                .iter()
-                .map(|s| json!({"path": s.path, "reason": s.reason}))
-                .collect::<Vec<_>>()),
-        );
-    }
-    out.record("checkpoint", value);
+    out.record(&CheckpointRecord::shown(&record));
     if !out.json {
         let mut text = format!(
             "checkpoint {}\n  provider  {}\n  kind      {}\n  time      {}\n  session   {}\n  turn      {}\n  trigger   {}\n  files     {} changed, {} protected\n  bytes     {} new\n  tree      {}\n",

@@ -188,7 +188,7 @@ pub fn run(keep: bool, out: &Output) -> Result<i32, CkptError> {
     let provider = provider::open(
         &root,
         provider::ProviderChoice::Git,
-        provider::progress::Progress::hidden(),
+        crate::cli::output::reporter(false),
         None,
     )?;
     let guard = provider
@@ -217,13 +217,16 @@ pub fn run(keep: bool, out: &Output) -> Result<i32, CkptError> {
             .count()
     ));
 
-    if keep {
-        let kept = scratch.keep();
-        out.human(&format!(
-            "\nscratch repository kept at {}",
-            kept.join("project").display()
-        ));
+    let kept = keep.then(|| scratch.keep().join("project"));
+    if let Some(kept) = &kept {
+        out.human(&format!("\nscratch repository kept at {}", kept.display()));
     }
+    out.record(&super::wire::DemoRecord {
+        ok: true,
+        kept: kept
+            .as_ref()
+            .map(|path| crate::records::WirePath::from_bytes(path.as_os_str().as_encoded_bytes())),
+    });
     out.human("\ndemo finished: every check passed");
     Ok(0)
 }

@@ -1,25 +1,22 @@
 //! `audit` and `doctor`: problems, actions and what is left, as text and JSON Lines.
 
-use serde_json::json;
-
 use super::output::{self, Output};
+use super::wire::{AuditRecord, Check, DoctorRecord, ProblemRecord, RestoreRecord};
 use crate::provider::{self, CkptError, Provider};
-
-pub(super) fn problem_json(problem: &provider::Problem) -> serde_json::Value {
-    json!({"code": problem.code, "message": problem.message, "id": problem.id})
-}
 
 pub(super) fn audit(provider: &dyn Provider, out: &Output) -> Result<i32, CkptError> {
     let report = provider.audit()?;
     for problem in &report.problems {
-        out.record("audit.problem", problem_json(problem));
+        out.record(&ProblemRecord::new(Check::Audit, problem));
         out.human(&format!("problem [{}]: {}", problem.code, problem.message));
     }
     let ok = report.problems.is_empty();
-    out.record(
-        "audit",
-        json!({"ok": ok, "records": report.records, "refs": report.refs, "problems": report.problems.len()}),
-    );
+    out.record(&AuditRecord {
+        ok,
+        records: report.records,
+        refs: report.refs,
+        problems: report.problems.len(),
+    });
     out.human(&format!(
         "audit: {} record(s), {} ref(s), {} problem(s){}",
         report.records,
@@ -38,21 +35,26 @@ pub(super) fn doctor(provider: &dyn Provider, fix: bool, complete: bool, out: &O
     });
     let report = provider.doctor(mode)?;
     for problem in &report.problems {
-        out.record("doctor.problem", problem_json(problem));
+        out.record(&ProblemRecord::new(Check::Doctor, problem));
         out.human(&format!("problem [{}]: {}", problem.code, problem.message));
     }
     if let Some(restore) = &report.restore {
-        out.record("restore", output::restore_json(restore));
+        out.record(&RestoreRecord::new(restore));
         out.human(output::restore_text(restore).trim_end());
     }
     for action in &report.actions {
         out.human(&format!("{} {action}", if report.fixed { "done:" } else { "would:" }));
     }
-    let remaining: Vec<serde_json::Value> = report.remaining.iter().map(problem_json).collect();
-    out.record(
-        "doctor",
-        json!({"fixed": report.fixed, "problems": report.problems.len(), "actions": report.actions, "remaining": remaining}),
-    );
+    out.record(&DoctorRecord {
+        fixed: report.fixed,
+        problems: report.problems.len(),
+        actions: &report.actions,
+        remaining: report
+            .remaining
+            .iter()
+            .map(|problem| ProblemRecord::new(Check::Doctor, problem))
+            .collect(),
+    });
     let healthy = if report.fixed {
         report.remaining.is_empty()
     } else {

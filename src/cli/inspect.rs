@@ -3,11 +3,10 @@
 use std::io::IsTerminal;
 use std::path::Path;
 
-use serde_json::json;
-
 use super::args::*;
 use super::checkpoints::resolve;
 use super::output::{self, Output};
+use super::wire::{DiffFileRecord, DiffRecord, SessionCount, StatusRecord};
 use super::*;
 use crate::provider::{self, CkptError, Provider};
 
@@ -40,17 +39,20 @@ pub(super) fn diff(
     let files = provider.diff(&from, to.as_ref(), &paths, request.max_file_size)?;
     let (added, removed) = files.iter().fold((0, 0), |(a, r), f| (a + f.added, r + f.removed));
     for file in &files {
-        out.record("diff.file", output::diff_file_json(file));
+        out.record(&DiffFileRecord::new(file));
     }
-    out.record(
-        "diff",
-        json!({"from": from.id, "to": to.as_ref().map(|r| r.id.clone()), "files": files.len(), "added": added, "removed": removed}),
-    );
+    out.record(&DiffRecord {
+        from: &from.id,
+        to: to.as_ref().map(|r| r.id.as_str()),
+        files: files.len(),
+        added,
+        removed,
+    });
     if !out.json {
         let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
         let text = output::diff_text(&files, request.view, color);
         if !text.is_empty() {
-            output::to_stdout(&text);
+            out.paging.show(&text);
         }
         if files.is_empty() {
             let to_name = to
@@ -71,22 +73,25 @@ pub(super) fn status(provider: &dyn Provider, max_file_size: u64, out: &Output) 
     }
     let oldest = report.checkpoints.first();
     let newest = report.checkpoints.last();
-    out.record(
-        "status",
-        json!({
-            "provider": report.provider,
-            "workspace": crate::records::WirePath::from_bytes(provider.workdir().as_os_str().as_encoded_bytes()),
-            "protected": report.protected,
-            "not_protected": output::wire_reasons(&report.not_protected, "reason"),
-            "checkpoints": report.checkpoints.len(),
-            "sessions": sessions.iter().map(|(s, n)| json!({"session": s, "count": n})).collect::<Vec<_>>(),
-            "oldest": oldest.map(|r| r.id.clone()),
-            "newest": newest.map(|r| r.id.clone()),
-            "ckpt_only_bytes": report.ckpt_only_bytes,
-            "shared_bytes": report.shared_bytes,
-            "blobs": report.blobs,
-        }),
-    );
+    out.record(&StatusRecord {
+        provider: report.provider,
+        workspace: crate::records::WirePath::from_bytes(provider.workdir().as_os_str().as_encoded_bytes()),
+        protected: report.protected,
+        not_protected: StatusRecord::not_protected(&report.not_protected),
+        checkpoints: report.checkpoints.len(),
+        sessions: sessions
+            .iter()
+            .map(|(session, count)| SessionCount {
+                session: session.as_deref(),
+                count: *count,
+            })
+            .collect(),
+        oldest: oldest.map(|r| r.id.as_str()),
+        newest: newest.map(|r| r.id.as_str()),
+        ckpt_only_bytes: report.ckpt_only_bytes,
+        shared_bytes: report.shared_bytes,
+        blobs: report.blobs,
+    });
     if !out.json {
         let mut text = format!("provider {} for {}\n", report.provider, provider.workdir().display());
         text.push_str(&format!("protected now: {} file(s)\n", report.protected));

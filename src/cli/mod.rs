@@ -9,8 +9,10 @@ mod demo;
 mod health;
 mod inspect;
 mod output;
+mod pager;
 mod restore;
 mod retention;
+mod wire;
 
 use std::ffi::OsString;
 
@@ -19,8 +21,6 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-
-use serde_json::json;
 
 use crate::provider::scan::DEFAULT_MAX_FILE_SIZE;
 
@@ -53,18 +53,30 @@ pub fn run_with(args: Vec<OsString>) -> i32 {
                 return 0;
             }
             if wants_json {
-                let out = Output { json: true };
-                out.record("error", json!({"code": "usage", "message": error.to_string().trim()}));
+                let out = Output {
+                    json: true,
+                    paging: pager::Paging::decide(true, true),
+                };
+                out.record(&wire::ErrorRecord {
+                    code: "usage",
+                    message: error.to_string().trim(),
+                });
             }
             let _ = error.print();
             return 2;
         }
     };
-    let out = Output { json: cli.json };
+    let out = Output {
+        json: cli.json,
+        paging: pager::Paging::decide(cli.json, cli.no_pager),
+    };
     match execute(&cli, &out) {
         Ok(code) => code,
         Err(error) => {
-            out.record("error", json!({"code": error.code(), "message": error.to_string()}));
+            out.record(&wire::ErrorRecord {
+                code: error.code(),
+                message: &error.to_string(),
+            });
             eprintln!("ckpt: error: {error}");
             error.exit_code()
         }
@@ -120,7 +132,15 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
         Command::Completions { shell } => {
             let mut text = Vec::new();
             clap_complete::generate(*shell, &mut <Cli as clap::CommandFactory>::command(), "ckpt", &mut text);
-            output::to_stdout(&String::from_utf8_lossy(&text));
+            let script = String::from_utf8_lossy(&text);
+            if out.json {
+                out.record(&wire::CompletionsRecord {
+                    shell: &shell.to_string(),
+                    script: &script,
+                });
+            } else {
+                output::to_stdout(&script);
+            }
             return Ok(0);
         }
         Command::Man => {
@@ -131,18 +151,26 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
                     path: PathBuf::from("<manual page>"),
                     source,
                 })?;
-            output::to_stdout(&String::from_utf8_lossy(&text));
+            let roff = String::from_utf8_lossy(&text);
+            if out.json {
+                out.record(&wire::ManRecord { roff: &roff });
+            } else {
+                output::to_stdout(&roff);
+            }
             return Ok(0);
         }
         _ => {}
     }
     if let Command::Gc { grace_seconds, dry_run } = &cli.command {
         let grace = std::time::Duration::from_secs(*grace_seconds);
-        let report = provider::copy::collect_copy_store_garbage(grace, *dry_run)?;
-        out.record(
-            "gc",
-            json!({"live_objects": report.live_objects, "removed": report.removed, "removed_bytes": report.removed_bytes, "kept_young": report.kept_young, "dry_run": dry_run}),
-        );
+        let report = provider::copy::collect_copy_store_garbage(grace, *dry_run, &output::reporter(false))?;
+        out.record(&wire::GcRecord {
+            live_objects: report.live_objects,
+            removed: report.removed,
+            removed_bytes: report.removed_bytes,
+            kept_young: report.kept_young,
+            dry_run: *dry_run,
+        });
         out.human(&format!(
             "gc: {} unreferenced object(s), {} {}; {} kept (younger than the grace period); {} live",
             report.removed,
@@ -167,12 +195,7 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
             .unwrap_or(provider::ProviderChoice::Auto),
     };
     let excludes = config.copy.as_ref().and_then(|c| c.excludes.clone());
-    let provider = provider::open(
-        &cwd,
-        choice,
-        provider::progress::Progress::terminal(show_progress),
-        excludes,
-    )?;
+    let provider = provider::open(&cwd, choice, output::reporter(show_progress), excludes)?;
     let limit = |arg: &Option<u64>| arg.or(config.max_file_size).unwrap_or(DEFAULT_MAX_FILE_SIZE);
     match &cli.command {
         Command::Snapshot(args) => snapshot(provider.as_ref(), args, limit(&args.max_file_size), &config, out),
@@ -195,8 +218,8 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
         Command::Delete { targets, session, yes } => delete(provider.as_ref(), targets, session.as_deref(), *yes, out),
         Command::Clear { yes } => {
             let all: Vec<Record> = provider.checkpoints(false)?;
-            confirm_removal(&all, *yes, "clear")?;
-            remove(provider.as_ref(), &all, "clear", out)
+            confirm_removal(&all, *yes, wire::Removal::Clear)?;
+            remove(provider.as_ref(), &all, wire::Removal::Clear, out)
         }
         Command::Diff {
             from,

@@ -4,28 +4,33 @@
 
 use std::io::Write;
 
-use serde_json::{json, Value};
-
 use crate::provider::{FileDiff, Preview, RestoreReport};
-use crate::records::{Record, WirePath};
+use crate::records::Record;
 use crate::verbs::EntryKind;
 use crate::verbs::RepoPath;
 
+use super::wire::{mode, Envelope, ErrorRecord, WireRecord};
+
 pub struct Output {
     pub json: bool,
+    /// Whether long human text may go through the pager.
+    pub paging: super::pager::Paging,
 }
 
 impl Output {
-    /// Emits one JSON Lines object (JSON mode only).
-    pub fn record(&self, kind: &str, mut value: Value) {
+    /// Emits one JSON Lines record of the contract (JSON mode only).
+    pub fn record<T: WireRecord>(&self, record: &T) {
         if !self.json {
             return;
         }
-        if let Value::Object(map) = &mut value {
-            map.insert("v".into(), json!(1));
-            map.insert("type".into(), json!(kind));
+        match serde_json::to_string(&Envelope::of(record)) {
+            Ok(line) => to_stdout(&format!("{line}\n")),
+            // Only a serializer bug gets here; say so in a record a caller still understands.
+            Err(e) => self.record(&ErrorRecord {
+                code: "io",
+                message: &format!("could not encode a {} record: {e}", record.record_type()),
+            }),
         }
-        to_stdout(&format!("{value}\n"));
     }
 
     /// Human text: stdout normally, stderr in JSON mode.
@@ -36,6 +41,49 @@ impl Output {
             to_stdout(&format!("{text}\n"));
         }
     }
+}
+
+/// The engine's notices for a person at the terminal: warnings and lock waits on stderr, phase
+/// timings too when `CKPT_TIMING` is set.
+pub struct StderrReport {
+    pub timings: bool,
+}
+
+impl crate::provider::report::Report for StderrReport {
+    fn warning(&self, text: &str) {
+        eprintln!("ckpt: warning: {text}");
+    }
+
+    fn waiting_for_lock(&self, lock: &std::path::Path) {
+        eprintln!(
+            "ckpt: waiting for another ckpt process to finish (lock {})",
+            lock.display()
+        );
+    }
+
+    fn timing(&self, phase: &str, elapsed: std::time::Duration, detail: &str) {
+        let ms = elapsed.as_secs_f64() * 1000.0;
+        if detail.is_empty() {
+            eprintln!("ckpt: {phase}: {ms:.1} ms");
+        } else {
+            eprintln!("ckpt: {phase}: {ms:.1} ms ({detail})");
+        }
+    }
+
+    fn wants_timings(&self) -> bool {
+        self.timings
+    }
+}
+
+/// The reporter the CLI hands the engine: notices on stderr, a progress bar when `progress`.
+pub fn reporter(progress: bool) -> crate::provider::report::Reporter {
+    let report = StderrReport {
+        timings: std::env::var_os("CKPT_TIMING").is_some(),
+    };
+    crate::provider::report::Reporter::new(
+        std::sync::Arc::new(report),
+        crate::provider::progress::Progress::terminal(progress),
+    )
 }
 
 /// The status a shell reports for a process ended by SIGPIPE (128 + 13), as git's is.
@@ -50,23 +98,6 @@ pub fn to_stdout(text: &str) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(CLOSED_PIPE_STATUS),
         Err(e) => eprintln!("ckpt: cannot write to standard output: {e}"),
     }
-}
-
-pub fn wire(path: &RepoPath) -> Value {
-    json!(WirePath::from_repo_path(path))
-}
-
-pub fn wire_list(paths: &[RepoPath]) -> Value {
-    Value::Array(paths.iter().map(wire).collect())
-}
-
-pub fn wire_reasons(entries: &[(RepoPath, String)], key: &str) -> Value {
-    Value::Array(
-        entries
-            .iter()
-            .map(|(path, reason)| json!({"path": wire(path), key: reason}))
-            .collect(),
-    )
 }
 
 /// A path for people: as is when it is printable UTF-8, otherwise quoted with escapes.
@@ -121,24 +152,6 @@ pub fn turn_step(record: &Record) -> String {
     }
 }
 
-pub fn checkpoint_json(record: &Record) -> Value {
-    json!({
-        "id": record.id,
-        "short": record.short(),
-        "provider": record.provider,
-        "commit": record.commit,
-        "time": record.time,
-        "session": record.session,
-        "turn": record.turn,
-        "step": record.step,
-        "trigger": record.trigger,
-        "kind": record.kind.as_str(),
-        "files": record.files,
-        "total_files": record.total_files,
-        "bytes": record.bytes,
-    })
-}
-
 pub fn list_header() -> String {
     format!(
         "{:<8}  {:<8}  {:<7}  {:<32}  {:<12}  {:>6}  {:>10}  {}",
@@ -180,19 +193,6 @@ fn push_reasons(text: &mut String, title: &str, entries: &[(RepoPath, String)]) 
     }
 }
 
-pub fn preview_json(preview: &Preview) -> Value {
-    json!({
-        "id": preview.id,
-        "overwrite": wire_list(&preview.overwrite),
-        "unchanged": preview.unchanged,
-        "created_after": wire_list(&preview.created_after),
-        "delete": wire_list(&preview.delete),
-        "conflicts": wire_reasons(&preview.conflicts, "reason"),
-        "not_protected": wire_reasons(&preview.not_protected, "reason"),
-        "exact": preview.exact,
-    })
-}
-
 pub fn preview_text(preview: &Preview, record: &Record) -> String {
     let mut text = format!(
         "Restoring {} ({}, turn {}, {}) would:\n",
@@ -221,20 +221,6 @@ pub fn preview_text(preview: &Preview, record: &Record) -> String {
         text.push_str("  nothing to change: the worktree already matches this checkpoint\n");
     }
     text
-}
-
-pub fn restore_json(report: &RestoreReport) -> Value {
-    json!({
-        "id": report.id,
-        "guard": report.guard,
-        "guard_created": report.guard_created,
-        "written": wire_list(&report.written),
-        "deleted": wire_list(&report.deleted),
-        "left": wire_list(&report.left),
-        "unchanged": report.unchanged,
-        "failed": wire_reasons(&report.failed, "error"),
-        "verified": report.verified,
-    })
 }
 
 pub fn restore_text(report: &RestoreReport) -> String {
@@ -272,27 +258,6 @@ pub enum DiffView {
     Patch,
     Stat,
     NameStatus,
-}
-
-fn mode(kind: Option<EntryKind>) -> Option<&'static str> {
-    kind.map(|k| match k {
-        EntryKind::File => "100644",
-        EntryKind::Executable => "100755",
-        EntryKind::Symlink => "120000",
-        EntryKind::Gitlink => "160000",
-    })
-}
-
-pub fn diff_file_json(file: &FileDiff) -> Value {
-    json!({
-        "path": wire(&file.change.path),
-        "status": file.change.status.letter(),
-        "added": file.added,
-        "removed": file.removed,
-        "binary": file.binary,
-        "old_mode": mode(file.change.old.map(|i| i.kind)),
-        "new_mode": mode(file.change.new.map(|i| i.kind)),
-    })
 }
 
 fn paint(text: &str, code: &str, color: bool) -> String {

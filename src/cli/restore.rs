@@ -6,6 +6,7 @@ use std::path::Path;
 use super::args::*;
 use super::checkpoints::resolve;
 use super::output::{self, Output};
+use super::wire::{PreviewRecord, RestoreRecord};
 use super::*;
 use crate::provider::{self, CkptError, Confirmation, Provider, Selection, SnapshotRequest};
 use crate::records::{Kind, Record};
@@ -32,7 +33,7 @@ pub(super) fn preview(
     let record = resolve(provider, &args.target)?;
     let selection = selection(provider, cwd, args)?;
     let preview = provider.preview(&record, &selection, max_file_size)?;
-    out.record("preview", output::preview_json(&preview));
+    out.record(&PreviewRecord::new(&preview));
     out.human(output::preview_text(&preview, &record).trim_end());
     Ok(0)
 }
@@ -76,7 +77,7 @@ pub(super) fn restore(
         )));
     };
     let report = provider.restore(&record, &selection, &request, confirmation)?;
-    out.record("restore", output::restore_json(&report));
+    out.record(&RestoreRecord::new(&report));
     out.human(output::restore_text(&report).trim_end());
     Ok(if report.failed.is_empty() { 0 } else { 3 })
 }

@@ -2,11 +2,10 @@
 
 use std::io::IsTerminal;
 
-use serde_json::json;
-
 use super::args::*;
 use super::checkpoints::resolve;
 use super::output::Output;
+use super::wire::{PruneRecord, PruneRemoveRecord, Removal, RemovedRecord};
 use super::*;
 use crate::provider::{self, CkptError, Provider};
 use crate::records::Record;
@@ -22,10 +21,11 @@ pub(super) fn prune(
     let ids: Vec<String> = plan.iter().map(|r| r.id.clone()).collect();
     let removed = if dry_run { Vec::new() } else { provider.remove(&ids)? };
     for removal in &plan {
-        out.record(
-            "prune.remove",
-            json!({"id": removal.id, "rule": removal.rule, "done": !dry_run}),
-        );
+        out.record(&PruneRemoveRecord {
+            id: &removal.id,
+            rule: removal.rule,
+            done: !dry_run,
+        });
         let short = &removal.id[..8.min(removal.id.len())];
         out.human(&format!(
             "{} {short}  [{}]",
@@ -33,10 +33,12 @@ pub(super) fn prune(
             removal.rule
         ));
     }
-    out.record(
-        "prune",
-        json!({"removed": removed.len(), "planned": plan.len(), "kept": records.len() - plan.len(), "dry_run": dry_run}),
-    );
+    out.record(&PruneRecord {
+        removed: removed.len(),
+        planned: plan.len(),
+        kept: records.len() - plan.len(),
+        dry_run,
+    });
     out.human(&format!(
         "prune: {} of {} checkpoint(s) {}; objects are freed by git gc (git provider)",
         plan.len(),
@@ -47,7 +49,8 @@ pub(super) fn prune(
 }
 
 /// Removing checkpoints follows the restore rule: `--yes`, or a `y` on a terminal.
-pub(super) fn confirm_removal(records: &[Record], yes: bool, what: &str) -> Result<(), CkptError> {
+pub(super) fn confirm_removal(records: &[Record], yes: bool, by: Removal) -> Result<(), CkptError> {
+    let what = by.name();
     if yes || records.is_empty() {
         return Ok(());
     }
@@ -63,11 +66,11 @@ pub(super) fn confirm_removal(records: &[Record], yes: bool, what: &str) -> Resu
     )))
 }
 
-pub(super) fn remove(provider: &dyn Provider, records: &[Record], what: &str, out: &Output) -> Result<i32, CkptError> {
+pub(super) fn remove(provider: &dyn Provider, records: &[Record], by: Removal, out: &Output) -> Result<i32, CkptError> {
     let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
     let removed = provider.remove(&ids)?;
-    out.record(what, json!({"removed": removed}));
-    out.human(&format!("{what}: removed {} checkpoint(s)", removed.len()));
+    out.record(&RemovedRecord { by, removed: &removed });
+    out.human(&format!("{}: removed {} checkpoint(s)", by.name(), removed.len()));
     Ok(0)
 }
 
@@ -108,6 +111,6 @@ pub(super) fn delete(
     if records.is_empty() {
         return Err(CkptError::NotFound("no checkpoint matches".into()));
     }
-    confirm_removal(&records, yes, "delete")?;
-    remove(provider, &records, "delete", out)
+    confirm_removal(&records, yes, Removal::Delete)?;
+    remove(provider, &records, Removal::Delete, out)
 }

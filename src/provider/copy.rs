@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::provider::engine::{Engine, StoreKind};
-use crate::provider::progress::Progress;
+use crate::provider::report::Reporter;
 use crate::provider::CkptError;
 use crate::records::{Registry, StoreLock};
 use crate::verbs::{Vault, WorkspaceKey};
@@ -43,11 +43,13 @@ pub fn ckpt_home() -> Result<PathBuf, CkptError> {
 pub fn collect_copy_store_garbage(
     grace: std::time::Duration,
     dry_run: bool,
+    reporter: &Reporter,
 ) -> Result<crate::verbs::GarbageReport, CkptError> {
+    let waiting = |lock: &Path| reporter.waiting_for_lock(lock);
     let home = ckpt_home()?;
     // First the whole store (waits for every running snapshot, and keeps new workspaces out),
     // then each workspace, in the same order snapshots take them.
-    let store_lock = StoreLock::exclusive(&home)?;
+    let store_lock = StoreLock::exclusive(&home, &waiting)?;
     let mut locks = Vec::new();
     let mut git_dirs = Vec::new();
     if let Ok(entries) = std::fs::read_dir(home.join("workspaces")) {
@@ -56,7 +58,7 @@ pub fn collect_copy_store_garbage(
             if WorkspaceKey::new(&entry.file_name().to_string_lossy()).is_err() || !dir.join("git").is_dir() {
                 continue;
             }
-            match Registry::open(&dir.join("state")).and_then(|registry| registry.lock()) {
+            match Registry::open(&dir.join("state")).and_then(|registry| registry.lock(&waiting)) {
                 Ok(lock) => locks.push(lock),
                 // A workspace whose state directory is a link refuses every write, and the store
                 // lock keeps its snapshots out anyway; its pins still count as live below.
@@ -116,14 +118,14 @@ impl CopyLayout {
 impl Engine {
     /// The copy provider for the workspace containing `dir`: the enclosing repository's worktree
     /// if there is one (an unborn repository), else `dir` itself.
-    pub fn open_copy(dir: &Path, progress: Progress, excludes: Option<&[String]>) -> Result<Self, CkptError> {
+    pub fn open_copy(dir: &Path, reporter: Reporter, excludes: Option<&[String]>) -> Result<Self, CkptError> {
         let root = crate::verbs::enclosing_worktree(dir).unwrap_or_else(|| dir.to_path_buf());
         let root = root.canonicalize().map_err(|source| CkptError::Io {
             path: root.clone(),
             source,
         })?;
         let layout = CopyLayout::for_root(&root)?;
-        let store_lock = StoreLock::shared(&layout.home)?;
+        let store_lock = StoreLock::shared(&layout.home, &|lock| reporter.waiting_for_lock(lock))?;
         let mut excludes = match excludes {
             Some(patterns) => patterns.join("\n"),
             None => DEFAULT_EXCLUDES.join("\n"),
@@ -162,7 +164,7 @@ impl Engine {
         // The store may sit inside the workspace (workspace = the home directory).
         vault.reserve(&layout.home);
         Ok(Engine {
-            progress,
+            reporter,
             vault,
             workdir: root,
             workspace: WorkspaceKey::new("copy")?,

@@ -8,6 +8,7 @@ pub mod diff;
 pub mod engine;
 pub mod plan;
 pub mod progress;
+pub mod report;
 pub mod retention;
 pub mod scan;
 pub mod target;
@@ -270,25 +271,25 @@ impl ProviderChoice {
 pub fn open(
     dir: &Path,
     choice: ProviderChoice,
-    progress: progress::Progress,
+    reporter: report::Reporter,
     copy_excludes: Option<Vec<String>>,
 ) -> Result<Box<dyn Provider>, CkptError> {
     let excludes = copy_excludes.as_deref();
     match choice {
-        ProviderChoice::Git => Ok(Box::new(engine::Engine::open(dir, progress)?)),
-        ProviderChoice::Copy => Ok(Box::new(engine::Engine::open_copy(dir, progress, excludes)?)),
-        ProviderChoice::Auto => match engine::Engine::open(dir, progress.clone()) {
+        ProviderChoice::Git => Ok(Box::new(engine::Engine::open(dir, reporter)?)),
+        ProviderChoice::Copy => Ok(Box::new(engine::Engine::open_copy(dir, reporter, excludes)?)),
+        ProviderChoice::Auto => match engine::Engine::open(dir, reporter.clone()) {
             Ok(primary) => {
                 let layout = copy::CopyLayout::for_root(primary.workdir());
                 let has_copies = layout.is_ok_and(|l| l.state_dir.join("records.json").is_file());
                 if has_copies {
-                    let earlier = engine::Engine::open_copy(dir, progress, excludes)?;
+                    let earlier = engine::Engine::open_copy(dir, reporter, excludes)?;
                     Ok(Box::new(CopyThenGit { primary, earlier }))
                 } else {
                     Ok(Box::new(primary))
                 }
             }
-            Err(CkptError::NoProvider(_)) => Ok(Box::new(engine::Engine::open_copy(dir, progress, excludes)?)),
+            Err(CkptError::NoProvider(_)) => Ok(Box::new(engine::Engine::open_copy(dir, reporter, excludes)?)),
             Err(e) => Err(e),
         },
     }

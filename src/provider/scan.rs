@@ -131,6 +131,8 @@ pub struct Capture {
     /// Names that cannot be represented as a repository path, for the user's information.
     pub warnings: Vec<String>,
     pub stats: CaptureStats,
+    /// Where the listing's time went (reported with `CKPT_TIMING`).
+    pub listing_times: Vec<(&'static str, std::time::Duration)>,
     /// Blob ids the user's index holds (what `status` counts as shared with the repository),
     /// with the file size the index recorded for them. Filled for `status` only.
     pub index_ids: crate::verbs::IdMap<u64>,
@@ -437,6 +439,10 @@ fn prepare_and_run<T>(
     let is_attributes = |path: &RepoPath| path.components().last() == Some(&b".gitattributes"[..]);
     out.attributes_outside_index =
         listing.untracked.iter().any(is_attributes) || listing.ignored.iter().any(|(path, _)| is_attributes(path));
+    out.listing_times = vec![
+        ("index read", listing.times.index_read),
+        ("list worktree (index + walk)", listing.times.total),
+    ];
     out.ignored = listing.ignored;
     out.skipped
         .extend(listing.reserved.into_iter().map(|dir| (dir, CKPT_STORE.to_owned())));

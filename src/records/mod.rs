@@ -4,6 +4,7 @@
 //! directory; it must never touch the worktree or any repository file.
 
 pub mod config;
+mod journal;
 pub mod statcache;
 mod trailers;
 mod wire;
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::verbs::{ObjectId, RepoPath};
+pub use journal::{JournalOp, RestoreJournal};
 pub use trailers::Trailers;
 pub use wire::WirePath;
 
@@ -35,9 +37,9 @@ pub enum RecordsError {
         #[source]
         source: std::io::Error,
     },
-    #[error("checkpoint registry {path} is corrupt: {why} (it was left as it is; nothing was reset)")]
+    #[error("{path} is corrupt: {why} (it was left as it is; nothing was reset)")]
     Corrupt { path: PathBuf, why: String },
-    #[error("checkpoint registry {path} has format version {found}, this ckpt reads version {FORMAT_VERSION}")]
+    #[error("{path} has format version {found}; this ckpt reads version {FORMAT_VERSION}")]
     UnsupportedVersion { path: PathBuf, found: u64 },
     #[error("gave up after {seconds:.0}s waiting for the lock {path}: another ckpt process is still working on this workspace")]
     LockTimeout { path: PathBuf, seconds: f64 },
@@ -214,16 +216,16 @@ pub struct StoreLock {
 
 impl StoreLock {
     /// Waits (like [`Registry::lock`]) for the shared store lock in the store directory `home`.
-    pub fn shared(home: &Path) -> Result<StoreLock, RecordsError> {
+    pub fn shared(home: &Path, waiting: &dyn Fn(&Path)) -> Result<StoreLock, RecordsError> {
         fs::create_dir_all(home).map_err(io_error(home))?;
-        let file = acquire_lock(&home.join(STORE_LOCK_FILE), LockMode::Shared)?;
+        let file = acquire_lock(&home.join(STORE_LOCK_FILE), LockMode::Shared, waiting)?;
         Ok(StoreLock { _file: file })
     }
 
     /// Waits for the exclusive store lock: no snapshot of any workspace runs while it is held.
-    pub fn exclusive(home: &Path) -> Result<StoreLock, RecordsError> {
+    pub fn exclusive(home: &Path, waiting: &dyn Fn(&Path)) -> Result<StoreLock, RecordsError> {
         fs::create_dir_all(home).map_err(io_error(home))?;
-        let file = acquire_lock(&home.join(STORE_LOCK_FILE), LockMode::Exclusive)?;
+        let file = acquire_lock(&home.join(STORE_LOCK_FILE), LockMode::Exclusive, waiting)?;
         Ok(StoreLock { _file: file })
     }
 }
@@ -234,9 +236,9 @@ enum LockMode {
     Exclusive,
 }
 
-/// Takes a `flock` on `path` (created if needed), saying so on stderr after a second of waiting
-/// and giving up after `CKPT_LOCK_TIMEOUT_SECS` (default 120) with an error naming the file.
-fn acquire_lock(path: &Path, mode: LockMode) -> Result<File, RecordsError> {
+/// Takes a `flock` on `path` (created if needed), calling `waiting` once after a second of
+/// waiting and giving up after `CKPT_LOCK_TIMEOUT_SECS` (default 120) with an error naming the file.
+fn acquire_lock(path: &Path, mode: LockMode, waiting: &dyn Fn(&Path)) -> Result<File, RecordsError> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -267,10 +269,7 @@ fn acquire_lock(path: &Path, mode: LockMode) -> Result<File, RecordsError> {
             });
         }
         if waited >= 1.0 && !announced {
-            eprintln!(
-                "ckpt: waiting for another ckpt process to finish (lock {})",
-                path.display()
-            );
+            waiting(path);
             announced = true;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -304,13 +303,13 @@ impl Registry {
         &self.dir
     }
 
-    /// Waits for the workspace lock, saying so on stderr after a second, and gives up after
+    /// Waits for the workspace lock, calling `waiting` once after a second, and gives up after
     /// `CKPT_LOCK_TIMEOUT_SECS` (default 120) with an error naming the lock file. The lock is a
     /// `flock`, so the kernel releases it when its holder dies: there are no stale locks.
-    pub fn lock(&self) -> Result<RegistryLock, RecordsError> {
+    pub fn lock(&self, waiting: &dyn Fn(&Path)) -> Result<RegistryLock, RecordsError> {
         // Every write needs the lock, so this check guards them all.
         refuse_linked_state_dir(&self.dir)?;
-        let file = acquire_lock(&self.dir.join(LOCK_FILE), LockMode::Exclusive)?;
+        let file = acquire_lock(&self.dir.join(LOCK_FILE), LockMode::Exclusive, waiting)?;
         Ok(RegistryLock { _file: file })
     }
 
@@ -373,28 +372,13 @@ impl Registry {
     }
 
     /// Writes the restore journal (before the first worktree write).
-    pub fn write_journal(&self, journal: &serde_json::Value, _lock: &RegistryLock) -> Result<(), RecordsError> {
-        let mut text = serde_json::to_vec_pretty(journal).map_err(|e| RecordsError::Corrupt {
-            path: self.journal_path(),
-            why: e.to_string(),
-        })?;
-        text.push(b'\n');
-        write_atomically(&self.journal_path(), &text)
+    pub fn write_journal(&self, journal: &RestoreJournal, _lock: &RegistryLock) -> Result<(), RecordsError> {
+        journal.write(&self.journal_path())
     }
 
-    /// The journal of an interrupted restore, if one is present.
-    pub fn read_journal(&self) -> Result<Option<serde_json::Value>, RecordsError> {
-        let path = self.journal_path();
-        match fs::read(&path) {
-            Ok(text) => serde_json::from_slice(&text)
-                .map(Some)
-                .map_err(|e| RecordsError::Corrupt {
-                    path: path.clone(),
-                    why: e.to_string(),
-                }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_error(&path)(e)),
-        }
+    /// The journal of an interrupted restore, if one is present, validated.
+    pub fn read_journal(&self) -> Result<Option<RestoreJournal>, RecordsError> {
+        RestoreJournal::read(&self.journal_path())
     }
 
     pub fn clear_journal(&self, _lock: &RegistryLock) -> Result<(), RecordsError> {

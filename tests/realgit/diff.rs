@@ -105,3 +105,80 @@ fn diff_between_two_checkpoints() {
         same.stderr
     );
 }
+
+/// Runs `ckpt ARGS` on a pseudo-terminal (util-linux `script`), with `env` set; what the
+/// terminal showed.
+fn on_terminal(repo: &TestRepo, args: &str, env: &[(&str, &str)]) -> String {
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-qec", &format!("{CKPT} {args}"), "/dev/null"])
+        .current_dir(&repo.root)
+        .env("HOME", &repo.home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("PAGER")
+        .env_remove("CKPT_PAGER")
+        .env_remove("LESS");
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let out = cmd
+        .output()
+        .expect("util-linux script runs a command on a pseudo-terminal");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn diff_is_paged_only_on_a_terminal_and_never_with_json_or_no_pager() {
+    let repo = TestRepo::new();
+    let id = repo.snapshot(&[]);
+    repo.write("src/lib.rs", b"pub fn answer() -> u32 { 43 }\n");
+    let paged = repo.home.join("paged.txt");
+    let pager = format!("cat > '{}'", paged.display());
+    let diff = format!("diff {}", &id[..8]);
+    let take = || {
+        let text = std::fs::read_to_string(&paged).ok();
+        std::fs::remove_file(&paged).ok();
+        text
+    };
+
+    let shown = on_terminal(&repo, &diff, &[("CKPT_PAGER", &pager), ("PAGER", "false")]);
+    let text = take().expect("CKPT_PAGER got the diff");
+    assert!(
+        text.contains("diff --ckpt a/src/lib.rs") && text.contains("+pub fn answer() -> u32 { 43 }"),
+        "{text}"
+    );
+    assert!(
+        !shown.contains("diff --ckpt"),
+        "the pager, not the terminal, got it: {shown}"
+    );
+
+    on_terminal(&repo, &diff, &[("PAGER", &pager)]);
+    assert!(
+        take().is_some_and(|t| t.contains("diff --ckpt")),
+        "PAGER when CKPT_PAGER is unset"
+    );
+
+    let shown = on_terminal(&repo, &format!("--no-pager {diff}"), &[("CKPT_PAGER", &pager)]);
+    assert!(take().is_none() && shown.contains("diff --ckpt"), "--no-pager: {shown}");
+    let shown = on_terminal(&repo, &format!("--json {diff}"), &[("CKPT_PAGER", &pager)]);
+    assert!(
+        take().is_none() && shown.contains(r#""type":"diff.file""#),
+        "--json: {shown}"
+    );
+    let shown = on_terminal(&repo, &diff, &[("CKPT_PAGER", "")]);
+    assert!(
+        take().is_none() && shown.contains("diff --ckpt"),
+        "an empty pager is none: {shown}"
+    );
+
+    let mut cmd = repo.ckpt_command();
+    cmd.args(["diff", &id[..8]]).env("CKPT_PAGER", &pager);
+    let piped = run_ckpt(cmd);
+    assert!(
+        take().is_none() && piped.stdout.contains("diff --ckpt"),
+        "stdout not a terminal: never paged"
+    );
+
+    on_terminal(&repo, "list", &[("CKPT_PAGER", &pager)]);
+    assert!(take().is_none(), "a list shorter than the screen is not paged");
+}

@@ -2,6 +2,7 @@
 //! checked against a fingerprint of the user's git state, and every restore byte-for-byte.
 
 mod common;
+mod contract;
 mod copy;
 mod diff;
 #[cfg(feature = "fault-injection")]

@@ -75,8 +75,26 @@ fn only_verbs_and_the_registry_mutate_files() {
 
 #[test]
 fn the_engine_runs_no_git_subprocess() {
-    let found = offenders(&["Command::new"], &["cli/demo.rs"]);
+    // The demo plays the user (it runs git); the pager runs the user's own pager command.
+    let found = offenders(&["Command::new"], &["cli/demo.rs", "cli/pager.rs"]);
     assert!(found.is_empty(), "subprocesses in the engine:\n{}", found.join("\n"));
+    let pager = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli/pager.rs")).unwrap();
+    let code: Vec<&str> = pager.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
+    assert!(
+        !code.iter().any(|l| l.contains("git")) && code.iter().filter(|l| l.contains("Command::new")).count() == 1,
+        "the pager spawns one command, the user's pager, and never git"
+    );
+}
+
+#[test]
+fn only_the_cli_prints() {
+    // Providers, records and verbs report through the caller's Reporter or their results; the
+    // fault-injection points (a test-only feature) say where they stopped.
+    let found = offenders(
+        &["println!", "print!(", "std::io::stdout", "std::io::stderr", "dbg!("],
+        &["cli/", "fault.rs", "main.rs"],
+    );
+    assert!(found.is_empty(), "printing outside src/cli:\n{}", found.join("\n"));
 }
 
 #[test]

@@ -9,7 +9,7 @@ use super::Engine;
 use crate::provider::{
     AuditReport, CkptError, Confirmation, DoctorReport, JournalFix, Problem, Selection, SnapshotRequest,
 };
-use crate::records::{Kind, Record, RecordsError, WirePath};
+use crate::records::{JournalOp, Kind, Record, RecordsError, RestoreJournal};
 use crate::verbs::{temp_file_owner, DiskItem, IdSet, ObjectId, PinRef, RepoPath};
 
 fn problem(code: &'static str, message: String, id: Option<&str>) -> Problem {
@@ -37,7 +37,7 @@ impl Engine {
         self.vault.verify_objects(&commit, verified).map_err(|e| e.to_string())
     }
 
-    fn pending_journal(&self) -> Result<Option<serde_json::Value>, CkptError> {
+    fn pending_journal(&self) -> Result<Option<RestoreJournal>, CkptError> {
         match crate::records::Registry::open_existing(&self.state_dir) {
             Some(registry) => Ok(registry.read_journal()?),
             None => Ok(None),
@@ -50,30 +50,18 @@ impl Engine {
     /// of) what that restore wrote or moved aside there — the target's or the guard's content
     /// of a path in that directory. Anything else that merely looks like a temp file is the
     /// user's and is never listed (so never removed).
-    fn stale_temp_files(&self, journal: Option<&serde_json::Value>) -> Result<Vec<RepoPath>, CkptError> {
+    fn stale_temp_files(&self, journal: Option<&RestoreJournal>) -> Result<Vec<RepoPath>, CkptError> {
         let Some(journal) = journal else {
             return Ok(Vec::new());
         };
-        let Some(pid) = journal.get("pid").and_then(|p| p.as_u64()) else {
-            return Ok(Vec::new());
-        };
-        let op_paths: Vec<RepoPath> = journal
-            .get("ops")
-            .and_then(|ops| ops.as_array())
-            .into_iter()
-            .flatten()
-            .filter_map(|op| serde_json::from_value::<WirePath>(op.get("path")?.clone()).ok())
-            .filter_map(|path| path.to_repo_path().ok())
-            .collect();
+        let pid = journal.pid;
+        let op_paths: Vec<RepoPath> = journal.ops.iter().map(|(_, path)| path.clone()).collect();
         let dirs: HashSet<Option<RepoPath>> = op_paths.iter().map(RepoPath::parent).collect();
         let listing = self.vault.list_worktree()?;
         let named: Vec<RepoPath> = listing
             .untracked
             .into_iter()
-            .filter(|p| {
-                p.components().last().and_then(temp_file_owner).map(u64::from) == Some(pid)
-                    && dirs.contains(&p.parent())
-            })
+            .filter(|p| p.components().last().and_then(temp_file_owner) == Some(pid) && dirs.contains(&p.parent()))
             .collect();
         if named.is_empty() {
             return Ok(named);
@@ -82,9 +70,8 @@ impl Engine {
         // read one blob at a time for the temp files of that path's directory.
         let mut trees = Vec::new();
         let records = self.records()?;
-        for key in ["guard", "target"] {
-            let id = journal.get(key).and_then(|v| v.as_str()).unwrap_or_default();
-            if let Some(record) = records.iter().find(|r| r.id == id) {
+        for id in [&journal.guard, &journal.target] {
+            if let Some(record) = records.iter().find(|r| r.id == id.to_string()) {
                 trees.push(self.checkpoint_tree(record)?);
             }
         }
@@ -199,7 +186,7 @@ impl Engine {
             ));
         }
         if let Some(journal) = journal {
-            let guard = journal.get("guard").and_then(|g| g.as_str()).unwrap_or("?");
+            let guard = &journal.guard;
             report.problems.push(problem(
                 "pending_journal",
                 format!("a restore was interrupted; its guard {guard} holds the state before it (doctor --fix rolls back, --fix --complete finishes)"),
@@ -215,42 +202,29 @@ impl Engine {
     /// as it is and reported; files it never touched are never looked at.
     fn finish_journal(
         &self,
-        journal: &serde_json::Value,
+        journal: &RestoreJournal,
         fix: JournalFix,
     ) -> Result<crate::provider::RestoreReport, CkptError> {
-        let field = |key: &str| journal.get(key).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
-        let record_of = |id: String| -> Result<Record, CkptError> {
-            ObjectId::from_hex(&id)
-                .map_err(|_| CkptError::CorruptRecord(format!("the journal names a bad checkpoint id {id:?}")))?;
+        let record_of = |id: &ObjectId| -> Result<Record, CkptError> {
+            let id = id.to_string();
             self.records()?
                 .into_iter()
                 .find(|r| r.id == id)
                 .ok_or_else(|| CkptError::NotFound(format!("the journal's checkpoint {id} is not in the registry")))
         };
-        let guard = record_of(field("guard"))?;
-        let target = record_of(field("target"))?;
+        let guard = record_of(&journal.guard)?;
+        let target = record_of(&journal.target)?;
         let before_tree = self.checkpoint_tree(&guard)?;
         let after_tree = self.checkpoint_tree(&target)?;
-        let ops: Vec<(String, RepoPath)> = journal
-            .get("ops")
-            .and_then(|ops| ops.as_array())
-            .into_iter()
-            .flatten()
-            .filter_map(|op| {
-                let kind = op.get("op")?.as_str()?.to_owned();
-                let path = serde_json::from_value::<WirePath>(op.get("path")?.clone())
-                    .ok()?
-                    .to_repo_path()
-                    .ok()?;
-                Some((kind, path))
-            })
-            .filter(|(kind, _)| kind == "write" || kind == "remove")
-            .collect();
+        let ops = journal
+            .ops
+            .iter()
+            .filter(|(op, _)| matches!(op, JournalOp::Write | JournalOp::Remove));
         let mut eligible = Vec::new();
         let mut changed_since = Vec::new();
-        for (kind, path) in ops {
+        for (op, path) in ops.cloned() {
             let before = before_tree.get(&path).copied();
-            let after = if kind == "write" {
+            let after = if op == JournalOp::Write {
                 after_tree.get(&path).copied()
             } else {
                 None
@@ -280,7 +254,7 @@ impl Engine {
         let mut report = if eligible.is_empty() {
             // Nothing of the interrupted restore is left to undo (or do): settle its journal.
             let registry = self.registry()?;
-            let lock = registry.lock()?;
+            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
             registry.clear_journal(&lock)?;
             crate::provider::RestoreReport {
                 id: wanted.id.clone(),
@@ -372,7 +346,7 @@ impl Engine {
             .collect();
         if !unusable.is_empty() {
             let registry = self.registry()?;
-            let lock = registry.lock()?;
+            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
             for id in &unusable {
                 let Ok(commit) = ObjectId::from_hex(id) else { continue };
                 let pin = PinRef::for_checkpoint(&self.workspace, &commit);
@@ -396,7 +370,7 @@ impl Engine {
         }
         if has("ref_without_record") || has("record_without_ref") || has("corrupt_registry") {
             let registry = self.registry()?;
-            let lock = registry.lock()?;
+            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
             let stored = match registry.load() {
                 Ok(records) => records,
                 Err(_) => {

@@ -9,7 +9,7 @@ use crate::provider::{CkptError, Provider};
 use crate::records::{Record, Registry};
 use crate::verbs::{EntryKind, ObjectId, PinRef, RepoPath, WorkspaceKey};
 
-use super::{phase_time, Engine, StoreKind};
+use super::{Engine, StoreKind};
 use crate::provider::progress::Progress;
 
 impl Engine {
@@ -110,9 +110,9 @@ impl Engine {
         let started = std::time::Instant::now();
         let census = self.vault.spawn_blob_census(pinned_trees, head_tree);
         let survey = scan::survey(&self.vault, max_file_size);
-        phase_time("survey", started);
+        self.phase_time("survey", started);
         let census = census.join()?;
-        phase_time("survey and blob census", started);
+        self.phase_time("survey and blob census", started);
         let survey = survey?;
         let mut report = crate::provider::StatusReport {
             provider: self.name(),
@@ -139,7 +139,7 @@ impl Engine {
             return Ok(Vec::new());
         }
         let registry = self.registry()?;
-        let lock = registry.lock()?;
+        let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
         let records = self.reconcile(registry.load()?)?.records;
         let wanted: HashSet<&String> = ids.iter().collect();
         let mut kept = Vec::with_capacity(records.len());

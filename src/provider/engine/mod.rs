@@ -13,7 +13,7 @@ mod snapshot;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use crate::provider::progress::Progress;
+use crate::provider::report::Reporter;
 use crate::provider::scan::Capture;
 use crate::provider::{
     CkptError, Confirmation, Preview, Provider, RestoreReport, Selection, SnapshotOutcome, SnapshotRequest,
@@ -48,7 +48,7 @@ pub enum StoreKind {
 /// The git provider, and — over a private store — the copy provider: both run the same
 /// snapshot, plan, restore and verify code through the same verbs.
 pub struct Engine {
-    pub(in crate::provider) progress: Progress,
+    pub(in crate::provider) reporter: Reporter,
     pub(in crate::provider) vault: Vault,
     pub(in crate::provider) workdir: PathBuf,
     pub(in crate::provider) workspace: WorkspaceKey,
@@ -61,25 +61,6 @@ pub struct Engine {
     pub(in crate::provider) _store_lock: Option<StoreLock>,
 }
 
-fn phase_time(phase: &str, started: std::time::Instant) {
-    if std::env::var_os("CKPT_TIMING").is_some() {
-        eprintln!("ckpt: {phase}: {:.1} ms", started.elapsed().as_secs_f64() * 1000.0);
-    }
-}
-
-/// With `CKPT_TIMING` set, says on stderr how long a phase took and how the capture was served.
-fn timing(phase: &str, started: std::time::Instant, capture: &Capture) {
-    if std::env::var_os("CKPT_TIMING").is_some() {
-        eprintln!(
-            "ckpt: {phase}: {:.1} ms ({} from stat cache, {} from index, {} read)",
-            started.elapsed().as_secs_f64() * 1000.0,
-            capture.stats.from_cache,
-            capture.stats.from_index,
-            capture.stats.read
-        );
-    }
-}
-
 fn now_rfc3339() -> (i64, String) {
     let now = chrono::Utc::now();
     (
@@ -89,7 +70,25 @@ fn now_rfc3339() -> (i64, String) {
 }
 
 impl Engine {
-    pub fn open(dir: &Path, progress: Progress) -> Result<Self, CkptError> {
+    /// Says (when timings are wanted) how long the phase begun at `started` took.
+    fn phase_time(&self, phase: &str, started: std::time::Instant) {
+        self.reporter.timing(phase, started, String::new);
+    }
+
+    /// [`Self::phase_time`] for a capture: how it was served, and how long listing took.
+    fn capture_time(&self, phase: &str, started: std::time::Instant, capture: &Capture) {
+        for (listing_phase, elapsed) in &capture.listing_times {
+            self.reporter.timing_of(listing_phase, *elapsed);
+        }
+        self.reporter.timing(phase, started, || {
+            format!(
+                "{} from stat cache, {} from index, {} read",
+                capture.stats.from_cache, capture.stats.from_index, capture.stats.read
+            )
+        });
+    }
+
+    pub fn open(dir: &Path, reporter: Reporter) -> Result<Self, CkptError> {
         let Some(mut vault) = Vault::discover(dir)? else {
             return Err(CkptError::NoProvider(format!(
                 "{} is not inside a git repository with a worktree (use --provider copy or auto)",
@@ -114,7 +113,7 @@ impl Engine {
             vault.reserve(&home);
         }
         Ok(Engine {
-            progress,
+            reporter,
             vault,
             workdir,
             state_dir: state_root.join(workspace.as_str()),

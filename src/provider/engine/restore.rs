@@ -7,34 +7,34 @@ use std::collections::BTreeMap;
 use crate::provider::plan::{self, PlanInput};
 use crate::provider::scan::{self, BlobSink, Capture};
 use crate::provider::{CkptError, Confirmation, Preview, RestoreReport, Selection, SnapshotRequest};
-use crate::records::{Record, Registry, WirePath};
+use crate::records::{JournalOp, Record, Registry, RestoreJournal};
 use crate::verbs::{ObjectId, RepoPath, RestoreOp, TreeItem};
 
-use super::{now_rfc3339, phase_time, Engine};
+use super::{now_rfc3339, Engine};
 
-fn journal(record: &Record, guard: &Record, selection: &Selection, ops: &[RestoreOp]) -> serde_json::Value {
-    let ops: Vec<serde_json::Value> = ops
-        .iter()
-        .map(|op| {
-            let (name, path) = match op {
-                RestoreOp::Remove { path, .. } => ("remove", path),
-                RestoreOp::RemoveEmptyDir { path } => ("remove_dir", path),
-                RestoreOp::PruneEmptyDir { path } => ("prune_dir", path),
-                RestoreOp::Write { path, .. } => ("write", path),
-            };
-            serde_json::json!({"op": name, "path": WirePath::from_repo_path(path)})
-        })
-        .collect();
-    serde_json::json!({
-        "format": "ckpt-restore-journal",
-        "version": 1,
-        "target": record.id,
-        "guard": guard.id,
-        "exact": selection.exact,
-        "paths": selection.paths.iter().map(WirePath::from_repo_path).collect::<Vec<_>>(),
-        "started": now_rfc3339().1,
-        "pid": std::process::id(),
-        "ops": ops,
+fn journal(
+    record: &Record,
+    guard: &Record,
+    selection: &Selection,
+    ops: &[RestoreOp],
+) -> Result<RestoreJournal, CkptError> {
+    let id = |record: &Record| record.object_id().map_err(CkptError::CorruptRecord);
+    Ok(RestoreJournal {
+        target: id(record)?,
+        guard: id(guard)?,
+        exact: selection.exact,
+        paths: selection.paths.clone(),
+        started: now_rfc3339().1,
+        pid: std::process::id(),
+        ops: ops
+            .iter()
+            .map(|op| match op {
+                RestoreOp::Remove { path, .. } => (JournalOp::Remove, path.clone()),
+                RestoreOp::RemoveEmptyDir { path } => (JournalOp::RemoveDir, path.clone()),
+                RestoreOp::PruneEmptyDir { path } => (JournalOp::PruneDir, path.clone()),
+                RestoreOp::Write { path, .. } => (JournalOp::Write, path.clone()),
+            })
+            .collect(),
     })
 }
 
@@ -196,7 +196,7 @@ impl Engine {
             max_file_size,
             BlobSink::HashOnly,
             cache.as_ref(),
-            &self.progress,
+            self.reporter.progress(),
         )?;
         let plan = Self::make_plan(&target, record, &capture, selection)?;
         let not_protected = Self::not_protected(record, &capture, selection);
@@ -212,7 +212,7 @@ impl Engine {
     ) -> Result<RestoreReport, CkptError> {
         let t0 = std::time::Instant::now();
         let target_tree = self.checkpoint_tree_id(record)?;
-        phase_time("check target tree", t0);
+        self.phase_time("check target tree", t0);
         if let Confirmation::Ask(ask) = confirmation {
             let preview = self.preview(record, selection, request.max_file_size)?;
             if !ask(&preview) {
@@ -220,29 +220,29 @@ impl Engine {
             }
         }
         let registry = self.registry()?;
-        let lock = registry.lock()?;
+        let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
         if let Some(stale) = registry.read_journal()? {
-            eprintln!(
-                "ckpt: warning: an earlier restore was interrupted (journal: {}); its guard {} still holds the state before it",
+            self.reporter.warning(&format!(
+                "an earlier restore was interrupted (journal: {}); its guard {} still holds the state before it",
                 registry.dir().join("restore-journal.json").display(),
-                stale.get("guard").and_then(|g| g.as_str()).unwrap_or("?")
-            );
+                stale.guard
+            ));
         }
 
         let t1 = std::time::Instant::now();
         let (guard, capture) = self.snapshot_locked(&registry, &lock, request)?;
-        phase_time("guard snapshot", t1);
+        self.phase_time("guard snapshot", t1);
         let t2 = std::time::Instant::now();
         let guard_tree = guard.record.tree_id().map_err(CkptError::CorruptRecord)?;
         let plan = self.plan_from_diff(&guard_tree, &target_tree, record, &capture, selection)?;
         self.ensure_blobs_present(&plan.ops)?;
-        phase_time("plan", t2);
+        self.phase_time("plan", t2);
         let t3 = std::time::Instant::now();
 
-        registry.write_journal(&journal(record, &guard.record, selection, &plan.ops), &lock)?;
+        registry.write_journal(&journal(record, &guard.record, selection, &plan.ops)?, &lock)?;
         crate::fault::point("restore:after-journal");
-        let phase = self.progress.phase("restoring", plan.ops.len() as u64);
-        let progress = &self.progress;
+        let phase = self.reporter.progress().phase("restoring", plan.ops.len() as u64);
+        let progress = self.reporter.progress();
         let results = self.vault.restore_paths(&plan.ops, |done| {
             progress.inc(1);
             if done == 1 {
@@ -279,7 +279,7 @@ impl Engine {
             }
         }
 
-        phase_time("writes", t3);
+        self.phase_time("writes", t3);
         let t4 = std::time::Instant::now();
         let mut verified = report.failed.is_empty();
         for op in &plan.ops {
@@ -302,7 +302,7 @@ impl Engine {
             }
         }
         report.verified = verified;
-        phase_time("verify", t4);
+        self.phase_time("verify", t4);
         registry.clear_journal(&lock)?;
         Ok(report)
     }

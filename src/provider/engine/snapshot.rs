@@ -11,7 +11,7 @@ use crate::records::statcache::StatCache;
 use crate::records::{Record, Registry, RegistryLock, Skipped, Trailers, WirePath};
 use crate::verbs::{ObjectId, PinRef, RepoPath, TreeItem};
 
-use super::{now_rfc3339, phase_time, timing, Engine, StoreKind};
+use super::{now_rfc3339, Engine, StoreKind};
 
 impl Engine {
     /// Writes the capture's trees. With a stat cache (which names every file of its checkpoint),
@@ -58,7 +58,7 @@ impl Engine {
     ) -> Result<(SnapshotOutcome, Capture), CkptError> {
         let t0 = std::time::Instant::now();
         let reconciled = self.reconcile(registry.load()?)?;
-        phase_time("registry + refs", t0);
+        self.phase_time("registry + refs", t0);
         // The previous checkpoint is the newest one still pinned: an unpinned record's objects
         // may already be collected, so nothing may be built on it.
         let previous: Option<Record> = reconciled
@@ -75,22 +75,22 @@ impl Engine {
         };
         let started = std::time::Instant::now();
         let cache = self.trusted_stat_cache(registry);
-        phase_time("stat cache load", started);
+        self.phase_time("stat cache load", started);
         let capture = scan::capture(
             &self.vault,
             request.max_file_size,
             BlobSink::Store,
             cache.as_ref(),
-            &self.progress,
+            self.reporter.progress(),
         )?;
-        timing("capture", started, &capture);
+        self.capture_time("capture", started, &capture);
         crate::fault::point("snapshot:after-blobs");
         let t1 = std::time::Instant::now();
         let tree = match self.unchanged_since_cache(&capture, cache.as_ref()) {
             Some(tree) => tree,
             None => self.write_trees(&capture, cache.as_ref())?,
         };
-        phase_time("trees", t1);
+        self.phase_time("trees", t1);
         // Only its size and checkpoint matter from here on; the entries go (memory at 200k files).
         let loaded = cache.as_ref().map(|cache| (cache.len(), cache.checkpoint));
         drop(cache);
@@ -106,7 +106,7 @@ impl Engine {
                 };
                 let t2 = std::time::Instant::now();
                 self.save_stat_cache(registry, lock, &capture, &outcome.record, loaded);
-                phase_time("stat cache save", t2);
+                self.phase_time("stat cache save", t2);
                 return Ok((outcome, capture));
             }
         }
@@ -133,7 +133,7 @@ impl Engine {
             },
             _ => self.vault.diff_trees(head_tree.as_ref(), Some(&tree))?,
         };
-        phase_time("diff against the previous checkpoint", t3);
+        self.phase_time("diff against the previous checkpoint", t3);
         // New bytes: content this snapshot added to the object store. What a checkpoint, HEAD or
         // any other commit already held costs nothing more, so the quota measures what ckpt keeps.
         let mut counted: HashSet<ObjectId> = HashSet::new();
@@ -182,10 +182,10 @@ impl Engine {
             self.vault.unpin(&pin, &commit).ok();
             return Err(error.into());
         }
-        phase_time("commit, pin and record", t4);
+        self.phase_time("commit, pin and record", t4);
         let t5 = std::time::Instant::now();
         self.save_stat_cache(registry, lock, &capture, &record, loaded);
-        phase_time("stat cache save", t5);
+        self.phase_time("stat cache save", t5);
         Ok((
             SnapshotOutcome {
                 record,
@@ -240,13 +240,13 @@ impl Engine {
             }
         }
         if let Err(e) = StatCache::save_entries(registry.dir(), lock, checkpoint, capture.stat_entries()) {
-            eprintln!("ckpt: warning: could not write the stat cache: {e}");
+            self.reporter.warning(&format!("could not write the stat cache: {e}"));
         }
     }
 
     pub(super) fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {
         let registry = self.registry()?;
-        let lock = registry.lock()?;
+        let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
         Ok(self.snapshot_locked(&registry, &lock, request)?.0)
     }
 }

@@ -51,6 +51,15 @@ pub struct WorktreeListing {
     pub reserved: Vec<RepoPath>,
     /// Names git could not represent as a repository path, with the reason.
     pub unrepresentable: Vec<(String, String)>,
+    /// How long reading the index took, and the whole listing (index and walk).
+    pub times: ListingTimes,
+}
+
+/// Where a listing's time went, for `CKPT_TIMING`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ListingTimes {
+    pub index_read: std::time::Duration,
+    pub total: std::time::Duration,
 }
 
 /// How many times the walk for untracked paths is taken when the worktree changes under it.
@@ -211,13 +220,7 @@ impl Vault {
             gix::index::File::from_state(gix::index::State::new(self.repo.object_hash()), self.repo.index_path())
         };
         let mut listing = self.index_listing(&index);
-        if std::env::var_os("CKPT_TIMING").is_some() {
-            eprintln!(
-                "ckpt: index read: {} entries, {:.1} ms",
-                listing.tracked.len(),
-                started.elapsed().as_secs_f64() * 1000.0
-            );
-        }
+        listing.times.index_read = started.elapsed();
         let walk_repo = self.repo.clone().into_sync();
         let (walked, result) = std::thread::scope(|scope| {
             let walker = scope.spawn(|| walk_untracked(&walk_repo.to_thread_local(), &index));
@@ -253,12 +256,7 @@ impl Vault {
         listing.ignored = walked.ignored;
         listing.nested_repos = walked.nested_repos;
         listing.unrepresentable.extend(walked.unrepresentable);
-        if std::env::var_os("CKPT_TIMING").is_some() {
-            eprintln!(
-                "ckpt: list worktree (index + walk): {:.1} ms",
-                started.elapsed().as_secs_f64() * 1000.0
-            );
-        }
+        listing.times.total = started.elapsed();
         Ok((listing, result))
     }
 

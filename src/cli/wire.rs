@@ -1,0 +1,546 @@
+//! The JSON Lines contract (v1), in one place: every record `--json` prints is a struct here,
+//! built from the provider's reports. Each line is `{"v":1,"type":<TYPE>, ...fields}`. Field
+//! names are the contract README.md documents: add fields freely, never rename one. Nothing here
+//! decides what a command does, and nothing outside this file writes a JSON record by hand.
+
+use serde::Serialize;
+
+use crate::provider::{FileDiff, Preview, Problem, RestoreReport, SnapshotOutcome};
+use crate::records::{Record, Skipped, WirePath};
+use crate::verbs::{EntryKind, RepoPath};
+
+/// The contract's version, the `"v"` of every record.
+pub const VERSION: u8 = 1;
+
+/// A record of the contract: its fields, and the `"type"` it is printed under.
+pub trait WireRecord: Serialize {
+    fn record_type(&self) -> &'static str;
+}
+
+/// What one JSON Lines line holds: version and type first, then the record's own fields.
+#[derive(Serialize)]
+pub struct Envelope<'a, T: Serialize> {
+    pub v: u8,
+    #[serde(rename = "type")]
+    pub record_type: &'static str,
+    #[serde(flatten)]
+    pub body: &'a T,
+}
+
+impl<'a, T: WireRecord> Envelope<'a, T> {
+    pub fn of(body: &'a T) -> Self {
+        Envelope {
+            v: VERSION,
+            record_type: body.record_type(),
+            body,
+        }
+    }
+}
+
+macro_rules! record_type {
+    ($name:ident, $type:literal) => {
+        impl WireRecord for $name<'_> {
+            fn record_type(&self) -> &'static str {
+                $type
+            }
+        }
+    };
+}
+
+/// A path and why it was not (or could not be) handled.
+#[derive(Serialize)]
+pub struct PathReason<'a> {
+    pub path: WirePath,
+    pub reason: &'a str,
+}
+
+/// A path that failed, and the error.
+#[derive(Serialize)]
+pub struct PathError<'a> {
+    pub path: WirePath,
+    pub error: &'a str,
+}
+
+fn paths(list: &[RepoPath]) -> Vec<WirePath> {
+    list.iter().map(WirePath::from_repo_path).collect()
+}
+
+fn reasons(list: &[(RepoPath, String)]) -> Vec<PathReason<'_>> {
+    list.iter()
+        .map(|(path, reason)| PathReason {
+            path: WirePath::from_repo_path(path),
+            reason,
+        })
+        .collect()
+}
+
+fn skipped(list: &[Skipped]) -> Vec<PathReason<'_>> {
+    list.iter()
+        .map(|s| PathReason {
+            path: s.path.clone(),
+            reason: &s.reason,
+        })
+        .collect()
+}
+
+/// How a snapshot's capture was served.
+#[derive(Serialize)]
+pub struct ScanCounts {
+    pub from_cache: u64,
+    pub from_index: u64,
+    pub read: u64,
+}
+
+/// `snapshot`: the checkpoint taken (or the existing one, `created: false`).
+#[derive(Serialize)]
+pub struct SnapshotRecord<'a> {
+    pub id: &'a str,
+    pub short: &'a str,
+    pub created: bool,
+    pub provider: &'a str,
+    pub commit: Option<&'a str>,
+    pub kind: &'static str,
+    pub files: u64,
+    pub total_files: u64,
+    pub bytes: u64,
+    pub skipped: Vec<PathReason<'a>>,
+    pub scan: ScanCounts,
+    /// Checkpoints the configured automatic prune removed after this one was taken.
+    pub pruned: &'a [String],
+}
+record_type!(SnapshotRecord, "snapshot");
+
+impl<'a> SnapshotRecord<'a> {
+    pub fn new(outcome: &'a SnapshotOutcome, pruned: &'a [String]) -> Self {
+        let record = &outcome.record;
+        SnapshotRecord {
+            id: &record.id,
+            short: record.short(),
+            created: outcome.created,
+            provider: &record.provider,
+            commit: record.commit.as_deref(),
+            kind: record.kind.as_str(),
+            // A no-op reports what it added (nothing), not the previous checkpoint's numbers.
+            files: if outcome.created { record.files } else { 0 },
+            total_files: record.total_files,
+            bytes: if outcome.created { record.bytes } else { 0 },
+            skipped: skipped(&record.skipped),
+            scan: ScanCounts {
+                from_cache: outcome.scan.from_cache,
+                from_index: outcome.scan.from_index,
+                read: outcome.scan.read,
+            },
+            pruned,
+        }
+    }
+}
+
+/// `list` (one per checkpoint) and `show` (with `tree`, `workspace` and `skipped`).
+#[derive(Serialize)]
+pub struct CheckpointRecord<'a> {
+    pub id: &'a str,
+    pub short: &'a str,
+    pub provider: &'a str,
+    pub commit: Option<&'a str>,
+    pub time: &'a str,
+    pub session: Option<&'a str>,
+    pub turn: Option<u64>,
+    pub step: Option<u64>,
+    pub trigger: Option<&'a str>,
+    pub kind: &'static str,
+    pub files: u64,
+    pub total_files: u64,
+    pub bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tree: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<&'a WirePath>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<Vec<PathReason<'a>>>,
+}
+record_type!(CheckpointRecord, "checkpoint");
+
+impl<'a> CheckpointRecord<'a> {
+    /// The record as `list` prints it.
+    pub fn listed(record: &'a Record) -> Self {
+        CheckpointRecord {
+            id: &record.id,
+            short: record.short(),
+            provider: &record.provider,
+            commit: record.commit.as_deref(),
+            time: &record.time,
+            session: record.session.as_deref(),
+            turn: record.turn,
+            step: record.step,
+            trigger: record.trigger.as_deref(),
+            kind: record.kind.as_str(),
+            files: record.files,
+            total_files: record.total_files,
+            bytes: record.bytes,
+            tree: None,
+            workspace: None,
+            skipped: None,
+        }
+    }
+
+    /// The record as `show` prints it: everything `list` says, plus tree, workspace and skipped.
+    pub fn shown(record: &'a Record) -> Self {
+        CheckpointRecord {
+            tree: Some(&record.tree),
+            workspace: Some(&record.workspace),
+            skipped: Some(skipped(&record.skipped)),
+            ..Self::listed(record)
+        }
+    }
+}
+
+/// `preview`: the read-only plan of a restore.
+#[derive(Serialize)]
+pub struct PreviewRecord<'a> {
+    pub id: &'a str,
+    pub overwrite: Vec<WirePath>,
+    pub unchanged: usize,
+    pub created_after: Vec<WirePath>,
+    pub delete: Vec<WirePath>,
+    pub conflicts: Vec<PathReason<'a>>,
+    pub not_protected: Vec<PathReason<'a>>,
+    pub exact: bool,
+}
+record_type!(PreviewRecord, "preview");
+
+impl<'a> PreviewRecord<'a> {
+    pub fn new(preview: &'a Preview) -> Self {
+        PreviewRecord {
+            id: &preview.id,
+            overwrite: paths(&preview.overwrite),
+            unchanged: preview.unchanged,
+            created_after: paths(&preview.created_after),
+            delete: paths(&preview.delete),
+            conflicts: reasons(&preview.conflicts),
+            not_protected: reasons(&preview.not_protected),
+            exact: preview.exact,
+        }
+    }
+}
+
+/// `restore` (and `doctor --fix` settling an interrupted restore): what was done.
+#[derive(Serialize)]
+pub struct RestoreRecord<'a> {
+    pub id: &'a str,
+    pub guard: Option<&'a str>,
+    pub guard_created: bool,
+    pub written: Vec<WirePath>,
+    pub deleted: Vec<WirePath>,
+    pub left: Vec<WirePath>,
+    pub unchanged: usize,
+    pub failed: Vec<PathError<'a>>,
+    pub verified: bool,
+}
+record_type!(RestoreRecord, "restore");
+
+impl<'a> RestoreRecord<'a> {
+    pub fn new(report: &'a RestoreReport) -> Self {
+        RestoreRecord {
+            id: &report.id,
+            guard: report.guard.as_deref(),
+            guard_created: report.guard_created,
+            written: paths(&report.written),
+            deleted: paths(&report.deleted),
+            left: paths(&report.left),
+            unchanged: report.unchanged,
+            failed: report
+                .failed
+                .iter()
+                .map(|(path, error)| PathError {
+                    path: WirePath::from_repo_path(path),
+                    error,
+                })
+                .collect(),
+            verified: report.verified,
+        }
+    }
+}
+
+/// Git's mode for an entry kind, as `diff` shows it.
+pub fn mode(kind: Option<EntryKind>) -> Option<&'static str> {
+    kind.map(|k| match k {
+        EntryKind::File => "100644",
+        EntryKind::Executable => "100755",
+        EntryKind::Symlink => "120000",
+        EntryKind::Gitlink => "160000",
+    })
+}
+
+/// `diff.file`: one changed path.
+#[derive(Serialize)]
+pub struct DiffFileRecord {
+    pub path: WirePath,
+    pub status: &'static str,
+    pub added: usize,
+    pub removed: usize,
+    pub binary: bool,
+    pub old_mode: Option<&'static str>,
+    pub new_mode: Option<&'static str>,
+}
+
+impl WireRecord for DiffFileRecord {
+    fn record_type(&self) -> &'static str {
+        "diff.file"
+    }
+}
+
+impl DiffFileRecord {
+    pub fn new(file: &FileDiff) -> Self {
+        DiffFileRecord {
+            path: WirePath::from_repo_path(&file.change.path),
+            status: file.change.status.letter(),
+            added: file.added,
+            removed: file.removed,
+            binary: file.binary,
+            old_mode: mode(file.change.old.map(|i| i.kind)),
+            new_mode: mode(file.change.new.map(|i| i.kind)),
+        }
+    }
+}
+
+/// `diff`: the totals, after the `diff.file` records.
+#[derive(Serialize)]
+pub struct DiffRecord<'a> {
+    pub from: &'a str,
+    /// None: the worktree as it is now.
+    pub to: Option<&'a str>,
+    pub files: usize,
+    pub added: usize,
+    pub removed: usize,
+}
+record_type!(DiffRecord, "diff");
+
+/// Checkpoints of one session, in `status`.
+#[derive(Serialize)]
+pub struct SessionCount<'a> {
+    pub session: Option<&'a str>,
+    pub count: usize,
+}
+
+/// `status`: what is protected now, the checkpoints, and disk use.
+#[derive(Serialize)]
+pub struct StatusRecord<'a> {
+    pub provider: &'a str,
+    pub workspace: WirePath,
+    pub protected: usize,
+    pub not_protected: Vec<PathReason<'a>>,
+    pub checkpoints: usize,
+    pub sessions: Vec<SessionCount<'a>>,
+    pub oldest: Option<&'a str>,
+    pub newest: Option<&'a str>,
+    pub ckpt_only_bytes: u64,
+    pub shared_bytes: u64,
+    pub blobs: usize,
+}
+record_type!(StatusRecord, "status");
+
+impl<'a> StatusRecord<'a> {
+    pub fn not_protected(list: &'a [(RepoPath, String)]) -> Vec<PathReason<'a>> {
+        reasons(list)
+    }
+}
+
+/// `prune.remove`: one checkpoint the retention plan removes (or would, `done: false`).
+#[derive(Serialize)]
+pub struct PruneRemoveRecord<'a> {
+    pub id: &'a str,
+    pub rule: &'a str,
+    pub done: bool,
+}
+record_type!(PruneRemoveRecord, "prune.remove");
+
+/// `prune`: the totals.
+#[derive(Serialize)]
+pub struct PruneRecord {
+    pub removed: usize,
+    pub planned: usize,
+    pub kept: usize,
+    pub dry_run: bool,
+}
+
+impl WireRecord for PruneRecord {
+    fn record_type(&self) -> &'static str {
+        "prune"
+    }
+}
+
+/// Which command removed checkpoints.
+#[derive(Clone, Copy)]
+pub enum Removal {
+    Delete,
+    Clear,
+}
+
+impl Removal {
+    pub fn name(self) -> &'static str {
+        match self {
+            Removal::Delete => "delete",
+            Removal::Clear => "clear",
+        }
+    }
+}
+
+/// `delete` and `clear`: the ids removed.
+#[derive(Serialize)]
+pub struct RemovedRecord<'a> {
+    #[serde(skip)]
+    pub by: Removal,
+    pub removed: &'a [String],
+}
+
+impl WireRecord for RemovedRecord<'_> {
+    fn record_type(&self) -> &'static str {
+        self.by.name()
+    }
+}
+
+/// `gc`: the copy store's garbage collection.
+#[derive(Serialize)]
+pub struct GcRecord {
+    pub live_objects: usize,
+    pub removed: usize,
+    pub removed_bytes: u64,
+    pub kept_young: usize,
+    pub dry_run: bool,
+}
+
+impl WireRecord for GcRecord {
+    fn record_type(&self) -> &'static str {
+        "gc"
+    }
+}
+
+/// Which health command found a problem.
+#[derive(Clone, Copy)]
+pub enum Check {
+    Audit,
+    Doctor,
+}
+
+/// `audit.problem` and `doctor.problem`; also an entry of doctor's `remaining`.
+#[derive(Serialize)]
+pub struct ProblemRecord<'a> {
+    #[serde(skip)]
+    pub found_by: Check,
+    pub code: &'a str,
+    pub message: &'a str,
+    pub id: Option<&'a str>,
+}
+
+impl WireRecord for ProblemRecord<'_> {
+    fn record_type(&self) -> &'static str {
+        match self.found_by {
+            Check::Audit => "audit.problem",
+            Check::Doctor => "doctor.problem",
+        }
+    }
+}
+
+impl<'a> ProblemRecord<'a> {
+    pub fn new(found_by: Check, problem: &'a Problem) -> Self {
+        ProblemRecord {
+            found_by,
+            code: problem.code,
+            message: &problem.message,
+            id: problem.id.as_deref(),
+        }
+    }
+}
+
+/// `audit`: the verdict.
+#[derive(Serialize)]
+pub struct AuditRecord {
+    pub ok: bool,
+    pub records: usize,
+    pub refs: usize,
+    pub problems: usize,
+}
+
+impl WireRecord for AuditRecord {
+    fn record_type(&self) -> &'static str {
+        "audit"
+    }
+}
+
+/// `doctor`: what it did (or would do) and what is left.
+#[derive(Serialize)]
+pub struct DoctorRecord<'a> {
+    pub fixed: bool,
+    pub problems: usize,
+    pub actions: &'a [String],
+    pub remaining: Vec<ProblemRecord<'a>>,
+}
+record_type!(DoctorRecord, "doctor");
+
+/// `demo`: the guided demo passed every check (a failed check is an `error`, `demo_failed`).
+#[derive(Serialize)]
+pub struct DemoRecord {
+    pub ok: bool,
+    /// Where the scratch repository was kept (`--keep`), else none: it was removed.
+    pub kept: Option<WirePath>,
+}
+
+impl WireRecord for DemoRecord {
+    fn record_type(&self) -> &'static str {
+        "demo"
+    }
+}
+
+/// `completions`: the completion script for `shell`.
+#[derive(Serialize)]
+pub struct CompletionsRecord<'a> {
+    pub shell: &'a str,
+    pub script: &'a str,
+}
+record_type!(CompletionsRecord, "completions");
+
+/// `man`: the manual page, as roff.
+#[derive(Serialize)]
+pub struct ManRecord<'a> {
+    pub roff: &'a str,
+}
+record_type!(ManRecord, "man");
+
+/// `error`: any failure; `code` is one of README's error codes.
+#[derive(Serialize)]
+pub struct ErrorRecord<'a> {
+    pub code: &'a str,
+    pub message: &'a str,
+}
+record_type!(ErrorRecord, "error");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_starts_with_version_and_type_and_keeps_field_names() {
+        let record = ErrorRecord {
+            code: "usage",
+            message: "bad",
+        };
+        let line = serde_json::to_string(&Envelope::of(&record)).unwrap_or_default();
+        assert_eq!(line, r#"{"v":1,"type":"error","code":"usage","message":"bad"}"#);
+    }
+
+    #[test]
+    fn the_type_of_a_shared_shape_follows_who_made_it() {
+        let removed = ["a".to_owned()];
+        let delete = RemovedRecord {
+            by: Removal::Delete,
+            removed: &removed,
+        };
+        let clear = RemovedRecord {
+            by: Removal::Clear,
+            removed: &removed,
+        };
+        let text = |r: &RemovedRecord<'_>| serde_json::to_string(&Envelope::of(r)).unwrap_or_default();
+        assert_eq!(text(&delete), r#"{"v":1,"type":"delete","removed":["a"]}"#);
+        assert_eq!(text(&clear), r#"{"v":1,"type":"clear","removed":["a"]}"#);
+    }
+}
