@@ -38,10 +38,12 @@ use output::Output;
 use restore::{preview, restore};
 use retention::{confirm_removal, delete, prune, remove};
 
+/// Runs the command line of this process; the exit code to end it with.
 pub fn run() -> i32 {
     run_with(std::env::args_os().collect())
 }
 
+/// Runs `args` (the program name first) as a `ckpt` command line; the exit code it ends with.
 pub fn run_with(args: Vec<OsString>) -> i32 {
     let wants_json = args.iter().any(|a| a == "--json");
     let cli = match Cli::try_parse_from(&args) {

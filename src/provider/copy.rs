@@ -90,7 +90,6 @@ pub const DEFAULT_EXCLUDES: [&str; 7] = [
 /// Where the copy provider keeps everything for the workspace `root`.
 pub struct CopyLayout {
     pub home: PathBuf,
-    pub key: WorkspaceKey,
     pub workspace_dir: PathBuf,
     pub git_dir: PathBuf,
     pub objects: PathBuf,
@@ -109,7 +108,6 @@ impl CopyLayout {
             excludes_file: workspace_dir.join("exclude"),
             state_dir: workspace_dir.join("state"),
             workspace_dir,
-            key,
             home,
         })
     }

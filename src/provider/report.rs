@@ -23,15 +23,6 @@ pub trait Report: Send + Sync {
     }
 }
 
-/// A report that says nothing.
-struct Silent;
-
-impl Report for Silent {
-    fn warning(&self, _text: &str) {}
-    fn waiting_for_lock(&self, _lock: &Path) {}
-    fn timing(&self, _phase: &str, _elapsed: Duration, _detail: &str) {}
-}
-
 /// The engine's notices and its progress counter, cheap to clone.
 #[derive(Clone)]
 pub struct Reporter {
@@ -42,11 +33,6 @@ pub struct Reporter {
 impl Reporter {
     pub fn new(report: Arc<dyn Report>, progress: Progress) -> Self {
         Reporter { report, progress }
-    }
-
-    /// Says nothing and draws no progress.
-    pub fn silent() -> Self {
-        Reporter::new(Arc::new(Silent), Progress::hidden())
     }
 
     pub fn progress(&self) -> &Progress {

@@ -73,21 +73,8 @@ impl CapturedFiles {
         CapturedFiles(files)
     }
 
-    pub fn get(&self, path: &RepoPath) -> Option<&CapturedFile> {
-        let at = self.0.binary_search_by(|(p, _)| p.cmp(path)).ok()?;
-        Some(&self.0[at].1)
-    }
-
-    pub fn contains_key(&self, path: &RepoPath) -> bool {
-        self.get(path).is_some()
-    }
-
     pub fn len(&self) -> usize {
         self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&RepoPath, &CapturedFile)> + Clone {

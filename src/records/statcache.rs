@@ -56,10 +56,6 @@ impl StatCache {
         self.entries.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// The path of entry `at`.
     fn path(&self, at: usize) -> &[u8] {
         let start = self.entries[at] as usize;
@@ -104,6 +100,7 @@ impl StatCache {
         Err(low)
     }
 
+    #[cfg(test)]
     /// The cached id for `path` if its stat is exactly `stat` and can be trusted.
     pub fn lookup(&self, path: &RepoPath, stat: &FileStat) -> Option<ObjectId> {
         let at = self.find(path.as_bytes()).ok()?;

@@ -11,15 +11,11 @@ mod types;
 mod vault;
 mod worktree;
 
-pub use types::{
-    EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PathStat, PinRef, RepoPath, TreeItem, WorkspaceKey,
-    PIN_NAMESPACE,
-};
+pub use types::{EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PinRef, RepoPath, TreeItem, WorkspaceKey};
 pub use vault::{
     absolute_parent_canonical, collect_private_garbage, enclosing_common_dir, enclosing_exclude_files,
-    enclosing_worktree, path_key, BlobCensus, CensusHandle, CommitInfo, FileRead, GarbageReport, IndexStat, LevelEntry,
-    LocalBlobs, NewTreeEntry, ParallelBlobs, PrivateStore, PutBlob, TrackedEntry, TreeChange, Vault, VerifyFailure,
-    WorktreeListing, CKPT_EMAIL, CKPT_NAME, READ_ATTEMPTS, STREAM_THRESHOLD,
+    enclosing_worktree, path_key, FileRead, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry,
+    ParallelBlobs, PrivateStore, Vault, READ_ATTEMPTS,
 };
 pub use worktree::{open_no_follow, temp_file_owner, DiskItem, RestoreOp, WorktreeProbe};
 

@@ -40,7 +40,7 @@ impl ObjectId {
         self.0.as_slice()
     }
 
-    pub fn to_hex(&self) -> String {
+    pub fn to_hex(self) -> String {
         self.0.to_hex().to_string()
     }
 

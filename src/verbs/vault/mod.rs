@@ -14,13 +14,12 @@ mod pins;
 mod private;
 mod trees;
 
-pub use blobs::{FileRead, LocalBlobs, ParallelBlobs, PutBlob, READ_ATTEMPTS, STREAM_THRESHOLD};
-pub use census::{BlobCensus, CensusHandle};
+pub use blobs::{FileRead, LocalBlobs, ParallelBlobs, READ_ATTEMPTS};
 pub use gc::{collect_private_garbage, GarbageReport};
-pub use listing::{IndexStat, TrackedEntry, WorktreeListing};
-pub use objects::{CommitInfo, NewTreeEntry, VerifyFailure};
+pub use listing::IndexStat;
+pub use objects::NewTreeEntry;
 pub use private::{enclosing_common_dir, enclosing_exclude_files, enclosing_worktree, path_key, PrivateStore};
-pub use trees::{LevelEntry, TreeChange};
+pub use trees::LevelEntry;
 
 use std::path::{Path, PathBuf};
 
@@ -226,10 +225,5 @@ impl Vault {
                 self.reserved.push(path);
             }
         }
-    }
-
-    /// The directories [`Self::reserve`] keeps out of listings.
-    pub fn reserved(&self) -> &[RepoPath] {
-        &self.reserved
     }
 }

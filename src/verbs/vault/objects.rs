@@ -10,7 +10,6 @@ use crate::verbs::{InvalidInput, VerbError};
 #[derive(Debug, Clone)]
 pub struct CommitInfo {
     pub tree: ObjectId,
-    pub parents: Vec<ObjectId>,
     pub message: Vec<u8>,
 }
 
@@ -155,7 +154,6 @@ impl Vault {
             .map_err(|e| VerbError::git(format!("decoding commit {id}"), e))?;
         Ok(CommitInfo {
             tree: ObjectId(decoded.tree()),
-            parents: decoded.parents().map(ObjectId).collect(),
             message: decoded.message.to_vec(),
         })
     }
