@@ -68,6 +68,52 @@ pub fn run_ckpt(mut cmd: Command) -> Run {
     }
 }
 
+/// Moves the mtime of every file under `root` (`.git` aside) written in the last 5 s to 10 s in
+/// the past (older files are left alone: their stat, ctime included, stays what a cache saw), then lets git record
+/// the new stat data in the index (`git PRE... update-index -q --refresh`), so nothing shares the
+/// second of a later stat cache or index write: what a 1.1 s sleep did, without the wait.
+pub fn settle_worktree(root: &Path, pre: &[&str]) {
+    let past = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    let since_epoch = past.duration_since(std::time::UNIX_EPOCH).expect("clock after 1970");
+    let stamp = rustix::fs::Timespec {
+        tv_sec: since_epoch.as_secs() as i64,
+        tv_nsec: i64::from(since_epoch.subsec_nanos()),
+    };
+    let times = rustix::fs::Timestamps {
+        last_access: stamp,
+        last_modification: stamp,
+    };
+    fn visit(dir: &Path, times: &rustix::fs::Timestamps) {
+        for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
+            if entry.file_name() == ".git" {
+                continue;
+            }
+            let path = entry.path();
+            let recent = std::fs::symlink_metadata(&path)
+                .and_then(|meta| meta.modified())
+                .is_ok_and(|mtime| mtime.elapsed().is_ok_and(|age| age.as_secs() < 5));
+            if recent {
+                rustix::fs::utimensat(rustix::fs::CWD, &path, times, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                    .expect("set file times");
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                visit(&path, times);
+            }
+        }
+    }
+    visit(root, &times);
+    if root.join(".git").exists() {
+        // A refresh that finds entries needing an update still refreshes the rest.
+        Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(pre)
+            .args(["update-index", "-q", "--refresh"])
+            .output()
+            .expect("git update-index --refresh");
+    }
+}
+
 /// Runs `git ARGS` in the repository with `input` on stdin; its trimmed stdout.
 pub fn git_stdin(repo: &TestRepo, args: &[&str], input: &[u8]) -> String {
     use std::io::Write;
@@ -263,6 +309,16 @@ impl TestRepo {
         } else {
             std::fs::remove_file(&path).expect("rm");
         }
+    }
+
+    /// [`settle_worktree`] for this repository's worktree.
+    pub fn settle_with(&self, pre: &[&str]) {
+        settle_worktree(&self.root, pre);
+    }
+
+    /// [`settle_worktree`] with no extra git options.
+    pub fn settle(&self) {
+        self.settle_with(&[]);
     }
 
     pub fn git_dir(&self) -> PathBuf {

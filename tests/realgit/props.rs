@@ -270,8 +270,7 @@ impl World {
                 }
                 repo.git(&["checkout", "--", "a.txt", "dir"]);
                 // Past the racy-clean second, so the index's stat data would match.
-                std::thread::sleep(std::time::Duration::from_millis(1100));
-                repo.git(&["update-index", "--refresh"]);
+                repo.settle();
             }
             Start::IgnoreCase => {
                 repo.git(&["config", "core.ignorecase", "true"]);

@@ -671,9 +671,8 @@ fn index_ids_seed_a_capture_only_when_they_are_the_bytes_on_disk() {
     repo.remove("notes.txt");
     repo.git(&["checkout", "--", "notes.txt"]);
     assert_eq!(repo.read("notes.txt"), b"one\r\ntwo\r\nthree\r\n");
-    // Past git's racy-clean second, then let git record the file's stat in the index.
-    std::thread::sleep(Duration::from_millis(1100));
-    repo.git(&["update-index", "--refresh"]);
+    // Past git's racy-clean second, with the file's stat recorded in the index.
+    repo.settle();
     let id = repo.snapshot(&[]);
     assert_eq!(checkpoint_blob(&repo, &id, "notes.txt"), b"one\r\ntwo\r\nthree\r\n");
 
@@ -684,8 +683,7 @@ fn index_ids_seed_a_capture_only_when_they_are_the_bytes_on_disk() {
     repo.remove("crlf.txt");
     repo.git(&["-c", "core.autocrlf=true", "checkout", "--", "crlf.txt"]);
     assert_eq!(repo.read("crlf.txt"), b"a\r\nb\r\n");
-    std::thread::sleep(Duration::from_millis(1100));
-    repo.git(&["-c", "core.autocrlf=true", "update-index", "--refresh"]);
+    repo.settle_with(&["-c", "core.autocrlf=true"]);
     let id = repo.snapshot(&[]);
     assert_eq!(checkpoint_blob(&repo, &id, "crlf.txt"), b"a\r\nb\r\n");
     // And a restore gives the same bytes back.

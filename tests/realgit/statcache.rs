@@ -15,18 +15,13 @@ fn scan(run: &Run) -> (u64, u64, u64) {
     )
 }
 
-fn settle() {
-    // Entries modified in the second the cache or index was written are racy by design.
-    std::thread::sleep(Duration::from_millis(1100));
-}
-
 #[test]
 fn unchanged_files_come_from_the_stat_cache() {
     let repo = TestRepo::new();
     repo.write("untracked.txt", b"u");
-    settle();
+    repo.settle();
     repo.ckpt_json(&["snapshot"], 0);
-    settle();
+    repo.settle();
     repo.write("changed.txt", b"new");
     let run = repo.ckpt_json(&["snapshot"], 0);
     let (cache, _, read) = scan(&run);
@@ -49,9 +44,9 @@ fn trees_rebuilt_from_the_cached_checkpoint_match_git_exactly() {
     repo.write("gone-dir/sub/f.txt", b"g");
     repo.commit_all("tree shapes");
     repo.write("untracked/u.txt", b"u");
-    settle();
+    repo.settle();
     repo.snapshot(&[]);
-    settle();
+    repo.settle();
 
     repo.write("deep/a/b/c.txt", b"changed");
     // The only change in deep/z: nothing but the cache says it was there.
@@ -122,9 +117,9 @@ fn same_size_rewrite_with_old_mtime_is_still_seen() {
         .unwrap()
         .set_modified(old)
         .unwrap();
-    settle();
+    repo.settle();
     repo.snapshot(&[]);
-    settle();
+    repo.settle();
     repo.write("f.txt", b"bbbb");
     std::fs::File::options()
         .write(true)
@@ -143,7 +138,7 @@ fn same_size_rewrite_with_old_mtime_is_still_seen() {
 #[test]
 fn a_corrupt_cache_is_discarded_not_trusted() {
     let repo = TestRepo::new();
-    settle();
+    repo.settle();
     repo.snapshot(&[]);
     let cache = repo.common_dir().join("ckpt/main/statcache.bin");
     let mut bytes = std::fs::read(&cache).unwrap();
@@ -161,12 +156,12 @@ fn a_corrupt_cache_is_discarded_not_trusted() {
 fn a_cache_of_a_deleted_checkpoint_is_not_used() {
     let repo = TestRepo::new();
     repo.write("only-untracked.txt", b"content only a checkpoint holds");
-    settle();
+    repo.settle();
     let id = repo.snapshot(&[]);
     repo.git(&["update-ref", "-d", &format!("refs/ckpt/main/{id}")]);
     repo.git(&["reflog", "expire", "--expire=now", "--all"]);
     repo.git(&["gc", "-q", "--prune=now"]);
-    settle();
+    repo.settle();
     repo.write("other.txt", b"x");
     let run = repo.ckpt_json(&["snapshot"], 0);
     assert_eq!(scan(&run).0, 0, "the cache named a checkpoint that is gone");
@@ -186,10 +181,8 @@ fn the_first_snapshot_is_seeded_from_the_index_only_when_safe() {
     let clone = TestRepo::bare_dir();
     let dest = clone.root.join("clone");
     clone.git(&["clone", "-q", origin.root.to_str().unwrap(), dest.to_str().unwrap()]);
-    settle();
-    // Refresh the index stat data without changing content, like `git status` does.
-    clone.git_in(&dest, &["update-index", "-q", "--refresh"]);
-    settle();
+    // Past the racy second, with the index's stat data refreshed, like `git status` does.
+    settle_worktree(&dest, &[]);
     let index_before_run = std::fs::read(dest.join(".git/index")).unwrap();
     let run = clone.ckpt_in(&dest, &["--json".as_ref(), "snapshot".as_ref()]);
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -213,8 +206,7 @@ fn the_first_snapshot_is_seeded_from_the_index_only_when_safe() {
     // With a content filter configured, index ids are not raw bytes: no seeding.
     let filtered = TestRepo::new();
     filtered.git(&["config", "core.autocrlf", "true"]);
-    filtered.git(&["update-index", "-q", "--refresh"]);
-    settle();
+    filtered.settle();
     let run = filtered.ckpt_json(&["snapshot"], 0);
     assert_eq!(scan(&run).1, 0, "autocrlf disables seeding");
 }
