@@ -1,0 +1,62 @@
+//! What `status` needs without reading a file: how many paths are protected, and what is not
+//! and why, decided by `lstat` alone. Read-only.
+
+use super::*;
+
+/// What `status` needs without reading any file: how many paths are protected, what is not and
+/// why (by `lstat` alone), and the sizes the user's index records per blob.
+#[derive(Debug, Default)]
+pub struct Survey {
+    pub protected: usize,
+    pub unprotected: Vec<(RepoPath, String)>,
+    pub index_ids: crate::verbs::IdMap<u64>,
+}
+
+pub fn survey(vault: &Vault, max_file_size: u64) -> Result<Survey, CkptError> {
+    let probe = vault.worktree_probe()?;
+    let verdict_of_each = |candidates: Vec<Candidate>, _: Option<(i64, u32)>| {
+        candidates
+            .into_par_iter()
+            .map(|candidate| {
+                let verdict = survey_one(&probe, &candidate.path, max_file_size);
+                (candidate.path, verdict)
+            })
+            .collect::<Vec<(RepoPath, Option<Result<(), String>>)>>()
+    };
+    let (prepared, verdicts) = prepare_and_run(vault, true, false, verdict_of_each)?;
+    let mut survey = Survey {
+        protected: 0,
+        unprotected: prepared.unprotected(),
+        index_ids: prepared.index_ids,
+    };
+    for (path, verdict) in verdicts {
+        match verdict {
+            Some(Ok(())) => survey.protected += 1,
+            Some(Err(reason)) => survey.unprotected.push((path, reason)),
+            None => {}
+        }
+    }
+    survey.unprotected.sort();
+    survey.unprotected.dedup();
+    Ok(survey)
+}
+
+/// Whether `status` counts `path` as protected (`Ok`), not protected and why (`Err`), or not a
+/// file at all (`None`), by `lstat` alone.
+fn survey_one(probe: &WorktreeProbe, path: &RepoPath, max_file_size: u64) -> Option<Result<(), String>> {
+    let probed = match probe.lstat(path) {
+        Ok(probed) => probed,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return Some(Err(format!("unreadable: {e}"))),
+    };
+    match probed.kind {
+        PathKind::Directory => None,
+        PathKind::Symlink => Some(Ok(())),
+        PathKind::File if probed.stat.size > max_file_size => Some(Err(format!(
+            "too_large: {} bytes, limit {max_file_size}",
+            probed.stat.size
+        ))),
+        PathKind::File => Some(Ok(())),
+        PathKind::Special => Some(Err("special_file".into())),
+    }
+}

@@ -1,0 +1,303 @@
+//! Worktree reads and writes confined to the worktree root: every path is walked one component at
+//! a time with `openat(O_NOFOLLOW)`, so no read or write ever passes through a symlinked ancestor
+//! or leaves the root. Writes are temp file + fsync + rename in the same directory. Before a path
+//! is overwritten or removed, what is on disk must still match what the caller has evidence of;
+//! anything else is refused for that path.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
+use rustix::io::Errno;
+
+use super::types::{EntryKind, FileStat, ObjectId, PathKind, PathStat, RepoPath, TreeItem};
+use super::vault::Vault;
+use super::VerbError;
+
+mod reading;
+mod writing;
+
+use writing::describe;
+
+/// What occupies a worktree path right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiskItem {
+    Missing,
+    Directory,
+    /// A file or symlink, hashed as git would store it (no filters).
+    Entry(TreeItem),
+    /// A socket, fifo or device.
+    Special,
+    /// An ancestor is a symlink or not a directory, so the path cannot be reached safely.
+    Unreachable(String),
+}
+
+/// One step of a path-batched restore. `expect` is what the caller's evidence (the guard
+/// checkpoint) says is on disk now; the step is refused if the disk disagrees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreOp {
+    /// Remove a file or symlink that the evidence says is there.
+    Remove { path: RepoPath, expect: TreeItem },
+    /// Remove a directory that must be empty by now.
+    RemoveEmptyDir { path: RepoPath },
+    /// Remove a directory if it is empty; a directory that still holds anything stays, silently.
+    PruneEmptyDir { path: RepoPath },
+    /// Write `item` at `path`; `expect: None` means nothing may be there.
+    Write {
+        path: RepoPath,
+        item: TreeItem,
+        expect: Option<TreeItem>,
+    },
+}
+
+impl RestoreOp {
+    pub fn path(&self) -> &RepoPath {
+        match self {
+            RestoreOp::Remove { path, .. }
+            | RestoreOp::RemoveEmptyDir { path }
+            | RestoreOp::PruneEmptyDir { path }
+            | RestoreOp::Write { path, .. } => path,
+        }
+    }
+}
+
+/// Opens a file for reading without following a symlink at its last component (read-only; used
+/// by the capture so a file swapped for a link between listing and reading is not followed).
+pub fn open_no_follow(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    Ok(std::fs::File::from(fd))
+}
+
+/// If `name` is a temp file name this module makes (`.ckpt-<pid>-<hex>.tmp`), the pid that made it.
+pub fn temp_file_owner(name: &[u8]) -> Option<u32> {
+    let rest = std::str::from_utf8(name)
+        .ok()?
+        .strip_prefix(".ckpt-")?
+        .strip_suffix(".tmp")?;
+    let (pid, random) = rest.split_once('-')?;
+    if random.is_empty() || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+fn process_is_alive(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e == Errno::PERM,
+    }
+}
+
+fn errno_text(errno: Errno) -> String {
+    std::io::Error::from(errno).to_string()
+}
+
+fn worktree_error(path: &RepoPath, message: impl Into<String>) -> VerbError {
+    VerbError::Worktree {
+        path: path.display(),
+        message: message.into(),
+    }
+}
+
+/// 16 hex digits, random where the OS offers randomness, else from the clock.
+fn random_hex() -> Vec<u8> {
+    let mut random = [0u8; 8];
+    let text = match getrandom::fill(&mut random) {
+        Ok(()) => random.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        Err(_) => format!(
+            "{:x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ),
+    };
+    text.into_bytes()
+}
+
+/// Process-unique temp names so concurrent restores never share one.
+fn temp_name() -> Vec<u8> {
+    let mut name = format!(".ckpt-{}-", std::process::id()).into_bytes();
+    name.extend_from_slice(&random_hex());
+    name.extend_from_slice(b".tmp");
+    name
+}
+
+/// Read-only `lstat` of worktree paths relative to one open root directory, so each call walks
+/// only the path's own components (the way git's relative lstat does). It never opens a file and
+/// never follows a symlink at the last component; reachability through symlinked ancestors is
+/// the caller's check.
+pub struct WorktreeProbe {
+    root: OwnedFd,
+}
+
+impl WorktreeProbe {
+    pub fn lstat(&self, path: &RepoPath) -> std::io::Result<PathStat> {
+        let stat = rustix::fs::statat(&self.root, path.as_bytes(), AtFlags::SYMLINK_NOFOLLOW)?;
+        let file_type = FileType::from_raw_mode(stat.st_mode);
+        let kind = match file_type {
+            FileType::RegularFile => PathKind::File,
+            FileType::Symlink => PathKind::Symlink,
+            FileType::Directory => PathKind::Directory,
+            _ => PathKind::Special,
+        };
+        Ok(PathStat {
+            kind,
+            stat: file_stat(&stat),
+        })
+    }
+}
+
+/// A `stat` result in the form the stat cache keeps.
+pub(super) fn file_stat(stat: &rustix::fs::Stat) -> FileStat {
+    FileStat {
+        size: stat.st_size as u64,
+        mtime: (stat.st_mtime, stat.st_mtime_nsec as u32),
+        ctime: (stat.st_ctime, stat.st_ctime_nsec as u32),
+        ino: stat.st_ino,
+        dev: stat.st_dev,
+        mode: stat.st_mode,
+    }
+}
+
+/// What worktree I/O needs from a vault (its root and object hash), free of the repository
+/// handle so that many threads can use it at once.
+#[derive(Clone, Copy)]
+struct Worktree<'a> {
+    root: &'a std::path::Path,
+    object_hash: gix::hash::Kind,
+}
+
+impl Vault {
+    /// A probe for many `lstat` calls under this worktree's root.
+    pub fn worktree_probe(&self) -> Result<WorktreeProbe, VerbError> {
+        Ok(WorktreeProbe {
+            root: self.worktree().open_root()?,
+        })
+    }
+
+    fn worktree(&self) -> Worktree<'_> {
+        Worktree {
+            root: self.workdir(),
+            object_hash: self.object_hash_kind(),
+        }
+    }
+
+    /// Reads what is at `path` now, without following any symlink, and hashes it as a blob.
+    pub fn read_worktree_item(&self, path: &RepoPath) -> Result<DiskItem, VerbError> {
+        self.worktree().read_item(path)
+    }
+
+    /// Applies `ops` in order, calling `after_each(n)` once `n` ops are done (progress, fault
+    /// injection). Each op succeeds or fails on its own; a failed op leaves its path as it was
+    /// (or puts it back) and removes its temp file. Returns one result per op. Consecutive file
+    /// removals, and consecutive writes, touch distinct paths and never each other's parents, so
+    /// each such run is applied in parallel; directory removals and prunes keep their
+    /// deepest-first order.
+    pub fn restore_paths(&self, ops: &[RestoreOp], after_each: impl Fn(usize) + Sync) -> Vec<Result<(), VerbError>> {
+        use rayon::prelude::*;
+        let worktree = self.worktree();
+        let shared = self.repo_for_threads();
+        let done = std::sync::atomic::AtomicUsize::new(0);
+        let finish = |result| {
+            after_each(done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
+            result
+        };
+        let mut results = Vec::with_capacity(ops.len());
+        let mut start = 0;
+        while start < ops.len() {
+            let parallel = |op: &RestoreOp| matches!(op, RestoreOp::Remove { .. } | RestoreOp::Write { .. });
+            let same_kind = |op: &RestoreOp| std::mem::discriminant(op) == std::mem::discriminant(&ops[start]);
+            let end = if parallel(&ops[start]) {
+                start + ops[start..].iter().take_while(|op| same_kind(op)).count()
+            } else {
+                start + 1
+            };
+            let run = &ops[start..end];
+            if run.len() > 1 {
+                results.par_extend(
+                    run.par_iter()
+                        .map_init(|| shared.to_thread_local(), |repo, op| finish(worktree.apply(op, repo))),
+                );
+            } else {
+                results.extend(run.iter().map(|op| finish(worktree.apply(op, self.repo_handle()))));
+            }
+            start = end;
+        }
+        // Each file was fsynced before its rename; the directories that hold the renames and
+        // removals are synced once each, not once per file.
+        let mut dirs: Vec<Option<RepoPath>> = ops.iter().map(|op| op.path().parent()).collect();
+        dirs.sort();
+        dirs.dedup();
+        for dir in dirs {
+            let fd = match &dir {
+                None => worktree.open_root().ok(),
+                Some(dir) => worktree.open_dir(dir).ok().flatten(),
+            };
+            if let Some(fd) = fd {
+                rustix::fs::fsync(&fd).ok();
+            }
+        }
+        results
+    }
+
+    /// Removes a temp file that a ckpt process which is no longer running left behind. Refuses
+    /// any other name; `Ok(false)` if its process is still alive or it is already gone.
+    pub fn remove_stale_temp(&self, path: &RepoPath) -> Result<bool, VerbError> {
+        let worktree = self.worktree();
+        let Some(pid) = temp_file_owner(Worktree::leaf(path)) else {
+            return Err(worktree_error(path, "not a ckpt temp file; refusing to remove it"));
+        };
+        if process_is_alive(pid) {
+            return Ok(false);
+        }
+        let Some(parent) = worktree.open_parent(path, false)? else {
+            return Ok(false);
+        };
+        match worktree.read_item_at(&parent, path)? {
+            DiskItem::Entry(_) => {}
+            DiskItem::Missing => return Ok(false),
+            other => {
+                return Err(worktree_error(
+                    path,
+                    format!("expected a leftover temp file, found {}", describe(&other)),
+                ))
+            }
+        }
+        rustix::fs::unlinkat(&parent, Worktree::leaf(path), AtFlags::empty())
+            .map_err(|e| worktree_error(path, format!("cannot remove: {}", errno_text(e))))?;
+        Ok(true)
+    }
+
+    /// Checks that `path` holds `item` (or nothing, for `None`).
+    pub fn verify_path(&self, path: &RepoPath, item: Option<&TreeItem>) -> Result<bool, VerbError> {
+        let now = self.read_worktree_item(path)?;
+        Ok(match item {
+            Some(item) => now == DiskItem::Entry(*item),
+            None => !matches!(now, DiskItem::Entry(_)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_are_recognised_and_nothing_else() {
+        let name = temp_name();
+        assert_eq!(temp_file_owner(&name), Some(std::process::id()));
+        for other in [
+            &b"notes.tmp"[..],
+            b".ckpt-12.tmp",
+            b".ckpt-x-ab.tmp",
+            b".ckpt-12-zz.tmp",
+            b".ckpt-12-ab.txt",
+        ] {
+            assert_eq!(temp_file_owner(other), None, "{}", String::from_utf8_lossy(other));
+        }
+    }
+}

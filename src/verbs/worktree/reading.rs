@@ -1,0 +1,192 @@
+//! Reading the worktree below its root fd: parents opened one component at a time with
+//! `O_NOFOLLOW`, entries read as what git would store for them, and "settled" reads that count
+//! a file only if it held still while it was hashed.
+
+use super::*;
+
+impl Worktree<'_> {
+    pub(super) fn hash_blob(&self, bytes: &[u8]) -> Result<ObjectId, VerbError> {
+        gix::objs::compute_hash(self.object_hash, gix::objs::Kind::Blob, bytes)
+            .map(ObjectId)
+            .map_err(|e| VerbError::git("hashing a blob", e))
+    }
+
+    pub(super) fn open_root(&self) -> Result<OwnedFd, VerbError> {
+        rustix::fs::open(
+            self.root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| VerbError::Worktree {
+            path: self.root.display().to_string(),
+            message: format!("cannot open the worktree root: {}", errno_text(e)),
+        })
+    }
+
+    /// Opens the directory that holds `path`, refusing symlinked or non-directory ancestors.
+    /// With `create`, missing ancestors are made. `Ok(None)`: an ancestor is missing.
+    pub(super) fn open_parent(&self, path: &RepoPath, create: bool) -> Result<Option<OwnedFd>, VerbError> {
+        let mut dir = self.open_root()?;
+        let components: Vec<&[u8]> = path.components().collect();
+        let mut walked = Vec::new();
+        for component in &components[..components.len() - 1] {
+            if !walked.is_empty() {
+                walked.push(b'/');
+            }
+            walked.extend_from_slice(component);
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let next = match rustix::fs::openat(&dir, *component, flags, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) if create => {
+                    match rustix::fs::mkdirat(&dir, *component, Mode::from_raw_mode(0o777)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => {
+                            return Err(worktree_error(
+                                path,
+                                format!(
+                                    "cannot create directory {}: {}",
+                                    String::from_utf8_lossy(&walked),
+                                    errno_text(e)
+                                ),
+                            ))
+                        }
+                    }
+                    rustix::fs::openat(&dir, *component, flags, Mode::empty()).map_err(|e| {
+                        worktree_error(
+                            path,
+                            format!("cannot open {}: {}", String::from_utf8_lossy(&walked), errno_text(e)),
+                        )
+                    })?
+                }
+                Err(Errno::NOENT) => return Ok(None),
+                Err(Errno::LOOP) | Err(Errno::NOTDIR) => {
+                    return Err(worktree_error(
+                        path,
+                        format!(
+                            "ancestor {} is a symlink or not a directory; refusing to go through it",
+                            String::from_utf8_lossy(&walked)
+                        ),
+                    ))
+                }
+                Err(e) => {
+                    return Err(worktree_error(
+                        path,
+                        format!("cannot open {}: {}", String::from_utf8_lossy(&walked), errno_text(e)),
+                    ))
+                }
+            };
+            dir = next;
+        }
+        Ok(Some(dir))
+    }
+
+    pub(super) fn leaf(path: &RepoPath) -> &[u8] {
+        path.components().last().unwrap_or_default()
+    }
+
+    /// Reads what is at `path` now, without following any symlink, and hashes it as a blob.
+    pub(super) fn read_item(&self, path: &RepoPath) -> Result<DiskItem, VerbError> {
+        let parent = match self.open_parent(path, false) {
+            Ok(Some(parent)) => parent,
+            Ok(None) => return Ok(DiskItem::Missing),
+            Err(VerbError::Worktree { message, .. }) if message.contains("symlink or not a directory") => {
+                return Ok(DiskItem::Unreachable(message))
+            }
+            Err(e) => return Err(e),
+        };
+        self.read_item_at(&parent, path)
+    }
+
+    pub(super) fn read_item_at(&self, parent: &OwnedFd, path: &RepoPath) -> Result<DiskItem, VerbError> {
+        self.read_named_at(parent, Self::leaf(path), path)
+    }
+
+    /// What the entry `leaf` of `parent` holds; `path` names it in errors.
+    pub(super) fn read_named_at(&self, parent: &OwnedFd, leaf: &[u8], path: &RepoPath) -> Result<DiskItem, VerbError> {
+        let stat = match rustix::fs::statat(parent, leaf, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            Err(Errno::NOENT) => return Ok(DiskItem::Missing),
+            Err(e) => return Err(worktree_error(path, format!("cannot stat: {}", errno_text(e)))),
+        };
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory => Ok(DiskItem::Directory),
+            FileType::Symlink => {
+                let target = rustix::fs::readlinkat(parent, leaf, Vec::new())
+                    .map_err(|e| worktree_error(path, format!("cannot read symlink: {}", errno_text(e))))?;
+                let id = self.hash_blob(target.as_bytes())?;
+                Ok(DiskItem::Entry(TreeItem {
+                    kind: EntryKind::Symlink,
+                    id,
+                }))
+            }
+            FileType::RegularFile => {
+                let fd = rustix::fs::openat(
+                    parent,
+                    leaf,
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| worktree_error(path, format!("cannot open for reading: {}", errno_text(e))))?;
+                let mut content = Vec::new();
+                std::fs::File::from(fd)
+                    .read_to_end(&mut content)
+                    .map_err(|e| worktree_error(path, format!("cannot read: {e}")))?;
+                let kind = if stat.st_mode & 0o100 != 0 {
+                    EntryKind::Executable
+                } else {
+                    EntryKind::File
+                };
+                Ok(DiskItem::Entry(TreeItem {
+                    kind,
+                    id: self.hash_blob(&content)?,
+                }))
+            }
+            _ => Ok(DiskItem::Special),
+        }
+    }
+
+    /// Opens a directory of the worktree without following symlinks; `None` if it is gone.
+    pub(super) fn open_dir(&self, dir: &RepoPath) -> Result<Option<OwnedFd>, VerbError> {
+        let Some(parent) = self.open_parent(dir, false)? else {
+            return Ok(None);
+        };
+        match rustix::fs::openat(
+            &parent,
+            Self::leaf(dir),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Like [`Self::read_item_at`] for the entry `name` in `parent`, but a regular file counts
+    /// only if it held still while it was hashed (same stat before and after); otherwise it is
+    /// reported as content that matches nothing.
+    pub(super) fn read_settled_at(
+        &self,
+        parent: &OwnedFd,
+        name: &[u8],
+        path: &RepoPath,
+    ) -> Result<DiskItem, VerbError> {
+        let before = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW).ok();
+        let item = self.read_named_at(parent, name, path)?;
+        let after = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW).ok();
+        let same = match (&before, &after) {
+            (Some(a), Some(b)) => {
+                a.st_ino == b.st_ino
+                    && a.st_size == b.st_size
+                    && (a.st_mtime, a.st_mtime_nsec) == (b.st_mtime, b.st_mtime_nsec)
+                    && (a.st_ctime, a.st_ctime_nsec) == (b.st_ctime, b.st_ctime_nsec)
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        Ok(if same {
+            item
+        } else {
+            DiskItem::Unreachable("changing".into())
+        })
+    }
+}

@@ -1,0 +1,347 @@
+//! Writing the worktree: one restore operation at a time, each checked against the guard's
+//! evidence before and after it lands (temp file + fsync + exchange in the same directory), and
+//! what had to move kept under a visible name rather than lost. Never through a symlink.
+
+use super::*;
+
+impl Worktree<'_> {
+    pub(super) fn apply(&self, op: &RestoreOp, repo: &gix::Repository) -> Result<(), VerbError> {
+        let path = op.path();
+        let create = matches!(op, RestoreOp::Write { .. });
+        let Some(parent) = self.open_parent(path, create)? else {
+            return match op {
+                RestoreOp::Write { .. } => Err(worktree_error(path, "parent directory vanished")),
+                RestoreOp::Remove { .. } => Err(worktree_error(path, "expected a file here, found nothing")),
+                RestoreOp::RemoveEmptyDir { .. } | RestoreOp::PruneEmptyDir { .. } => Ok(()),
+            };
+        };
+        let leaf = Self::leaf(path);
+        let now = self.read_item_at(&parent, path)?;
+        match op {
+            RestoreOp::Remove { expect, .. } => {
+                if now != DiskItem::Entry(*expect) {
+                    return Err(changed_since_guard(path, &now));
+                }
+                self.remove_item(&parent, path, expect)
+            }
+            RestoreOp::RemoveEmptyDir { .. } => match now {
+                DiskItem::Missing => Ok(()),
+                DiskItem::Directory => rustix::fs::unlinkat(&parent, leaf, AtFlags::REMOVEDIR).map_err(|e| {
+                    let why = if e == Errno::NOTEMPTY {
+                        "directory still holds files ckpt has no evidence about (ignored or unprotected); left in place"
+                            .to_owned()
+                    } else {
+                        format!("cannot remove directory: {}", errno_text(e))
+                    };
+                    worktree_error(path, why)
+                }),
+                other => Err(changed_since_guard(path, &other)),
+            },
+            RestoreOp::PruneEmptyDir { .. } => match now {
+                DiskItem::Directory => match rustix::fs::unlinkat(&parent, leaf, AtFlags::REMOVEDIR) {
+                    Ok(()) | Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => Ok(()),
+                    Err(e) => Err(worktree_error(
+                        path,
+                        format!("cannot remove empty directory: {}", errno_text(e)),
+                    )),
+                },
+                _ => Ok(()),
+            },
+            RestoreOp::Write { item, expect, .. } => {
+                let expected_now = match expect {
+                    Some(expect) => DiskItem::Entry(*expect),
+                    None => DiskItem::Missing,
+                };
+                if now != expected_now {
+                    return Err(changed_since_guard(path, &now));
+                }
+                // The caller verifies every written path once the whole batch has landed.
+                self.write_item(&parent, path, item, expect.as_ref(), repo)
+            }
+        }
+    }
+
+    /// Writes `item` beside `path` and swaps it in. The check that what it replaces is still
+    /// `expect` happens after the swap, on the displaced file itself (`RENAME_EXCHANGE`), so a
+    /// write that lands at any moment before the swap is found and swapped back; a path that
+    /// must be empty is claimed with `RENAME_NOREPLACE`. Where the filesystem has neither, the
+    /// check runs again immediately before a plain rename.
+    pub(super) fn write_item(
+        &self,
+        parent: &OwnedFd,
+        path: &RepoPath,
+        item: &TreeItem,
+        expect: Option<&TreeItem>,
+        repo: &gix::Repository,
+    ) -> Result<(), VerbError> {
+        let content = repo
+            .find_blob(item.id.0)
+            .map_err(|e| crate::verbs::vault::lookup_error(repo, &item.id, "blob", e))?
+            .take_data();
+        let leaf = Self::leaf(path);
+        // Permissions follow the file being replaced (never wider than what the user had).
+        let replaced_mode = match rustix::fs::statat(parent, leaf, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => Some(stat.st_mode & 0o7777),
+            _ => None,
+        };
+        let temp = temp_name();
+        let created = match item.kind {
+            EntryKind::Symlink => rustix::fs::symlinkat(content.as_slice(), parent, temp.as_slice())
+                .map_err(|e| worktree_error(path, format!("cannot create symlink: {}", errno_text(e)))),
+            EntryKind::File | EntryKind::Executable => {
+                self.write_temp_file(parent, &temp, &content, item.kind, replaced_mode, path)
+            }
+            EntryKind::Gitlink => Err(worktree_error(path, "submodule pointers are never restored")),
+        };
+        created?;
+        crate::fault::pause("restore:before-replace");
+        let discard_temp = || {
+            rustix::fs::unlinkat(parent, temp.as_slice(), AtFlags::empty()).ok();
+        };
+        let Some(expect) = expect else {
+            return match rustix::fs::renameat_with(parent, temp.as_slice(), parent, leaf, RenameFlags::NOREPLACE) {
+                Ok(()) => Ok(()),
+                Err(Errno::EXIST) => {
+                    discard_temp();
+                    Err(worktree_error(
+                        path,
+                        "created on disk after the guard checkpoint was taken; left untouched",
+                    ))
+                }
+                Err(e) if exchange_unsupported(e) => {
+                    let now = self.read_item_at(parent, path)?;
+                    if now != DiskItem::Missing {
+                        discard_temp();
+                        return Err(changed_since_guard(path, &now));
+                    }
+                    self.rename_into_place(parent, &temp, path)
+                }
+                Err(e) => {
+                    discard_temp();
+                    Err(cannot_move_into_place(path, e))
+                }
+            };
+        };
+        match rustix::fs::renameat_with(parent, temp.as_slice(), parent, leaf, RenameFlags::EXCHANGE) {
+            Ok(()) => {}
+            Err(e) if exchange_unsupported(e) => {
+                let now = self.read_item_at(parent, path)?;
+                if now != DiskItem::Entry(*expect) {
+                    discard_temp();
+                    return Err(changed_since_guard(path, &now));
+                }
+                return self.rename_into_place(parent, &temp, path);
+            }
+            Err(Errno::NOENT) => {
+                discard_temp();
+                return Err(worktree_error(
+                    path,
+                    "removed from disk after the guard checkpoint was taken; left as it is",
+                ));
+            }
+            Err(e) => {
+                discard_temp();
+                return Err(cannot_move_into_place(path, e));
+            }
+        }
+        // The new content is in place; `temp` now names what it displaced. What cannot be read
+        // is not evidence: it is swapped back like a change.
+        let displaced = self
+            .read_settled_at(parent, &temp, path)
+            .unwrap_or_else(|e| DiskItem::Unreachable(e.to_string()));
+        if displaced == DiskItem::Entry(*expect) {
+            rustix::fs::unlinkat(parent, temp.as_slice(), AtFlags::empty()).map_err(|e| {
+                worktree_error(
+                    path,
+                    format!(
+                        "restored, but the replaced content is still at {}: {}",
+                        String::from_utf8_lossy(&temp),
+                        errno_text(e)
+                    ),
+                )
+            })?;
+            return Ok(());
+        }
+        // Someone wrote the file after the guard saw it: give it back its place.
+        if let Err(e) = rustix::fs::renameat_with(parent, temp.as_slice(), parent, leaf, RenameFlags::EXCHANGE) {
+            return Err(worktree_error(
+                path,
+                format!(
+                    "changed on disk during the restore; that content is kept at {} (swapping it back failed: {})",
+                    self.keep_aside(parent, &temp, path),
+                    errno_text(e)
+                ),
+            ));
+        }
+        // `temp` holds ckpt's content again, unless a writer reached it by name meanwhile.
+        let ours = self
+            .read_settled_at(parent, &temp, path)
+            .unwrap_or_else(|e| DiskItem::Unreachable(e.to_string()));
+        let leftover = if ours == DiskItem::Entry(*item) {
+            rustix::fs::unlinkat(parent, temp.as_slice(), AtFlags::empty()).ok();
+            String::new()
+        } else {
+            format!(
+                "; content written to it during the swap is kept at {}",
+                self.keep_aside(parent, &temp, path)
+            )
+        };
+        Err(worktree_error(
+            path,
+            format!(
+                "changed on disk during the restore (now {}); the new content is kept, not overwritten{leftover}",
+                describe(&displaced)
+            ),
+        ))
+    }
+
+    /// Removes the file at `path` if it is still `expect`: it is first moved aside (atomically),
+    /// then checked, so a write that lands before the move is found and the file put back.
+    pub(super) fn remove_item(&self, parent: &OwnedFd, path: &RepoPath, expect: &TreeItem) -> Result<(), VerbError> {
+        let leaf = Self::leaf(path);
+        let aside = temp_name();
+        match rustix::fs::renameat_with(parent, leaf, parent, aside.as_slice(), RenameFlags::NOREPLACE) {
+            Ok(()) => {}
+            Err(Errno::NOENT) => return Err(worktree_error(path, "expected a file here, found nothing")),
+            Err(e) if exchange_unsupported(e) => {
+                let now = self.read_item_at(parent, path)?;
+                if now != DiskItem::Entry(*expect) {
+                    return Err(changed_since_guard(path, &now));
+                }
+                return rustix::fs::unlinkat(parent, leaf, AtFlags::empty())
+                    .map_err(|e| worktree_error(path, format!("cannot remove: {}", errno_text(e))));
+            }
+            Err(e) => return Err(worktree_error(path, format!("cannot remove: {}", errno_text(e)))),
+        }
+        let moved = self
+            .read_settled_at(parent, &aside, path)
+            .unwrap_or_else(|e| DiskItem::Unreachable(e.to_string()));
+        if moved == DiskItem::Entry(*expect) {
+            return rustix::fs::unlinkat(parent, aside.as_slice(), AtFlags::empty())
+                .map_err(|e| worktree_error(path, format!("cannot remove: {}", errno_text(e))));
+        }
+        let kept = match rustix::fs::renameat_with(parent, aside.as_slice(), parent, leaf, RenameFlags::NOREPLACE) {
+            Ok(()) => String::new(),
+            Err(_) => format!(", kept at {}", self.keep_aside(parent, &aside, path)),
+        };
+        Err(worktree_error(
+            path,
+            format!(
+                "changed on disk during the restore (now {}); not removed{kept}",
+                describe(&moved)
+            ),
+        ))
+    }
+
+    /// Gives user content that had to be moved to a temp name a name of its own beside `path`
+    /// (`<name>.ckpt-kept-<hex>`), which no cleanup ever treats as a temp file; returns the
+    /// name it now has, for the report.
+    pub(super) fn keep_aside(&self, parent: &OwnedFd, temp: &[u8], path: &RepoPath) -> String {
+        let mut kept = Self::leaf(path).to_vec();
+        kept.extend_from_slice(b".ckpt-kept-");
+        kept.extend_from_slice(&random_hex());
+        let name = match rustix::fs::renameat_with(parent, temp, parent, kept.as_slice(), RenameFlags::NOREPLACE) {
+            Ok(()) => kept,
+            Err(_) => temp.to_vec(),
+        };
+        match path.parent() {
+            Some(dir) => format!("{}/{}", dir.display(), String::from_utf8_lossy(&name)),
+            None => String::from_utf8_lossy(&name).into_owned(),
+        }
+    }
+
+    pub(super) fn rename_into_place(&self, parent: &OwnedFd, temp: &[u8], path: &RepoPath) -> Result<(), VerbError> {
+        rustix::fs::renameat(parent, temp, parent, Self::leaf(path)).map_err(|e| {
+            rustix::fs::unlinkat(parent, temp, AtFlags::empty()).ok();
+            cannot_move_into_place(path, e)
+        })
+    }
+
+    /// Writes and fsyncs a temp file. With `replaced_mode` (the permissions of the file it will
+    /// replace) the file gets those permissions, with only the execute bits changed to match
+    /// `kind`; it is created owner-only so it is never more readable than that while written.
+    /// Without, it gets git's defaults (0666/0777 less the umask), as a checkout would.
+    pub(super) fn write_temp_file(
+        &self,
+        parent: &OwnedFd,
+        temp: &[u8],
+        content: &[u8],
+        kind: EntryKind,
+        replaced_mode: Option<u32>,
+        path: &RepoPath,
+    ) -> Result<(), VerbError> {
+        let mode = match replaced_mode {
+            Some(_) => 0o600,
+            None if kind == EntryKind::Executable => 0o777,
+            None => 0o666,
+        };
+        let fd = rustix::fs::openat(
+            parent,
+            temp,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode),
+        )
+        .map_err(|e| worktree_error(path, format!("cannot create a temp file beside it: {}", errno_text(e))))?;
+        let mut file = std::fs::File::from(fd);
+        let written = file.write_all(content).and_then(|()| file.sync_all());
+        if let Err(e) = written {
+            rustix::fs::unlinkat(parent, temp, AtFlags::empty()).ok();
+            return Err(worktree_error(path, format!("cannot write content: {e}")));
+        }
+        if let Some(replaced) = replaced_mode {
+            let wanted = if kind == EntryKind::Executable {
+                // Execute wherever read is allowed, as git's 0755 is to 0644.
+                replaced | ((replaced & 0o444) >> 2) | 0o100
+            } else {
+                replaced & !0o111
+            };
+            if let Err(e) = rustix::fs::fchmod(file.as_fd(), Mode::from_raw_mode(wanted)) {
+                rustix::fs::unlinkat(parent, temp, AtFlags::empty()).ok();
+                return Err(worktree_error(
+                    path,
+                    format!("cannot set permissions: {}", errno_text(e)),
+                ));
+            }
+        } else if kind == EntryKind::Executable {
+            // The umask may have dropped the owner's exec bit; git tracks exactly that bit.
+            let stat = rustix::fs::fstat(file.as_fd()).map_err(|e| worktree_error(path, errno_text(e)))?;
+            if stat.st_mode & 0o100 == 0 {
+                rustix::fs::fchmod(file.as_fd(), Mode::from_raw_mode((stat.st_mode & 0o777) | 0o100)).ok();
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn describe(item: &DiskItem) -> String {
+    match item {
+        DiskItem::Missing => "nothing".into(),
+        DiskItem::Directory => "a directory".into(),
+        DiskItem::Entry(entry) => format!("a {} with content {}", entry.kind.label(), entry.id.short(8)),
+        DiskItem::Special => "a special file".into(),
+        DiskItem::Unreachable(why) => why.clone(),
+    }
+}
+
+/// The filesystem (or kernel) offers no `renameat2` flags; the caller falls back to checking
+/// right before a plain rename.
+fn exchange_unsupported(errno: Errno) -> bool {
+    matches!(errno, Errno::INVAL | Errno::NOSYS | Errno::NOTSUP)
+}
+
+fn cannot_move_into_place(path: &RepoPath, errno: Errno) -> VerbError {
+    worktree_error(
+        path,
+        format!("cannot move the new content into place: {}", errno_text(errno)),
+    )
+}
+
+fn changed_since_guard(path: &RepoPath, now: &DiskItem) -> VerbError {
+    worktree_error(
+        path,
+        format!(
+            "changed on disk after the guard checkpoint was taken (now {}); left untouched",
+            describe(now)
+        ),
+    )
+}
