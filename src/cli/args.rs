@@ -33,6 +33,36 @@ pub(super) struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub(super) enum Command {
+    #[command(flatten)]
+    Workspace(WorkspaceCommand),
+    /// Remove content of the copy store that no checkpoint of any workspace references (git
+    /// provider checkpoints are left to git's own gc)
+    Gc {
+        /// Keep unreferenced content younger than this many seconds
+        #[arg(long, default_value_t = 3600)]
+        grace_seconds: u64,
+        /// Only count what would be removed
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// A guided run in a scratch repository: snapshot, agent-like edits, preview, restore, undo
+    Demo {
+        /// Keep the scratch repository and print its path
+        #[arg(long)]
+        keep: bool,
+    },
+    /// Print a shell completion script (e.g. `ckpt completions bash > /etc/bash_completion.d/ckpt`)
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `ckpt man | man -l -`
+    Man,
+}
+
+/// The commands that act on the workspace ckpt is started in (or `-C DIR`).
+#[derive(Subcommand, Debug)]
+pub(super) enum WorkspaceCommand {
     /// Take a checkpoint of the workspace now
     Snapshot(SnapshotArgs),
     /// List checkpoints, oldest first
@@ -113,16 +143,6 @@ pub(super) enum Command {
         #[arg(long)]
         max_file_size: Option<u64>,
     },
-    /// Remove content of the copy store that no checkpoint of any workspace references (git
-    /// provider checkpoints are left to git's own gc)
-    Gc {
-        /// Keep unreferenced content younger than this many seconds
-        #[arg(long, default_value_t = 3600)]
-        grace_seconds: u64,
-        /// Only count what would be removed
-        #[arg(long)]
-        dry_run: bool,
-    },
     /// Check this workspace's ckpt state (read-only); exits 1 on any problem
     Audit,
     /// Report problems in this workspace's ckpt state; --fix repairs them
@@ -136,19 +156,6 @@ pub(super) enum Command {
         #[arg(long, requires = "fix")]
         complete: bool,
     },
-    /// A guided run in a scratch repository: snapshot, agent-like edits, preview, restore, undo
-    Demo {
-        /// Keep the scratch repository and print its path
-        #[arg(long)]
-        keep: bool,
-    },
-    /// Print a shell completion script (e.g. `ckpt completions bash > /etc/bash_completion.d/ckpt`)
-    Completions {
-        #[arg(value_enum)]
-        shell: clap_complete::Shell,
-    },
-    /// Print the manual page (roff), e.g. `ckpt man | man -l -`
-    Man,
 }
 
 #[derive(Args, Debug)]

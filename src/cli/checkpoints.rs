@@ -1,6 +1,7 @@
 //! `snapshot`, `list` and `show`, and how a target on the command line becomes a checkpoint.
 
 use super::args::*;
+use super::exit::Exit;
 use super::output::{self, Output};
 use super::wire::{CheckpointRecord, SnapshotRecord};
 use super::*;
@@ -14,7 +15,7 @@ pub(super) fn snapshot(
     max_file_size: u64,
     config: &Config,
     out: &Output,
-) -> Result<i32, CkptError> {
+) -> Result<Exit, CkptError> {
     check_label("session", &args.session)?;
     check_label("trigger", &args.trigger)?;
     let request = SnapshotRequest {
@@ -59,10 +60,10 @@ pub(super) fn snapshot(
     for skipped in &record.skipped {
         out.human(&not_protected_line(skipped));
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
-pub(super) fn list(provider: &dyn Provider, session: Option<&str>, all: bool, out: &Output) -> Result<i32, CkptError> {
+pub(super) fn list(provider: &dyn Provider, session: Option<&str>, all: bool, out: &Output) -> Result<Exit, CkptError> {
     let every = provider.checkpoints(all)?;
     let total = every.len();
     let records: Vec<Record> = every
@@ -78,7 +79,7 @@ pub(super) fn list(provider: &dyn Provider, session: Option<&str>, all: bool, ou
             eprintln!(
                 "ckpt: no checkpoint belongs to session {session:?} ({total} checkpoint(s) in other sessions; `ckpt status` lists the sessions)"
             );
-            return Ok(0);
+            return Ok(Exit::Ok);
         }
     }
     if !out.json {
@@ -94,7 +95,7 @@ pub(super) fn list(provider: &dyn Provider, session: Option<&str>, all: bool, ou
             out.paging.show_if_long(&text);
         }
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 pub(super) fn resolve(provider: &dyn Provider, args: &TargetArgs) -> Result<Record, CkptError> {
@@ -117,7 +118,7 @@ pub(super) fn resolve_error(text: &str, error: ResolveError) -> CkptError {
     }
 }
 
-pub(super) fn show(provider: &dyn Provider, args: &TargetArgs, out: &Output) -> Result<i32, CkptError> {
+pub(super) fn show(provider: &dyn Provider, args: &TargetArgs, out: &Output) -> Result<Exit, CkptError> {
     let record = resolve(provider, args)?;
     out.record(&CheckpointRecord::shown(&record));
     if !out.json {
@@ -141,7 +142,7 @@ pub(super) fn show(provider: &dyn Provider, args: &TargetArgs, out: &Output) -> 
         }
         out.human(text.trim_end());
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// One path a checkpoint did not protect, for people.

@@ -3,6 +3,7 @@
 //! repository's own git state (HEAD, index, refs) never changed. Here the demo plays the user, so
 //! it runs `git` to set the scratch repository up; the engine itself never does.
 
+use super::exit::Exit;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -107,7 +108,7 @@ fn check(out: &Output, ok: bool, what: &str) -> Result<(), CkptError> {
     }
 }
 
-pub fn run(keep: bool, out: &Output) -> Result<i32, CkptError> {
+pub fn run(keep: bool, out: &Output) -> Result<Exit, CkptError> {
     let scratch = tempfile::Builder::new()
         .prefix("ckpt-demo-")
         .tempdir()
@@ -228,5 +229,5 @@ pub fn run(keep: bool, out: &Output) -> Result<i32, CkptError> {
             .map(|path| crate::records::WirePath::from_bytes(path.as_os_str().as_encoded_bytes())),
     });
     out.human("\ndemo finished: every check passed");
-    Ok(0)
+    Ok(Exit::Ok)
 }

@@ -1,10 +1,11 @@
 //! `audit` and `doctor`: problems, actions and what is left, as text and JSON Lines.
 
+use super::exit::Exit;
 use super::output::{self, Output};
 use super::wire::{AuditRecord, Check, DoctorRecord, ProblemRecord, RestoreRecord};
 use crate::provider::{self, CkptError, Provider};
 
-pub(super) fn audit(provider: &dyn Provider, out: &Output) -> Result<i32, CkptError> {
+pub(super) fn audit(provider: &dyn Provider, out: &Output) -> Result<Exit, CkptError> {
     let report = provider.audit()?;
     for problem in &report.problems {
         out.record(&ProblemRecord::new(Check::Audit, problem));
@@ -24,10 +25,10 @@ pub(super) fn audit(provider: &dyn Provider, out: &Output) -> Result<i32, CkptEr
         report.problems.len(),
         if ok { " — all consistent" } else { "" }
     ));
-    Ok(if ok { 0 } else { 1 })
+    Ok(if ok { Exit::Ok } else { Exit::Failed })
 }
 
-pub(super) fn doctor(provider: &dyn Provider, fix: bool, complete: bool, out: &Output) -> Result<i32, CkptError> {
+pub(super) fn doctor(provider: &dyn Provider, fix: bool, complete: bool, out: &Output) -> Result<Exit, CkptError> {
     let mode = fix.then_some(if complete {
         provider::JournalFix::Complete
     } else {
@@ -69,9 +70,9 @@ pub(super) fn doctor(provider: &dyn Provider, fix: bool, complete: bool, out: &O
     }
     let partial = report.restore.as_ref().is_some_and(|r| !r.failed.is_empty());
     Ok(match (healthy, partial) {
-        (false, _) => 1,
+        (false, _) => Exit::Failed,
         // The interrupted restore was settled, but paths changed since were left and named.
-        (true, true) => 3,
-        (true, false) => 0,
+        (true, true) => Exit::Partial,
+        (true, false) => Exit::Ok,
     })
 }

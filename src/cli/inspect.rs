@@ -1,5 +1,6 @@
 //! `diff` and `status`: read-only views of checkpoints and of the worktree.
 
+use super::exit::Exit;
 use std::io::IsTerminal;
 use std::path::Path;
 
@@ -24,7 +25,7 @@ pub(super) fn diff(
     cwd: &Path,
     request: &DiffRequest<'_>,
     out: &Output,
-) -> Result<i32, CkptError> {
+) -> Result<Exit, CkptError> {
     let target = |text: &str| TargetArgs {
         target: text.to_owned(),
         session: request.session.map(str::to_owned),
@@ -62,10 +63,10 @@ pub(super) fn diff(
             out.human(&format!("no differences between {} and {to_name}", from.short()));
         }
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
-pub(super) fn status(provider: &dyn Provider, max_file_size: u64, out: &Output) -> Result<i32, CkptError> {
+pub(super) fn status(provider: &dyn Provider, max_file_size: u64, out: &Output) -> Result<Exit, CkptError> {
     let report = provider.status(max_file_size)?;
     let mut sessions: std::collections::BTreeMap<Option<String>, usize> = std::collections::BTreeMap::new();
     for record in &report.checkpoints {
@@ -128,5 +129,5 @@ pub(super) fn status(provider: &dyn Provider, max_file_size: u64, out: &Output) 
         ));
         out.human(&text);
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }

@@ -6,6 +6,7 @@
 mod args;
 mod checkpoints;
 mod demo;
+mod exit;
 mod health;
 mod inspect;
 mod output;
@@ -32,6 +33,7 @@ use crate::records::{validate_label, Record};
 
 use args::*;
 use checkpoints::{list, show, snapshot};
+use exit::Exit;
 use health::{audit, doctor};
 use inspect::{diff, status, DiffRequest};
 use output::Output;
@@ -52,7 +54,7 @@ pub fn run_with(args: Vec<OsString>) -> i32 {
             use clap::error::ErrorKind;
             if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
                 let _ = error.print();
-                return 0;
+                return Exit::Ok.code();
             }
             if wants_json {
                 let out = Output {
@@ -65,7 +67,7 @@ pub fn run_with(args: Vec<OsString>) -> i32 {
                 });
             }
             let _ = error.print();
-            return 2;
+            return Exit::Usage.code();
         }
     };
     let out = Output {
@@ -73,14 +75,14 @@ pub fn run_with(args: Vec<OsString>) -> i32 {
         paging: pager::Paging::decide(cli.json, cli.no_pager),
     };
     match execute(&cli, &out) {
-        Ok(code) => code,
+        Ok(exit) => exit.code(),
         Err(error) => {
             out.record(&wire::ErrorRecord {
                 code: error.code(),
                 message: &error.to_string(),
             });
             eprintln!("ckpt: error: {error}");
-            error.exit_code()
+            Exit::of_error(&error).code()
         }
     }
 }
@@ -126,11 +128,10 @@ fn check_label(what: &str, value: &Option<String>) -> Result<(), CkptError> {
     }
 }
 
-fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
-    if let Command::Demo { keep } = &cli.command {
-        return demo::run(*keep, out);
-    }
+fn execute(cli: &Cli, out: &Output) -> Result<Exit, CkptError> {
     match &cli.command {
+        Command::Workspace(command) => in_workspace(cli, command, out),
+        Command::Demo { keep } => demo::run(*keep, out),
         Command::Completions { shell } => {
             let mut text = Vec::new();
             clap_complete::generate(*shell, &mut <Cli as clap::CommandFactory>::command(), "ckpt", &mut text);
@@ -143,7 +144,7 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
             } else {
                 output::to_stdout(&script);
             }
-            return Ok(0);
+            Ok(Exit::Ok)
         }
         Command::Man => {
             let mut text = Vec::new();
@@ -159,30 +160,33 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
             } else {
                 output::to_stdout(&roff);
             }
-            return Ok(0);
+            Ok(Exit::Ok)
         }
-        _ => {}
+        Command::Gc { grace_seconds, dry_run } => {
+            let grace = std::time::Duration::from_secs(*grace_seconds);
+            let report = provider::copy::collect_copy_store_garbage(grace, *dry_run, &output::reporter(false))?;
+            out.record(&wire::GcRecord {
+                live_objects: report.live_objects,
+                removed: report.removed,
+                removed_bytes: report.removed_bytes,
+                kept_young: report.kept_young,
+                dry_run: *dry_run,
+            });
+            out.human(&format!(
+                "gc: {} unreferenced object(s), {} {}; {} kept (younger than the grace period); {} live",
+                report.removed,
+                output::human_bytes(report.removed_bytes),
+                if *dry_run { "would be removed" } else { "removed" },
+                report.kept_young,
+                report.live_objects
+            ));
+            Ok(Exit::Ok)
+        }
     }
-    if let Command::Gc { grace_seconds, dry_run } = &cli.command {
-        let grace = std::time::Duration::from_secs(*grace_seconds);
-        let report = provider::copy::collect_copy_store_garbage(grace, *dry_run, &output::reporter(false))?;
-        out.record(&wire::GcRecord {
-            live_objects: report.live_objects,
-            removed: report.removed,
-            removed_bytes: report.removed_bytes,
-            kept_young: report.kept_young,
-            dry_run: *dry_run,
-        });
-        out.human(&format!(
-            "gc: {} unreferenced object(s), {} {}; {} kept (younger than the grace period); {} live",
-            report.removed,
-            output::human_bytes(report.removed_bytes),
-            if *dry_run { "would be removed" } else { "removed" },
-            report.kept_young,
-            report.live_objects
-        ));
-        return Ok(0);
-    }
+}
+
+/// Runs a command on the workspace at the working directory (or `-C DIR`), through its provider.
+fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<Exit, CkptError> {
     let cwd = working_dir(cli)?;
     let config = load_config(&cwd)?;
     let show_progress = !cli.json && std::io::stderr().is_terminal();
@@ -199,15 +203,17 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
     let excludes = config.copy.as_ref().and_then(|c| c.excludes.clone());
     let provider = provider::open(&cwd, choice, output::reporter(show_progress), excludes)?;
     let limit = |arg: &Option<u64>| arg.or(config.max_file_size).unwrap_or(DEFAULT_MAX_FILE_SIZE);
-    match &cli.command {
-        Command::Snapshot(args) => snapshot(provider.as_ref(), args, limit(&args.max_file_size), &config, out),
-        Command::List { session, all } => list(provider.as_ref(), session.as_deref(), *all, out),
-        Command::Show(args) => show(provider.as_ref(), args, out),
-        Command::Preview(args) => preview(provider.as_ref(), &cwd, args, limit(&args.max_file_size), out),
-        Command::Restore { args, yes } => restore(provider.as_ref(), &cwd, args, *yes, limit(&args.max_file_size), out),
-        Command::Audit => audit(provider.as_ref(), out),
-        Command::Status { max_file_size } => status(provider.as_ref(), limit(max_file_size), out),
-        Command::Prune {
+    match command {
+        WorkspaceCommand::Snapshot(args) => snapshot(provider.as_ref(), args, limit(&args.max_file_size), &config, out),
+        WorkspaceCommand::List { session, all } => list(provider.as_ref(), session.as_deref(), *all, out),
+        WorkspaceCommand::Show(args) => show(provider.as_ref(), args, out),
+        WorkspaceCommand::Preview(args) => preview(provider.as_ref(), &cwd, args, limit(&args.max_file_size), out),
+        WorkspaceCommand::Restore { args, yes } => {
+            restore(provider.as_ref(), &cwd, args, *yes, limit(&args.max_file_size), out)
+        }
+        WorkspaceCommand::Audit => audit(provider.as_ref(), out),
+        WorkspaceCommand::Status { max_file_size } => status(provider.as_ref(), limit(max_file_size), out),
+        WorkspaceCommand::Prune {
             dry_run,
             max_per_session,
             quota_bytes,
@@ -217,13 +223,15 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
             policy.quota_bytes = quota_bytes.unwrap_or(policy.quota_bytes);
             prune(provider.as_ref(), &policy, *dry_run, out)
         }
-        Command::Delete { targets, session, yes } => delete(provider.as_ref(), targets, session.as_deref(), *yes, out),
-        Command::Clear { yes } => {
+        WorkspaceCommand::Delete { targets, session, yes } => {
+            delete(provider.as_ref(), targets, session.as_deref(), *yes, out)
+        }
+        WorkspaceCommand::Clear { yes } => {
             let all: Vec<Record> = provider.checkpoints(false)?;
             confirm_removal(&all, *yes, wire::Removal::Clear)?;
             remove(provider.as_ref(), &all, wire::Removal::Clear, out)
         }
-        Command::Diff {
+        WorkspaceCommand::Diff {
             from,
             to,
             session,
@@ -249,8 +257,7 @@ fn execute(cli: &Cli, out: &Output) -> Result<i32, CkptError> {
             };
             diff(provider.as_ref(), &cwd, &request, out)
         }
-        Command::Doctor { fix, complete } => doctor(provider.as_ref(), *fix, *complete, out),
-        Command::Demo { .. } | Command::Gc { .. } | Command::Completions { .. } | Command::Man => Ok(0),
+        WorkspaceCommand::Doctor { fix, complete } => doctor(provider.as_ref(), *fix, *complete, out),
     }
 }
 

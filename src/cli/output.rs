@@ -86,16 +86,15 @@ pub fn reporter(progress: bool) -> crate::provider::report::Reporter {
     )
 }
 
-/// The status a shell reports for a process ended by SIGPIPE (128 + 13), as git's is.
-const CLOSED_PIPE_STATUS: i32 = 141;
-
 /// Writes `text` to stdout. A reader that went away (`ckpt list | head -1`) ends the process
 /// quietly with the closed-pipe status instead of a panic; other write errors are reported.
 pub fn to_stdout(text: &str) {
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(CLOSED_PIPE_STATUS),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(super::exit::Exit::ClosedPipe.code())
+        }
         Err(e) => eprintln!("ckpt: cannot write to standard output: {e}"),
     }
 }

@@ -1,5 +1,6 @@
 //! `preview` and `restore`: the selection of paths, the confirmation on a terminal, the report.
 
+use super::exit::Exit;
 use std::io::IsTerminal;
 use std::path::Path;
 
@@ -29,13 +30,13 @@ pub(super) fn preview(
     args: &RestoreArgs,
     max_file_size: u64,
     out: &Output,
-) -> Result<i32, CkptError> {
+) -> Result<Exit, CkptError> {
     let record = resolve(provider, &args.target)?;
     let selection = selection(provider, cwd, args)?;
     let preview = provider.preview(&record, &selection, max_file_size)?;
     out.record(&PreviewRecord::new(&preview));
     out.human(output::preview_text(&preview, &record).trim_end());
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 pub(super) fn ask_on_terminal(record: &Record) -> impl FnMut(&provider::Preview) -> bool + '_ {
@@ -52,7 +53,7 @@ pub(super) fn restore(
     yes: bool,
     max_file_size: u64,
     out: &Output,
-) -> Result<i32, CkptError> {
+) -> Result<Exit, CkptError> {
     let record = resolve(provider, &args.target)?;
     let selection = selection(provider, cwd, args)?;
     let request = SnapshotRequest {
@@ -79,5 +80,5 @@ pub(super) fn restore(
     let report = provider.restore(&record, &selection, &request, confirmation)?;
     out.record(&RestoreRecord::new(&report));
     out.human(output::restore_text(&report).trim_end());
-    Ok(if report.failed.is_empty() { 0 } else { 3 })
+    Ok(Exit::partial_if(!report.failed.is_empty()))
 }

@@ -1,5 +1,6 @@
 //! `prune`, `delete` and `clear`: removing checkpoints, with confirmation.
 
+use super::exit::Exit;
 use std::io::IsTerminal;
 
 use super::args::*;
@@ -15,7 +16,7 @@ pub(super) fn prune(
     policy: &provider::retention::Policy,
     dry_run: bool,
     out: &Output,
-) -> Result<i32, CkptError> {
+) -> Result<Exit, CkptError> {
     let records = provider.checkpoints(false)?;
     let plan = provider::retention::plan(&records, policy);
     let ids: Vec<String> = plan.iter().map(|r| r.id.clone()).collect();
@@ -45,7 +46,7 @@ pub(super) fn prune(
         records.len(),
         if dry_run { "would be removed" } else { "removed" }
     ));
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// Removing checkpoints follows the restore rule: `--yes`, or a `y` on a terminal.
@@ -66,12 +67,17 @@ pub(super) fn confirm_removal(records: &[Record], yes: bool, by: Removal) -> Res
     )))
 }
 
-pub(super) fn remove(provider: &dyn Provider, records: &[Record], by: Removal, out: &Output) -> Result<i32, CkptError> {
+pub(super) fn remove(
+    provider: &dyn Provider,
+    records: &[Record],
+    by: Removal,
+    out: &Output,
+) -> Result<Exit, CkptError> {
     let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
     let removed = provider.remove(&ids)?;
     out.record(&RemovedRecord { by, removed: &removed });
     out.human(&format!("{}: removed {} checkpoint(s)", by.name(), removed.len()));
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 pub(super) fn delete(
@@ -80,7 +86,7 @@ pub(super) fn delete(
     session: Option<&str>,
     yes: bool,
     out: &Output,
-) -> Result<i32, CkptError> {
+) -> Result<Exit, CkptError> {
     let records: Vec<Record> = if targets.is_empty() {
         let Some(session) = session else {
             return Err(CkptError::InvalidInput(

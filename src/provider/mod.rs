@@ -82,15 +82,6 @@ impl CkptError {
             CkptError::Io { .. } => "io",
         }
     }
-
-    /// 1 failed, 2 usage, 4 refused (see the CLI contract).
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            CkptError::Ambiguous { .. } | CkptError::Refused(_) => 4,
-            CkptError::InvalidInput(_) | CkptError::Verb(VerbError::Invalid(_)) => 2,
-            _ => 1,
-        }
-    }
 }
 
 /// Metadata for one snapshot.

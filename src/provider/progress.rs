@@ -26,7 +26,7 @@ impl Progress {
         Progress::default()
     }
 
-    /// A counter that draws a bar labelled `label` once the work has taken a second.
+    /// A counter that, when `enabled`, draws a bar for each phase that has taken a second.
     pub fn terminal(enabled: bool) -> Self {
         Progress {
             shared: Arc::new(Shared::default()),

@@ -1,0 +1,54 @@
+//! The contract's exit codes, in one place: every command ends in an [`Exit`], and every error
+//! maps to one here. 0 ok, 1 failed, 2 usage, 3 partial, 4 refused, 141 stdout closed early.
+//! Nothing else in ckpt chooses a process status.
+
+use crate::provider::CkptError;
+use crate::verbs::VerbError;
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Ok,
+    /// It ran, and the answer is "no" (audit found problems) or it failed.
+    Failed,
+    /// Bad arguments, bad target syntax, a path outside the workspace.
+    Usage,
+    /// Some paths failed or were in conflict; the rest landed, and each is named.
+    Partial,
+    /// Not confirmed, ambiguous, or refused for safety; nothing was changed.
+    Refused,
+    /// The reader of stdout went away (`ckpt list | head -1`): 128 + SIGPIPE, as git's.
+    ClosedPipe,
+}
+
+impl Exit {
+    /// The process status.
+    pub fn code(self) -> i32 {
+        match self {
+            Exit::Ok => 0,
+            Exit::Failed => 1,
+            Exit::Usage => 2,
+            Exit::Partial => 3,
+            Exit::Refused => 4,
+            Exit::ClosedPipe => 141,
+        }
+    }
+
+    /// The exit for a command that failed with `error`.
+    pub fn of_error(error: &CkptError) -> Exit {
+        match error {
+            CkptError::Ambiguous { .. } | CkptError::Refused(_) => Exit::Refused,
+            CkptError::InvalidInput(_) | CkptError::Verb(VerbError::Invalid(_)) => Exit::Usage,
+            _ => Exit::Failed,
+        }
+    }
+
+    /// `Ok` when every path landed, `Partial` when some were named as failed.
+    pub fn partial_if(some_failed: bool) -> Exit {
+        if some_failed {
+            Exit::Partial
+        } else {
+            Exit::Ok
+        }
+    }
+}
