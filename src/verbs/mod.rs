@@ -39,8 +39,14 @@ pub enum InvalidInput {
 pub enum VerbError {
     #[error(transparent)]
     Invalid(#[from] InvalidInput),
-    #[error("{action}: {message}")]
-    Git { action: String, message: String },
+    /// A repository operation that failed. `source` keeps the cause (gix's error, an I/O error,
+    /// or ckpt's own explanation); the message names every cause in its chain.
+    #[error("{action}: {}", error_chain(.source.as_ref()))]
+    Git {
+        action: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("object {id} is missing from the object database ({what})")]
     MissingObject { id: ObjectId, what: &'static str },
     /// Present, but not the kind of object wanted, or not readable as one (corrupt).
@@ -62,10 +68,18 @@ pub enum VerbError {
 impl VerbError {
     /// A gix failure, with every cause in its chain: the one that matters ("No space left on
     /// device", "Permission denied") is often only in the innermost source.
-    fn git(action: impl Into<String>, error: impl std::error::Error) -> Self {
+    fn git(action: impl Into<String>, error: impl std::error::Error + Send + Sync + 'static) -> Self {
         VerbError::Git {
             action: action.into(),
-            message: error_chain(&error),
+            source: Box::new(error),
+        }
+    }
+
+    /// A failed repository operation whose cause is ckpt's own finding, not an error value.
+    fn git_because(action: impl Into<String>, why: impl Into<String>) -> Self {
+        VerbError::Git {
+            action: action.into(),
+            source: why.into().into(),
         }
     }
 }
@@ -84,4 +98,26 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("writing the pack")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn a_git_error_keeps_its_cause_and_names_the_whole_chain() {
+        let disk_full = std::io::Error::from_raw_os_error(28);
+        let error = VerbError::git("writing a blob", Outer(disk_full));
+        let message = error.to_string();
+        assert!(message.starts_with("writing a blob: writing the pack: "), "{message}");
+        assert!(message.contains("No space left on device"), "{message}");
+        let cause = std::error::Error::source(&error).map(ToString::to_string);
+        assert_eq!(cause.as_deref(), Some("writing the pack"));
+        let ours = VerbError::git_because("pinning", "a tree, only commits may be pinned");
+        assert!(std::error::Error::source(&ours).is_some_and(|c| c.to_string().contains("only commits")));
+    }
 }

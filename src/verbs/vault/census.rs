@@ -24,10 +24,10 @@ pub struct CensusHandle {
 impl CensusHandle {
     pub fn join(self) -> Result<BlobCensus, VerbError> {
         self.thread.join().unwrap_or_else(|_| {
-            Err(VerbError::Git {
-                action: "counting checkpoint blobs".into(),
-                message: "the census thread panicked".into(),
-            })
+            Err(VerbError::git_because(
+                "counting checkpoint blobs",
+                "the census thread panicked",
+            ))
         })
     }
 }

@@ -70,10 +70,7 @@ pub fn collect_private_garbage(
         live_objects: live.len(),
         ..GarbageReport::default()
     };
-    let fail = |e: std::io::Error| VerbError::Git {
-        action: format!("collecting garbage in {}", objects.display()),
-        message: e.to_string(),
-    };
+    let fail = |e: std::io::Error| VerbError::git(format!("collecting garbage in {}", objects.display()), e);
     let entries = match std::fs::read_dir(objects) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(report),

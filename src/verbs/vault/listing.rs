@@ -226,10 +226,10 @@ impl Vault {
             let walker = scope.spawn(|| walk_untracked(&walk_repo.to_thread_local(), &index));
             let result = with_index(&mut listing);
             let walked = walker.join().unwrap_or_else(|_| {
-                Err(VerbError::Git {
-                    action: "walking the worktree".into(),
-                    message: "the walk thread panicked".into(),
-                })
+                Err(VerbError::git_because(
+                    "walking the worktree",
+                    "the walk thread panicked",
+                ))
             });
             (walked, result)
         });

@@ -24,10 +24,10 @@ impl Vault {
             })?
             .kind();
         if kind != gix::objs::Kind::Commit {
-            return Err(VerbError::Git {
-                action: format!("pinning {}", pin.as_str()),
-                message: format!("{commit} is a {kind}, only commits may be pinned"),
-            });
+            return Err(VerbError::git_because(
+                format!("pinning {}", pin.as_str()),
+                format!("{commit} is a {kind}, only commits may be pinned"),
+            ));
         }
         let expected = match expected_old {
             Some(old) => PreviousValue::MustExistAndMatch(Target::Object(old.0)),

@@ -85,9 +85,11 @@ impl Vault {
     /// directory, and an `objects` link into the shared content-addressed store, so identical
     /// content is stored once across all workspaces. Nothing is written inside the workdir.
     pub fn open_private(store: &PrivateStore<'_>) -> Result<Vault, VerbError> {
-        let fail = |what: &str, e: &dyn std::fmt::Display| VerbError::Git {
-            action: format!("preparing the private store at {}", store.git_dir.display()),
-            message: format!("{what}: {e}"),
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            VerbError::git_because(
+                format!("preparing the private store at {}", store.git_dir.display()),
+                format!("{what}: {e}"),
+            )
         };
         if !store.git_dir.join("config").is_file() {
             for sub in ["pack", "info"] {
@@ -133,16 +135,18 @@ impl Vault {
         overrides.push(excludes);
         let options = gix::open::Options::default().config_overrides(overrides);
         let repo = gix::open_opts(store.git_dir, options).map_err(|e| fail("opening", &e))?;
-        let workdir = repo.workdir().map(Path::to_path_buf).ok_or_else(|| VerbError::Git {
-            action: format!("opening the private store at {}", store.git_dir.display()),
-            message: "it has no worktree configured".into(),
+        let workdir = repo.workdir().map(Path::to_path_buf).ok_or_else(|| {
+            VerbError::git_because(
+                format!("opening the private store at {}", store.git_dir.display()),
+                "it has no worktree configured",
+            )
         })?;
         let same = workdir.canonicalize().ok() == store.workdir.canonicalize().ok();
         if !same {
-            return Err(VerbError::Git {
-                action: format!("opening the private store at {}", store.git_dir.display()),
-                message: format!("it protects {}, not {}", workdir.display(), store.workdir.display()),
-            });
+            return Err(VerbError::git_because(
+                format!("opening the private store at {}", store.git_dir.display()),
+                format!("it protects {}, not {}", workdir.display(), store.workdir.display()),
+            ));
         }
         Ok(Vault {
             repo,
