@@ -143,6 +143,11 @@ pub(super) enum WorkspaceCommand {
         #[arg(long)]
         max_file_size: Option<u64>,
     },
+    /// The filesystem-watch daemon that lets a snapshot skip walking an unchanged worktree
+    Watch {
+        #[command(subcommand)]
+        action: WatchAction,
+    },
     /// Check this workspace's ckpt state (read-only); exits 1 on any problem
     Audit,
     /// Report problems in this workspace's ckpt state; --fix repairs them
@@ -175,6 +180,31 @@ pub(super) struct SnapshotArgs {
     /// Files larger than this many bytes are skipped and reported
     #[arg(long)]
     pub(super) max_file_size: Option<u64>,
+    /// Ask the workspace's watch daemon what changed (starting it if none runs); falls back to
+    /// a full scan whenever it cannot vouch for the answer. Config: `watch = true`
+    #[arg(long, conflicts_with = "no_watch")]
+    pub(super) watch: bool,
+    /// Scan in full even if the config says `watch = true`
+    #[arg(long)]
+    pub(super) no_watch: bool,
+}
+
+/// `ckpt watch ...`
+#[derive(Subcommand, Debug)]
+pub(super) enum WatchAction {
+    /// Start the workspace's watch daemon in the background (no-op if one runs)
+    Start,
+    /// Stop it
+    Stop,
+    /// Its token, watched directories, events seen and the last fallback reason
+    Status,
+    /// Run the daemon in the foreground (what `start` runs)
+    #[command(hide = true)]
+    Run {
+        /// Exit after this many seconds without a request
+        #[arg(long, default_value_t = 1800)]
+        idle_seconds: u64,
+    },
 }
 
 #[derive(Args, Debug)]

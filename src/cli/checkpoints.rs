@@ -29,8 +29,15 @@ pub(super) fn snapshot(
             KindArg::Guard => Kind::Guard,
         },
         max_file_size,
+        watch: !args.no_watch && (args.watch || config.watch == Some(true)),
     };
     let outcome = provider.snapshot(&request)?;
+    if request.watch && outcome.scan_mode != provider::ScanMode::Watch {
+        // The next snapshot gets a daemon; a failure to start one only costs speed.
+        if let Err(e) = super::watch::start(provider.workdir(), &provider.watch_files()) {
+            eprintln!("ckpt: warning: could not start the watch daemon: {e}");
+        }
+    }
     let auto_prune = config.retention.as_ref().and_then(|r| r.auto_prune).unwrap_or(false);
     let pruned = if auto_prune && outcome.created {
         let plan = provider::retention::plan(&provider.checkpoints(false)?, &retention_policy(config));

@@ -13,6 +13,7 @@ mod output;
 mod pager;
 mod restore;
 mod retention;
+mod watch;
 mod wire;
 
 use std::ffi::OsString;
@@ -212,6 +213,7 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
             restore(provider.as_ref(), &cwd, args, *yes, limit(&args.max_file_size), out)
         }
         WorkspaceCommand::Audit => audit(provider.as_ref(), out),
+        WorkspaceCommand::Watch { action } => watch::watch(provider.as_ref(), action, out),
         WorkspaceCommand::Status { max_file_size } => status(provider.as_ref(), limit(max_file_size), out),
         WorkspaceCommand::Prune {
             dry_run,

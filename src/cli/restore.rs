@@ -63,6 +63,7 @@ pub(super) fn restore(
         trigger: Some("restore".into()),
         kind: Kind::Guard,
         max_file_size,
+        watch: false,
     };
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let mut ask = ask_on_terminal(&record);

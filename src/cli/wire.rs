@@ -5,7 +5,8 @@
 
 use serde::Serialize;
 
-use crate::provider::{FileDiff, Preview, Problem, RestoreReport, SnapshotOutcome};
+use crate::provider::watch::StatusAnswer;
+use crate::provider::{FileDiff, Preview, Problem, RestoreReport, ScanMode, SnapshotOutcome};
 use crate::records::{Record, Skipped, WirePath};
 use crate::verbs::{EntryKind, RepoPath};
 
@@ -83,9 +84,13 @@ fn skipped(list: &[Skipped]) -> Vec<PathReason<'_>> {
         .collect()
 }
 
-/// How a snapshot's capture was served.
+/// How a snapshot's capture was served: `mode` is `watch` when the watch daemon vouched that
+/// nothing changed, `full` for a walk (with `--watch`, `fallback` says why).
 #[derive(Serialize)]
-pub struct ScanCounts {
+pub struct ScanCounts<'a> {
+    pub mode: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<&'a str>,
     pub from_cache: u64,
     pub from_index: u64,
     pub read: u64,
@@ -104,7 +109,7 @@ pub struct SnapshotRecord<'a> {
     pub total_files: u64,
     pub bytes: u64,
     pub skipped: Vec<PathReason<'a>>,
-    pub scan: ScanCounts,
+    pub scan: ScanCounts<'a>,
     /// Checkpoints the configured automatic prune removed after this one was taken.
     pub pruned: &'a [String],
 }
@@ -126,6 +131,14 @@ impl<'a> SnapshotRecord<'a> {
             bytes: if outcome.created { record.bytes } else { 0 },
             skipped: skipped(&record.skipped),
             scan: ScanCounts {
+                mode: match outcome.scan_mode {
+                    ScanMode::Watch => "watch",
+                    ScanMode::Full { .. } => "full",
+                },
+                fallback: match &outcome.scan_mode {
+                    ScanMode::Full { fallback } => fallback.as_deref(),
+                    ScanMode::Watch => None,
+                },
                 from_cache: outcome.scan.from_cache,
                 from_index: outcome.scan.from_index,
                 read: outcome.scan.read,
@@ -505,6 +518,49 @@ pub struct ManRecord<'a> {
     pub roff: &'a str,
 }
 record_type!(ManRecord, "man");
+
+/// `watch`: what `watch start` or `watch stop` did.
+#[derive(Serialize)]
+pub struct WatchRecord {
+    pub action: &'static str,
+    pub running: bool,
+    pub started: bool,
+}
+
+impl WireRecord for WatchRecord {
+    fn record_type(&self) -> &'static str {
+        "watch"
+    }
+}
+
+/// `watch.status`: the daemon's state, or `running: false`.
+#[derive(Serialize)]
+pub struct WatchStatusRecord<'a> {
+    pub running: bool,
+    pub pid: Option<u32>,
+    pub token: Option<&'a str>,
+    pub watched_dirs: usize,
+    pub events_seen: u64,
+    pub pending_changes: usize,
+    pub last_fallback: Option<&'a str>,
+    pub broken: Option<&'a str>,
+}
+record_type!(WatchStatusRecord, "watch.status");
+
+impl<'a> WatchStatusRecord<'a> {
+    pub fn new(status: Option<&'a StatusAnswer>) -> Self {
+        WatchStatusRecord {
+            running: status.is_some(),
+            pid: status.map(|s| s.pid),
+            token: status.map(|s| s.token.as_str()),
+            watched_dirs: status.map_or(0, |s| s.watched_dirs),
+            events_seen: status.map_or(0, |s| s.events_seen),
+            pending_changes: status.map_or(0, |s| s.pending_changes),
+            last_fallback: status.and_then(|s| s.last_fallback.as_deref()),
+            broken: status.and_then(|s| s.broken.as_deref()),
+        }
+    }
+}
 
 /// `error`: any failure; `code` is one of README's error codes.
 #[derive(Serialize)]

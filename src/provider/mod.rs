@@ -13,6 +13,7 @@ pub mod retention;
 pub mod scan;
 pub mod target;
 pub mod treebuild;
+pub mod watch;
 
 use std::path::{Component, Path, PathBuf};
 
@@ -93,6 +94,18 @@ pub struct SnapshotRequest {
     pub trigger: Option<String>,
     pub kind: Kind,
     pub max_file_size: u64,
+    /// Ask the workspace's watch daemon what changed instead of walking (it falls back to a
+    /// full scan whenever the daemon cannot vouch for the answer).
+    pub watch: bool,
+}
+
+/// How a snapshot learned what is in the worktree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScanMode {
+    /// The watch daemon vouched that nothing changed since the last checkpoint.
+    Watch,
+    /// A full walk; with `--watch`, `fallback` says why the daemon's answer was not used.
+    Full { fallback: Option<String> },
 }
 
 #[derive(Debug, Clone)]
@@ -100,6 +113,7 @@ pub struct SnapshotOutcome {
     pub record: Record,
     pub created: bool,
     pub warnings: Vec<String>,
+    pub scan_mode: ScanMode,
     /// How the capture was served: from the stat cache, the index, or by reading files.
     pub scan: scan::CaptureStats,
 }
@@ -206,6 +220,8 @@ pub enum Confirmation<'a> {
 pub trait Provider {
     fn name(&self) -> &'static str;
     fn workdir(&self) -> &Path;
+    /// Where this workspace's watch daemon keeps its lock, socket and cookies.
+    fn watch_files(&self) -> crate::records::watch::WatchFiles;
     fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError>;
     /// This workspace's checkpoints (or every workspace's), oldest first.
     fn checkpoints(&self, all_workspaces: bool) -> Result<Vec<Record>, CkptError>;
@@ -309,6 +325,9 @@ impl Provider for CopyThenGit {
     }
     fn workdir(&self) -> &Path {
         self.primary.workdir()
+    }
+    fn watch_files(&self) -> crate::records::watch::WatchFiles {
+        self.primary.watch_files()
     }
     fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {
         self.primary.snapshot(request)

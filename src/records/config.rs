@@ -15,6 +15,8 @@ pub struct Config {
     pub max_file_size: Option<u64>,
     pub retention: Option<Retention>,
     pub copy: Option<Copy>,
+    /// Snapshots ask the workspace's watch daemon first (and start it when none runs).
+    pub watch: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

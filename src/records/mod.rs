@@ -7,6 +7,7 @@ pub mod config;
 mod journal;
 pub mod statcache;
 mod trailers;
+pub mod watch;
 mod wire;
 
 use std::fs::{self, File, OpenOptions};

@@ -136,6 +136,11 @@ fn every_command_speaks_only_json_lines_and_matches_the_readme() {
     run(&["completions", "bash"], 0);
     run(&["man"], 0);
     run(&["gc", "--dry-run"], 0);
+    run(&["watch", "status"], 0);
+    run(&["watch", "start"], 0);
+    run(&["snapshot", "--watch"], 0);
+    run(&["watch", "status"], 0);
+    run(&["watch", "stop"], 0);
     run(&["demo"], 0);
     run(&["preview", "ffffffff"], 1);
     run(&["no-such-command"], 2);

@@ -18,3 +18,4 @@ mod sandbox;
 mod snapshot;
 mod statcache;
 mod stress;
+mod watch;

@@ -76,13 +76,21 @@ fn only_verbs_and_the_registry_mutate_files() {
 #[test]
 fn the_engine_runs_no_git_subprocess() {
     // The demo plays the user (it runs git); the pager runs the user's own pager command.
-    let found = offenders(&["Command::new"], &["cli/demo.rs", "cli/pager.rs"]);
+    // `watch start` runs this very binary as the daemon.
+    let found = offenders(&["Command::new"], &["cli/demo.rs", "cli/pager.rs", "cli/watch.rs"]);
     assert!(found.is_empty(), "subprocesses in the engine:\n{}", found.join("\n"));
     let pager = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli/pager.rs")).unwrap();
     let code: Vec<&str> = pager.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
     assert!(
         !code.iter().any(|l| l.contains("git")) && code.iter().filter(|l| l.contains("Command::new")).count() == 1,
         "the pager spawns one command, the user's pager, and never git"
+    );
+    let watch = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli/watch.rs")).unwrap();
+    assert!(
+        watch.matches("Command::new(").count() == 1
+            && watch.contains("Command::new(exe)")
+            && watch.contains("current_exe()"),
+        "watch start spawns only ckpt itself"
     );
 }
 

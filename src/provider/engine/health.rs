@@ -275,6 +275,7 @@ impl Engine {
                 trigger: Some("doctor".into()),
                 kind: Kind::Guard,
                 max_file_size: crate::provider::scan::DEFAULT_MAX_FILE_SIZE,
+                watch: false,
             };
             let selection = Selection {
                 paths: eligible,

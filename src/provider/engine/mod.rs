@@ -245,6 +245,10 @@ impl Provider for Engine {
         &self.workdir
     }
 
+    fn watch_files(&self) -> crate::records::watch::WatchFiles {
+        crate::records::watch::WatchFiles::new(&self.state_dir)
+    }
+
     fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {
         Engine::snapshot(self, request)
     }

@@ -6,8 +6,10 @@ use std::collections::HashSet;
 
 use crate::provider::scan::{self, BlobSink, Capture};
 use crate::provider::treebuild;
-use crate::provider::{CkptError, Provider, SnapshotOutcome, SnapshotRequest};
+use crate::provider::watch::{self, Changes};
+use crate::provider::{CkptError, Provider, ScanMode, SnapshotOutcome, SnapshotRequest};
 use crate::records::statcache::StatCache;
+use crate::records::watch::{WatchBase, WatchFiles};
 use crate::records::{Record, Registry, RegistryLock, Skipped, Trailers, WirePath};
 use crate::verbs::{ObjectId, PinRef, RepoPath, TreeItem};
 
@@ -102,6 +104,7 @@ impl Engine {
                     record: previous.clone(),
                     created: false,
                     warnings,
+                    scan_mode: ScanMode::Full { fallback: None },
                     scan: capture.stats,
                 };
                 let t2 = std::time::Instant::now();
@@ -191,6 +194,7 @@ impl Engine {
                 record,
                 created: true,
                 warnings,
+                scan_mode: ScanMode::Full { fallback: None },
                 scan: capture.stats,
             },
             capture,
@@ -247,6 +251,82 @@ impl Engine {
     pub(super) fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {
         let registry = self.registry()?;
         let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
-        Ok(self.snapshot_locked(&registry, &lock, request)?.0)
+        if !request.watch {
+            return Ok(self.snapshot_locked(&registry, &lock, request)?.0);
+        }
+        let files = WatchFiles::new(&self.state_dir);
+        let base = files.load_base();
+        // Both taken before the capture: a change during it shows up in the next answer.
+        let fingerprint = self.vault.watch_fingerprint();
+        let started = std::time::Instant::now();
+        let answer = watch::changes_since(&files, base.as_ref().map(|b| b.token.as_str()));
+        self.phase_time("watch daemon", started);
+        let (token, fallback) = match answer {
+            Changes::NoDaemon => (None, "no watch daemon runs for this workspace".to_owned()),
+            Changes::Failed(why) => (None, why),
+            Changes::Answered {
+                token,
+                paths: Some(paths),
+                ..
+            } => {
+                let reason = match &base {
+                    None => "no earlier watched snapshot".to_owned(),
+                    Some(base) if base.fingerprint != fingerprint => {
+                        "the index, HEAD, a config or an exclude file changed".to_owned()
+                    }
+                    Some(_) if !paths.is_empty() => format!("{} path(s) changed", paths.len()),
+                    Some(base) => match self.unchanged_checkpoint(&registry, &base.checkpoint)? {
+                        Some(record) => {
+                            files.save_base(
+                                &WatchBase {
+                                    token,
+                                    checkpoint: record.id.clone(),
+                                    fingerprint,
+                                },
+                                &lock,
+                            )?;
+                            return Ok(SnapshotOutcome {
+                                record,
+                                created: false,
+                                warnings: Vec::new(),
+                                scan_mode: ScanMode::Watch,
+                                scan: Default::default(),
+                            });
+                        }
+                        None => "the last checkpoint is not the one the daemon's token belongs to".to_owned(),
+                    },
+                };
+                (Some(token), reason)
+            }
+            Changes::Answered { token, unknown, .. } => (Some(token), unknown.unwrap_or_default()),
+        };
+        let mut outcome = self.snapshot_locked(&registry, &lock, request)?.0;
+        match token {
+            Some(token) => files.save_base(
+                &WatchBase {
+                    token,
+                    checkpoint: outcome.record.id.clone(),
+                    fingerprint,
+                },
+                &lock,
+            )?,
+            None => files.clear_base(&lock),
+        }
+        outcome.scan_mode = ScanMode::Full {
+            fallback: Some(fallback),
+        };
+        Ok(outcome)
+    }
+
+    /// The newest pinned checkpoint, if it is `id`: then a worktree unchanged since the capture
+    /// that produced (or matched) `id` is still exactly that checkpoint.
+    fn unchanged_checkpoint(&self, registry: &Registry, id: &str) -> Result<Option<Record>, CkptError> {
+        let reconciled = self.reconcile(registry.load()?)?;
+        let newest = reconciled
+            .records
+            .iter()
+            .rev()
+            .find(|r| !reconciled.unpinned.contains(&r.id));
+        Ok(newest.filter(|r| r.id == id).cloned())
     }
 }

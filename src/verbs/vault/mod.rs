@@ -212,6 +212,54 @@ impl Vault {
         Ok(head.id().map(|id| ObjectId(id.detach())))
     }
 
+    /// A fingerprint of everything outside the worktree that decides what a capture holds: the
+    /// index, HEAD's commit, every config file git would read, the exclude files. Equal
+    /// fingerprints mean a watch daemon's "nothing changed in the worktree" is the whole truth.
+    pub fn watch_fingerprint(&self) -> String {
+        use std::os::unix::fs::MetadataExt;
+        let git_dir = self.repo.git_dir().to_path_buf();
+        let common = self.repo.common_dir().to_path_buf();
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        let xdg = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join(".config"));
+        let mut files = vec![
+            git_dir.join("index"),
+            git_dir.join("HEAD"),
+            git_dir.join("config.worktree"),
+            common.join("config"),
+            common.join("info/exclude"),
+            home.join(".gitconfig"),
+            xdg.join("git/config"),
+            xdg.join("git/ignore"),
+            PathBuf::from("/etc/gitconfig"),
+        ];
+        files.extend(std::env::var_os("GIT_CONFIG_GLOBAL").map(PathBuf::from));
+        if let Ok(Some(excludes)) = self.repo.config_snapshot().trusted_path("core.excludesFile") {
+            files.push(excludes);
+        }
+        let mut text = match self.head_commit() {
+            Ok(Some(head)) => format!("head {head}\n"),
+            Ok(None) => "head none\n".to_owned(),
+            Err(e) => format!("head error {e}\n"),
+        };
+        for file in files {
+            let stat = match std::fs::metadata(&file) {
+                Ok(m) => format!(
+                    "{} {} {} {} {}",
+                    m.len(),
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    m.ino(),
+                    m.ctime_nsec()
+                ),
+                Err(_) => "absent".to_owned(),
+            };
+            text.push_str(&format!("{} {stat}\n", file.display()));
+        }
+        text
+    }
+
     /// Keeps `dir` out of every listing when it lies below the worktree: ckpt's own store
     /// (e.g. a workspace that is the home directory holding `~/.local/share/ckpt`). Its content
     /// is then never captured, and a restore never writes or removes anything inside it.

@@ -1,0 +1,125 @@
+//! `ckpt watch start|stop|status|run`, and starting the daemon for `snapshot --watch`. `start`
+//! runs this same binary as `ckpt -C <workspace> watch run` in its own process group, detached
+//! from the terminal; nothing else is ever spawned here.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::args::WatchAction;
+use super::exit::Exit;
+use super::output::Output;
+use super::wire::{WatchRecord, WatchStatusRecord};
+use crate::provider::{watch, CkptError, Provider};
+use crate::records::watch::WatchFiles;
+
+/// How long `start` waits for a new daemon to answer (its watches are in place by then).
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub(super) fn watch(provider: &dyn Provider, action: &WatchAction, out: &Output) -> Result<Exit, CkptError> {
+    let files = provider.watch_files();
+    match action {
+        WatchAction::Run { idle_seconds } => {
+            watch::run(provider.workdir(), &files, Duration::from_secs(*idle_seconds))?;
+            Ok(Exit::Ok)
+        }
+        WatchAction::Start => {
+            let started = start(provider.workdir(), &files)?;
+            let status = daemon_status(&files)?;
+            out.record(&WatchRecord {
+                action: "start",
+                running: status.is_some(),
+                started,
+            });
+            out.human(&match (&status, started) {
+                (Some(s), true) => format!("watch daemon started (pid {}, {} directories)", s.pid, s.watched_dirs),
+                (Some(s), false) => format!("watch daemon already running (pid {})", s.pid),
+                (None, _) => "watch daemon did not come up".into(),
+            });
+            Ok(if status.is_some() { Exit::Ok } else { Exit::Failed })
+        }
+        WatchAction::Stop => {
+            let was_running = watch::stop(&files).map_err(daemon_error)?;
+            out.record(&WatchRecord {
+                action: "stop",
+                running: false,
+                started: false,
+            });
+            out.human(if was_running {
+                "watch daemon stopped"
+            } else {
+                "no watch daemon was running"
+            });
+            Ok(Exit::Ok)
+        }
+        WatchAction::Status => {
+            let status = daemon_status(&files)?;
+            out.record(&WatchStatusRecord::new(status.as_ref()));
+            match &status {
+                None => out.human("no watch daemon runs for this workspace (start one: ckpt watch start)"),
+                Some(s) => out.human(&format!(
+                    "watch daemon pid {}: {} directories watched, {} events seen, {} paths changed since its oldest token\n  token {}\n  last fallback: {}{}",
+                    s.pid,
+                    s.watched_dirs,
+                    s.events_seen,
+                    s.pending_changes,
+                    s.token,
+                    s.last_fallback.as_deref().unwrap_or("none"),
+                    s.broken.as_deref().map(|b| format!("\n  BROKEN (every snapshot scans in full): {b}")).unwrap_or_default(),
+                )),
+            }
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+fn daemon_error(why: String) -> CkptError {
+    CkptError::Io {
+        path: "watch daemon".into(),
+        source: std::io::Error::other(why),
+    }
+}
+
+fn daemon_status(files: &WatchFiles) -> Result<Option<watch::StatusAnswer>, CkptError> {
+    watch::status(files).map_err(daemon_error)
+}
+
+/// Starts the daemon for `root` unless one answers already; true if this call started it.
+pub(super) fn start(root: &Path, files: &WatchFiles) -> Result<bool, CkptError> {
+    if daemon_status(files)?.is_some() {
+        return Ok(false);
+    }
+    let exe = std::env::current_exe().map_err(|source| CkptError::Io {
+        path: "the ckpt executable".into(),
+        source,
+    })?;
+    let mut command = Command::new(exe);
+    command
+        .arg("-C")
+        .arg(root)
+        .args(["watch", "run"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child = command.spawn().map_err(|source| CkptError::Io {
+        path: "ckpt watch run".into(),
+        source,
+    })?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    while Instant::now() < deadline {
+        if daemon_status(files)?.is_some() {
+            // The daemon outlives this process; its exit status is nobody's business here.
+            std::thread::spawn(move || child.wait());
+            return Ok(true);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(daemon_error(format!("the watch daemon exited at once ({status})")));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(daemon_error(format!(
+        "the watch daemon did not answer within {} s",
+        START_TIMEOUT.as_secs()
+    )))
+}

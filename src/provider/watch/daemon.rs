@@ -1,0 +1,399 @@
+//! The daemon process: one per workspace (a lock in the state directory), inotify watches on
+//! every worktree directory except `.git` (added for new directories and moved-in trees, removed
+//! for moved-out ones), a change log keyed by path and bounded in size, and a Unix socket server
+//! answering one request per connection. It exits when the workspace disappears, when asked,
+//! or after an idle timeout. It never reads file contents and never writes the worktree.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use notify::event::{CreateKind, EventKind, ModifyKind, RemoveKind, RenameMode};
+use notify::{RecursiveMode, Watcher};
+
+use super::{rand_u64, Request, SinceAnswer, StatusAnswer, MAX_REQUEST};
+use crate::provider::CkptError;
+use crate::records::watch::WatchFiles;
+use crate::records::WirePath;
+
+/// More changed paths than this and the log is dropped: a full scan is cheaper than the list.
+const MAX_CHANGES: usize = 20_000;
+/// How long a `since` waits for its cookie to be seen.
+const COOKIE_WAIT: Duration = Duration::from_secs(3);
+/// Names whose change alters what is ignored anywhere below them.
+const IGNORE_FILES: [&[u8]; 2] = [b".gitignore", b".ckptignore"];
+
+struct State {
+    root: PathBuf,
+    idle: Duration,
+    max_changes: usize,
+    instance: u64,
+    seq: u64,
+    changes: HashMap<Vec<u8>, u64>,
+    /// Tokens older than this cannot be answered, for `reset_reason`.
+    reset_seq: u64,
+    reset_reason: String,
+    cookies: HashSet<String>,
+    events_seen: u64,
+    watched: BTreeSet<PathBuf>,
+    broken: Option<String>,
+    last_fallback: Option<String>,
+    last_request: Instant,
+    stopping: bool,
+}
+
+impl State {
+    fn token(&self) -> String {
+        format!("{:016x}:{}", self.instance, self.seq)
+    }
+
+    fn reset(&mut self, reason: String) {
+        self.seq += 1;
+        self.changes.clear();
+        self.reset_seq = self.seq;
+        self.reset_reason = reason;
+    }
+
+    fn changed(&mut self, rel: Vec<u8>) {
+        self.seq += 1;
+        self.changes.insert(rel, self.seq);
+        if self.changes.len() > self.max_changes {
+            let reason = format!("more than {} paths changed", self.max_changes);
+            self.reset(reason);
+        }
+    }
+
+    fn answer_since(&mut self, token: Option<&str>) -> SinceAnswer {
+        let unknown = |reason: String| SinceAnswer {
+            token: self.token(),
+            changed: None,
+            unknown: Some(reason),
+        };
+        let answer = if let Some(broken) = &self.broken {
+            unknown(broken.clone())
+        } else {
+            match token.map(parse_token) {
+                None => unknown("no token yet (first watched snapshot)".into()),
+                Some(None) => unknown("the token is not one of this daemon's".into()),
+                Some(Some((instance, _))) if instance != self.instance => {
+                    unknown("the watch daemon restarted since the last snapshot".into())
+                }
+                Some(Some((_, seq))) if seq < self.reset_seq => unknown(self.reset_reason.clone()),
+                Some(Some((_, seq))) if seq > self.seq => unknown("the token is from the future".into()),
+                Some(Some((_, seq))) => {
+                    let mut paths: Vec<&Vec<u8>> = self
+                        .changes
+                        .iter()
+                        .filter(|(_, at)| **at > seq)
+                        .map(|(p, _)| p)
+                        .collect();
+                    paths.sort();
+                    SinceAnswer {
+                        token: self.token(),
+                        changed: Some(paths.into_iter().map(|p| WirePath::from_bytes(p)).collect()),
+                        unknown: None,
+                    }
+                }
+            }
+        };
+        self.last_fallback = answer.unknown.clone();
+        answer
+    }
+}
+
+fn parse_token(text: &str) -> Option<(u64, u64)> {
+    let (instance, seq) = text.split_once(':')?;
+    Some((u64::from_str_radix(instance, 16).ok()?, seq.parse().ok()?))
+}
+
+struct Shared {
+    state: Mutex<State>,
+    seen: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Watches `dir` and everything below it (`.git` at the root left out); false (with the state
+/// broken) at the watch limit. Each directory is watched before it is listed, so an entry made
+/// meanwhile is either listed or reported by the new watch.
+fn watch_tree(watcher: &mut impl Watcher, root: &Path, dir: &Path, state: &Mutex<State>) -> bool {
+    match watcher.watch(dir, RecursiveMode::NonRecursive) {
+        Ok(()) => {
+            state
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .watched
+                .insert(dir.to_path_buf());
+        }
+        Err(e) if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) => {
+            let mut state = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            state.broken = Some(format!(
+                "the inotify watch limit was reached after {} directories (raise fs.inotify.max_user_watches)",
+                state.watched.len()
+            ));
+            return false;
+        }
+        // Gone again already: its parent's event reports it.
+        Err(_) => return true,
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return true;
+    };
+    for entry in entries.flatten() {
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if !is_dir || (dir == root && entry.file_name() == ".git") {
+            continue;
+        }
+        if !watch_tree(watcher, root, &entry.path(), state) {
+            return false;
+        }
+    }
+    true
+}
+
+fn unwatch_tree(watcher: &mut impl Watcher, dir: &Path, state: &Mutex<State>) {
+    let below: Vec<PathBuf> = {
+        let state = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        state
+            .watched
+            .range(dir.to_path_buf()..)
+            .take_while(|p| p.starts_with(dir))
+            .cloned()
+            .collect()
+    };
+    let mut state_guard = state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    for path in below {
+        watcher.unwatch(&path).ok();
+        state_guard.watched.remove(&path);
+    }
+}
+
+/// Runs the daemon for the workspace at `root` until it is stopped, idle, or the workspace is
+/// gone. `files` are its state files; one daemon per workspace (a second one refuses to start).
+pub fn run(root: &Path, files: &WatchFiles, idle: Duration) -> Result<(), CkptError> {
+    // A daemon that was just asked to stop may still be on its way out: give it a moment.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let lock = loop {
+        match files.try_lock_daemon()? {
+            Some(lock) => break lock,
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            None => {
+                return Err(CkptError::Refused(format!(
+                    "a watch daemon already runs for {}",
+                    root.display()
+                )))
+            }
+        }
+    };
+    let cookies = files.cookies();
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            root: root.to_path_buf(),
+            idle,
+            // A smaller bound, for tests that must see the log dropped.
+            max_changes: std::env::var("CKPT_WATCH_MAX_CHANGES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(MAX_CHANGES),
+            instance: rand_u64(),
+            seq: 0,
+            changes: HashMap::new(),
+            reset_seq: 0,
+            reset_reason: String::new(),
+            cookies: HashSet::new(),
+            events_seen: 0,
+            watched: BTreeSet::new(),
+            broken: None,
+            last_fallback: None,
+            last_request: Instant::now(),
+            stopping: false,
+        }),
+        seen: Condvar::new(),
+    });
+    let (sender, events) = std::sync::mpsc::channel();
+    let mut watcher = notify::recommended_watcher(sender).map_err(|e| CkptError::Io {
+        path: root.to_path_buf(),
+        source: std::io::Error::other(format!("cannot start watching: {e}")),
+    })?;
+    watch_tree(&mut watcher, root, root, &shared.state);
+    // Cookies live in the state directory: below `.git` (not watched) or outside the worktree.
+    watcher
+        .watch(&cookies, RecursiveMode::NonRecursive)
+        .map_err(|e| CkptError::Io {
+            path: cookies.clone(),
+            source: std::io::Error::other(format!("cannot watch the cookie directory: {e}")),
+        })?;
+    // Only now, with every watch in place, may a client get a token.
+    let listener = files.bind_socket(&lock)?;
+    let server = {
+        let shared = Arc::clone(&shared);
+        std::thread::spawn(move || serve(listener, &shared))
+    };
+    let root_buf = root.to_path_buf();
+    loop {
+        match events.recv_timeout(Duration::from_millis(500)) {
+            Ok(event) => handle(event, &root_buf, &cookies, &mut watcher, &shared),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        let state = shared.lock();
+        let idle_for = state.last_request.elapsed();
+        if state.stopping || idle_for > idle || !root.is_dir() {
+            break;
+        }
+    }
+    files.unbind_socket(&lock);
+    drop(server);
+    Ok(())
+}
+
+fn handle(
+    event: notify::Result<notify::Event>,
+    root: &Path,
+    cookies: &Path,
+    watcher: &mut impl Watcher,
+    shared: &Shared,
+) {
+    let event = match event {
+        Ok(event) => event,
+        Err(e) => {
+            let mut state = shared.lock();
+            if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) {
+                state.broken = Some("the inotify watch limit was reached (raise fs.inotify.max_user_watches)".into());
+            } else {
+                state.reset(format!("watch error: {e}"));
+            }
+            return;
+        }
+    };
+    if event.need_rescan() {
+        shared.lock().reset("the kernel's event queue overflowed".into());
+        return;
+    }
+    if matches!(event.kind, EventKind::Access(_)) {
+        return;
+    }
+    for path in &event.paths {
+        if let Ok(name) = path.strip_prefix(cookies) {
+            let mut state = shared.lock();
+            state.cookies.insert(name.to_string_lossy().into_owned());
+            shared.seen.notify_all();
+            continue;
+        }
+        let Ok(rel) = path.strip_prefix(root) else { continue };
+        let rel_bytes = rel.as_os_str().as_bytes().to_vec();
+        if rel_bytes.is_empty() || rel_bytes == b".git" || rel_bytes.starts_with(b".git/") {
+            continue;
+        }
+        let became_dir = matches!(event.kind, EventKind::Create(CreateKind::Folder))
+            || (matches!(event.kind, EventKind::Modify(ModifyKind::Name(RenameMode::To)))
+                && std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()));
+        let went_away = matches!(
+            event.kind,
+            EventKind::Remove(RemoveKind::Folder) | EventKind::Modify(ModifyKind::Name(RenameMode::From))
+        );
+        {
+            let mut state = shared.lock();
+            state.events_seen += 1;
+            if rel.file_name().is_some_and(|n| IGNORE_FILES.contains(&n.as_bytes())) {
+                state.reset(format!("an ignore file changed: {}", rel.display()));
+                continue;
+            }
+            state.changed(rel_bytes.clone());
+        }
+        if went_away {
+            unwatch_tree(watcher, path, &shared.state);
+        }
+        if became_dir && watch_tree(watcher, root, path, &shared.state) {
+            // What landed in the new tree before its watches were in place is covered by this
+            // second mark: a token taken after it was taken after the watches.
+            shared.lock().changed(rel_bytes);
+        }
+    }
+}
+
+fn serve(listener: UnixListener, shared: &Shared) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let stop = answer(stream, shared);
+        if stop {
+            shared.lock().stopping = true;
+            return;
+        }
+    }
+}
+
+/// Answers one connection; true when it asked the daemon to stop.
+fn answer(stream: UnixStream, shared: &Shared) -> bool {
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    stream.set_write_timeout(Some(Duration::from_secs(5))).ok();
+    let mut line = String::new();
+    let Ok(reader) = stream.try_clone() else { return false };
+    if BufReader::new(reader.take(MAX_REQUEST as u64))
+        .read_line(&mut line)
+        .is_err()
+    {
+        return false;
+    }
+    shared.lock().last_request = Instant::now();
+    let (reply, stop) = match serde_json::from_str::<Request>(&line) {
+        Ok(Request::Since { v: 1, token, cookie }) if valid_cookie(&cookie) => {
+            let deadline = Instant::now() + COOKIE_WAIT;
+            let mut state = shared.lock();
+            while !state.cookies.contains(&cookie) && Instant::now() < deadline {
+                state = shared
+                    .seen
+                    .wait_timeout(state, deadline.saturating_duration_since(Instant::now()))
+                    .map(|(guard, _)| guard)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner().0);
+            }
+            let answer = if state.cookies.remove(&cookie) {
+                state.answer_since(token.as_deref())
+            } else {
+                state.last_fallback = Some("the daemon did not see the sync cookie in time".into());
+                SinceAnswer {
+                    token: state.token(),
+                    changed: None,
+                    unknown: state.last_fallback.clone(),
+                }
+            };
+            (serde_json::to_string(&answer), false)
+        }
+        Ok(Request::Status { v: 1 }) => {
+            let state = shared.lock();
+            let status = StatusAnswer {
+                pid: std::process::id(),
+                root: WirePath::from_bytes(state.root.as_os_str().as_bytes()),
+                token: state.token(),
+                watched_dirs: state.watched.len(),
+                events_seen: state.events_seen,
+                pending_changes: state.changes.len(),
+                last_fallback: state.last_fallback.clone(),
+                broken: state.broken.clone(),
+                idle_timeout_secs: state.idle.as_secs(),
+            };
+            (serde_json::to_string(&status), false)
+        }
+        Ok(Request::Stop { v: 1 }) => (Ok(r#"{"stopping":true}"#.to_owned()), true),
+        _ => (Ok(r#"{"error":"bad request"}"#.to_owned()), false),
+    };
+    let mut stream = stream;
+    if let Ok(mut text) = reply {
+        text.push('\n');
+        stream.write_all(text.as_bytes()).ok();
+    }
+    stop
+}
+
+/// A cookie name is one of ours: short, no separators, nothing hidden.
+fn valid_cookie(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}

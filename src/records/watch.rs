@@ -1,0 +1,138 @@
+//! The watch daemon's files in a workspace's state directory: `watch/` (0700) holding the
+//! daemon's lock, its socket, the cookie files a snapshot writes to sync with it, and `base.json`
+//! — the token a snapshot's capture started from, with the checkpoint it produced and a
+//! fingerprint of the git state it saw. Owns only those files; never touches the worktree.
+
+use std::fs::{self, File};
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{io_error, refuse_linked_state_dir, write_atomically, RecordsError};
+
+const WATCH_DIR: &str = "watch";
+const BASE_FILE: &str = "base.json";
+
+/// Where the watch daemon of one workspace keeps its files.
+#[derive(Debug, Clone)]
+pub struct WatchFiles {
+    dir: PathBuf,
+}
+
+/// What the last watched snapshot started from: the daemon's token taken before its capture,
+/// the checkpoint it produced (or found unchanged), and the git state around it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchBase {
+    pub token: String,
+    pub checkpoint: String,
+    pub fingerprint: String,
+}
+
+/// The daemon's hold on its workspace: one daemon per workspace. Released on drop.
+pub struct DaemonLock {
+    _file: File,
+}
+
+impl WatchFiles {
+    /// The watch files of the workspace whose state directory is `state_dir`.
+    pub fn new(state_dir: &Path) -> Self {
+        WatchFiles {
+            dir: state_dir.join(WATCH_DIR),
+        }
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("watch.sock")
+    }
+
+    pub fn cookies(&self) -> PathBuf {
+        self.dir.join("cookies")
+    }
+
+    /// Creates `watch/` and `watch/cookies/` private to the user (0700), refusing symlinks.
+    pub fn prepare(&self) -> Result<(), RecordsError> {
+        for dir in [self.dir.clone(), self.cookies()] {
+            refuse_linked_state_dir(&dir)?;
+            match fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir) {
+                Ok(()) => {}
+                Err(e) => return Err(io_error(&dir)(e)),
+            }
+            refuse_linked_state_dir(&dir)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the daemon lock without waiting; `None` when another daemon holds it.
+    pub fn try_lock_daemon(&self) -> Result<Option<DaemonLock>, RecordsError> {
+        self.prepare()?;
+        let path = self.dir.join("daemon.lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
+            Ok(true) => Ok(Some(DaemonLock { _file: file })),
+            Ok(false) => Ok(None),
+            Err(e) => Err(io_error(&path)(e)),
+        }
+    }
+
+    /// Binds the daemon's socket (the caller holds the daemon lock, so a socket file already
+    /// there is a dead daemon's and is replaced). The directory is 0700, so only the user can
+    /// connect.
+    pub fn bind_socket(&self, _lock: &DaemonLock) -> Result<UnixListener, RecordsError> {
+        let path = self.socket();
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error(&path)(e)),
+        }
+        UnixListener::bind(&path).map_err(io_error(&path))
+    }
+
+    /// Removes the socket when the daemon ends.
+    pub fn unbind_socket(&self, _lock: &DaemonLock) {
+        fs::remove_file(self.socket()).ok();
+    }
+
+    /// Writes an empty cookie file named `name` (a snapshot's sync point with the daemon).
+    pub fn write_cookie(&self, name: &str) -> Result<PathBuf, RecordsError> {
+        let path = self.cookies().join(name);
+        fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        Ok(path)
+    }
+
+    pub fn remove_cookie(&self, path: &Path) {
+        fs::remove_file(path).ok();
+    }
+
+    /// The base of the last watched snapshot, if any (an unreadable one counts as none: the
+    /// next snapshot then scans in full, which is always correct).
+    pub fn load_base(&self) -> Option<WatchBase> {
+        let text = fs::read(self.dir.join(BASE_FILE)).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+
+    pub fn save_base(&self, base: &WatchBase, _lock: &super::RegistryLock) -> Result<(), RecordsError> {
+        self.prepare()?;
+        let path = self.dir.join(BASE_FILE);
+        let text = serde_json::to_vec(base).map_err(|e| RecordsError::Corrupt {
+            path: path.clone(),
+            why: e.to_string(),
+        })?;
+        write_atomically(&path, &text)
+    }
+
+    /// Forgets the base, so the next watched snapshot scans in full.
+    pub fn clear_base(&self, _lock: &super::RegistryLock) {
+        fs::remove_file(self.dir.join(BASE_FILE)).ok();
+    }
+}

@@ -1,0 +1,268 @@
+//! The watch daemon (`snapshot --watch`): an unchanged worktree is answered without a walk, and
+//! every change the daemon cannot vouch for falls back to a full scan that gives exactly the
+//! checkpoint a walk gives. Each test stops its daemon; a daemon left by a failed test exits
+//! when its workspace (a temp dir) disappears.
+
+use std::time::Duration;
+
+use crate::common::*;
+
+struct Watched {
+    id: String,
+    created: bool,
+    mode: String,
+    fallback: String,
+}
+
+fn watched(repo: &TestRepo) -> Watched {
+    let run = repo.ckpt_json(&["snapshot", "--watch"], 0);
+    let snap = run.one("snapshot");
+    Watched {
+        id: snap["id"].as_str().unwrap().to_owned(),
+        created: snap["created"].as_bool().unwrap(),
+        mode: snap["scan"]["mode"].as_str().unwrap().to_owned(),
+        fallback: snap["scan"]["fallback"].as_str().unwrap_or_default().to_owned(),
+    }
+}
+
+/// A walked snapshot right after: it must find exactly the checkpoint `id`.
+fn assert_walk_agrees(repo: &TestRepo, id: &str, what: &str) {
+    let run = repo.ckpt_json(&["snapshot", "--no-watch"], 0);
+    let snap = run.one("snapshot");
+    assert_eq!(
+        snap["id"].as_str(),
+        Some(id),
+        "{what}: a full walk disagrees with the watched snapshot"
+    );
+    assert_eq!(snap["created"], false, "{what}");
+}
+
+/// Two watched snapshots: the daemon starts, then gets a token; the third is served by it.
+fn warm(repo: &TestRepo) -> String {
+    let first = watched(repo);
+    assert_eq!(first.mode, "full");
+    assert!(first.fallback.contains("no watch daemon"), "{}", first.fallback);
+    let second = watched(repo);
+    assert_eq!(second.mode, "full", "{}", second.fallback);
+    assert!(second.fallback.contains("no token yet"), "{}", second.fallback);
+    let third = watched(repo);
+    assert_eq!(
+        (third.mode.as_str(), third.created),
+        ("watch", false),
+        "{}",
+        third.fallback
+    );
+    third.id
+}
+
+fn stop(repo: &TestRepo) {
+    repo.ckpt_json(&["watch", "stop"], 0);
+}
+
+#[test]
+fn an_unchanged_worktree_is_answered_without_a_walk_and_every_change_is_seen() {
+    let repo = TestRepo::new();
+    repo.write("dir/sub/deep.txt", b"deep\n");
+    repo.write("dir/other.txt", b"other\n");
+    let before = repo.fingerprint();
+    let mut id = warm(&repo);
+    let status = repo.ckpt_json(&["watch", "status"], 0);
+    let status = status.one("watch.status");
+    assert_eq!(status["running"], true);
+    assert!(status["watched_dirs"].as_u64().unwrap() >= 3, "{status}");
+    let mode = std::fs::metadata(repo.common_dir().join("ckpt/main/watch")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o700
+    );
+
+    type Change = Box<dyn Fn(&TestRepo)>;
+    let changes: Vec<(&str, Change)> = vec![
+        (
+            "modify a tracked file",
+            Box::new(|r| r.write("src/lib.rs", b"changed\n")),
+        ),
+        (
+            "create a file in a new directory",
+            Box::new(|r| r.write("new/a/b/file.txt", b"n\n")),
+        ),
+        (
+            "add a file inside the new directory",
+            Box::new(|r| r.write("new/a/b/c/more.txt", b"m\n")),
+        ),
+        ("delete a file", Box::new(|r| r.remove("dir/other.txt"))),
+        (
+            "rename a directory",
+            Box::new(|r| std::fs::rename(r.path("dir"), r.path("moved")).unwrap()),
+        ),
+        (
+            "edit inside the renamed directory",
+            Box::new(|r| r.write("moved/sub/deep.txt", b"edited\n")),
+        ),
+        (
+            "replace a directory by a symlink",
+            Box::new(|r| {
+                r.remove("new/a");
+                r.symlink("../moved", "new/a");
+            }),
+        ),
+        ("chmod +x", Box::new(|r| r.chmod("moved/sub/deep.txt", 0o755))),
+        (
+            "same size, same second rewrite",
+            Box::new(|r| r.write("moved/sub/deep.txt", b"EDITED\n")),
+        ),
+        (
+            "stage a file (the index)",
+            Box::new(|r| {
+                r.git(&["add", "moved"]);
+            }),
+        ),
+        ("an ignore file", Box::new(|r| r.write(".gitignore", b"*.log\n"))),
+        (
+            "a newly ignored file appears",
+            Box::new(|r| r.write("x.log", b"ignored\n")),
+        ),
+    ];
+    for (what, change) in changes {
+        change(&repo);
+        let after = watched(&repo);
+        assert_eq!(after.mode, "full", "{what}: the daemon must report a change");
+        assert!(!after.fallback.is_empty(), "{what}");
+        assert_walk_agrees(&repo, &after.id, what);
+        let again = watched(&repo);
+        assert_eq!(
+            (again.mode.as_str(), again.created, again.id.as_str()),
+            ("watch", false, after.id.as_str()),
+            "{what}: then nothing changed: {}",
+            again.fallback
+        );
+        id = again.id;
+    }
+    let last = watched(&repo);
+    assert_eq!((last.mode.as_str(), last.id.as_str()), ("watch", id.as_str()));
+    stop(&repo);
+    let status = repo.ckpt_json(&["watch", "status"], 0);
+    assert_eq!(status.one("watch.status")["running"], false);
+    assert_eq!(repo.fingerprint().without_status(), {
+        // Staging above was the test's own doing: compare what ckpt could have touched.
+        let mut expected = before.without_status();
+        expected.index = repo.fingerprint().index;
+        expected
+    });
+}
+
+#[test]
+fn what_the_daemon_cannot_vouch_for_falls_back_to_a_full_scan() {
+    let repo = TestRepo::new();
+    warm(&repo);
+    // A new commit moves HEAD (and rewrites the index).
+    repo.write("committed.txt", b"c\n");
+    repo.commit_all("more");
+    let after = watched(&repo);
+    assert_eq!(after.mode, "full");
+    assert!(after.fallback.contains("index, HEAD"), "{}", after.fallback);
+    assert_walk_agrees(&repo, &after.id, "commit");
+    assert_eq!(watched(&repo).mode, "watch");
+
+    // A checkpoint taken without the daemon: the base no longer names the newest checkpoint.
+    repo.write("unwatched.txt", b"u\n");
+    repo.ckpt_json(&["snapshot", "--no-watch"], 0);
+    let after = watched(&repo);
+    assert_eq!(after.mode, "full", "{}", after.fallback);
+    assert_eq!(watched(&repo).mode, "watch");
+
+    // The daemon killed: no daemon, then a restarted one with a new instance.
+    let pid = repo.ckpt_json(&["watch", "status"], 0).one("watch.status")["pid"]
+        .as_u64()
+        .unwrap();
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    repo.write("while-dead.txt", b"d\n");
+    let after = watched(&repo);
+    assert_eq!(after.mode, "full");
+    assert!(
+        after.fallback.contains("no watch daemon") || after.fallback.contains("reach"),
+        "{}",
+        after.fallback
+    );
+    assert_walk_agrees(&repo, &after.id, "daemon killed");
+    let after = watched(&repo);
+    assert!(after.fallback.contains("no token yet"), "{}", after.fallback);
+    assert_eq!(watched(&repo).mode, "watch");
+
+    // A daemon restarted between two snapshots: its tokens are not the old one's.
+    stop(&repo);
+    repo.ckpt_json(&["watch", "start"], 0);
+    repo.write("after-restart.txt", b"r\n");
+    let after = watched(&repo);
+    assert_eq!(after.mode, "full");
+    assert!(after.fallback.contains("restarted"), "{}", after.fallback);
+    assert_walk_agrees(&repo, &after.id, "restart");
+    assert_eq!(watched(&repo).mode, "watch");
+    stop(&repo);
+}
+
+#[test]
+fn a_flood_of_changes_drops_the_log_and_a_second_daemon_refuses() {
+    let repo = TestRepo::new();
+    let mut start = repo.ckpt_command();
+    start.args(["watch", "start"]).env("CKPT_WATCH_MAX_CHANGES", "50");
+    let started = run_ckpt(start);
+    assert_eq!(started.code, 0, "{}", started.stderr);
+    watched(&repo);
+    assert_eq!(watched(&repo).mode, "watch");
+    for i in 0..80 {
+        repo.write(format!("flood/f{i}.txt"), b"x");
+    }
+    let after = watched(&repo);
+    assert!(
+        after.fallback.contains("more than 50 paths changed"),
+        "{}",
+        after.fallback
+    );
+    assert_walk_agrees(&repo, &after.id, "flood");
+    let second = repo.ckpt(&["watch", "run"]);
+    assert_eq!(second.code, 4, "one daemon per workspace: {}", second.stderr);
+    stop(&repo);
+}
+
+#[test]
+fn edits_racing_watched_snapshots_are_never_missed() {
+    let repo = TestRepo::new();
+    for i in 0..20 {
+        repo.write(format!("race/f{i}.txt"), b"0");
+    }
+    warm(&repo);
+    for round in 0..6 {
+        let stop_flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let root = repo.root.clone();
+            let stop_flag = std::sync::Arc::clone(&stop_flag);
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop_flag.load(std::sync::atomic::Ordering::Relaxed) {
+                    let path = root.join(format!("race/f{}.txt", n % 20));
+                    std::fs::write(&path, format!("{round}-{n}")).unwrap();
+                    if n.is_multiple_of(7) {
+                        std::fs::create_dir_all(root.join(format!("race/d{round}/{n}"))).unwrap();
+                        std::fs::write(root.join(format!("race/d{round}/{n}/x")), b"x").unwrap();
+                    }
+                    n += 1;
+                    std::thread::sleep(Duration::from_micros(300));
+                }
+            })
+        };
+        for _ in 0..4 {
+            watched(&repo);
+        }
+        stop_flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap();
+        // Quiet now: a watched snapshot must hold exactly what a walk finds.
+        let settled = watched(&repo);
+        assert_walk_agrees(&repo, &settled.id, &format!("round {round}"));
+    }
+    stop(&repo);
+}
