@@ -164,6 +164,22 @@ fn what_the_daemon_cannot_vouch_for_falls_back_to_a_full_scan() {
     assert_walk_agrees(&repo, &after.id, "commit");
     assert_eq!(watched(&repo).mode, "watch");
 
+    // Another size limit could hold other files: not the same snapshot.
+    let run = repo.ckpt_json(&["snapshot", "--watch", "--max-file-size", "5"], 0);
+    assert_eq!(run.one("snapshot")["scan"]["mode"], "full");
+    assert!(
+        run.one("snapshot")["scan"]["fallback"]
+            .as_str()
+            .unwrap()
+            .contains("config"),
+        "{:?}",
+        run.json
+    );
+    let run = repo.ckpt_json(&["snapshot", "--watch", "--max-file-size", "5"], 0);
+    assert_eq!(run.one("snapshot")["scan"]["mode"], "watch");
+    assert_eq!(watched(&repo).mode, "full");
+    assert_eq!(watched(&repo).mode, "watch");
+
     // A checkpoint taken without the daemon: the base no longer names the newest checkpoint.
     repo.write("unwatched.txt", b"u\n");
     repo.ckpt_json(&["snapshot", "--no-watch"], 0);

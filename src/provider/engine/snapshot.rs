@@ -257,7 +257,12 @@ impl Engine {
         let files = WatchFiles::new(&self.state_dir);
         let base = files.load_base();
         // Both taken before the capture: a change during it shows up in the next answer.
-        let fingerprint = self.vault.watch_fingerprint();
+        // The size limit decides what a capture holds as much as the git state does.
+        let fingerprint = format!(
+            "{}max_file_size {}\n",
+            self.vault.watch_fingerprint(),
+            request.max_file_size
+        );
         let started = std::time::Instant::now();
         let answer = watch::changes_since(&files, base.as_ref().map(|b| b.token.as_str()));
         self.phase_time("watch daemon", started);
@@ -272,7 +277,7 @@ impl Engine {
                 let reason = match &base {
                     None => "no earlier watched snapshot".to_owned(),
                     Some(base) if base.fingerprint != fingerprint => {
-                        "the index, HEAD, a config or an exclude file changed".to_owned()
+                        "the index, HEAD, a config or an exclude file, or the size limit changed".to_owned()
                     }
                     Some(_) if !paths.is_empty() => format!("{} path(s) changed", paths.len()),
                     Some(base) => match self.unchanged_checkpoint(&registry, &base.checkpoint)? {
