@@ -8,12 +8,13 @@ Reports medians and ratios against `git status --porcelain` for:
   - first snapshot in a fresh clone
   - restore of the checkpoint taken before `dirty.sh 100` (guard + plan + writes + verify)
   - peak RSS of the snapshot process
+  - the watch daemon: start-up, a watched no-op snapshot, the daemon's RSS
 Baselines in the same run: `git status --porcelain`, `git stash create`, and a temporary-index
 `git add -A && git write-tree`.
 
 usage: bench/bench.py [--quick | --files N] [--runs R] [--ckpt PATH] [--keep DIR]
 """
-import argparse, os, resource, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, resource, shutil, statistics, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -118,10 +119,24 @@ def main():
     ckpt_snapshot(repo)
     results["ckpt snapshot: no-op"] = median_of(lambda: ckpt_snapshot(repo), args.runs)
     rss_noop = peak_rss_kib([ckpt, "snapshot"], repo)
+
+    # The watch daemon: its start-up (watches on every directory), then a watched no-op.
+    start = time.perf_counter()
+    subprocess.run([ckpt, "watch", "start"], cwd=repo, check=True, stdout=subprocess.DEVNULL)
+    results["ckpt watch start (daemon up, every directory watched)"] = time.perf_counter() - start
+    for _ in range(2):  # the first watched snapshot gets a token, the second a base
+        run([ckpt, "snapshot", "--watch"], repo)
+    results["ckpt snapshot --watch: no-op"] = median_of(lambda: run([ckpt, "snapshot", "--watch"], repo)[0], args.runs)
+    status = subprocess.run([ckpt, "--json", "watch", "status"], cwd=repo, capture_output=True, text=True).stdout
+    pid = json.loads(status.strip().splitlines()[-1]).get("pid")
+    rss_daemon = None
+    if pid:
+        with open(f"/proc/{pid}/status") as f:
+            rss_daemon = next((int(l.split()[1]) for l in f if l.startswith("VmRSS:")), None)
+    subprocess.run([ckpt, "watch", "stop"], cwd=repo, stdout=subprocess.DEVNULL)
     results["ckpt status"] = median_of(lambda: run([ckpt, "status"], repo)[0], args.runs)
 
     base = subprocess.run([ckpt, "--json", "list"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-    import json
     base_id = json.loads(base)["id"]
     subprocess.run(["bash", os.path.join(shared, "dirty.sh"), repo, "100"], check=True, stdout=subprocess.DEVNULL)
     results["git status --porcelain (dirty 100)"] = median_of(lambda: git_status(repo), args.runs)
@@ -151,6 +166,7 @@ def main():
     # The project's targets (issue 4), as ratios against git status in the same run.
     targets = {
         "ckpt snapshot: no-op": 0.5,
+        "ckpt snapshot --watch: no-op": 0.1,
         "ckpt snapshot: after dirty.sh 100": 1.0,
         "ckpt snapshot: first in a fresh clone": 2.0,
         "ckpt restore: ~210 changed paths incl. guard + verify": 1.5,
@@ -164,7 +180,7 @@ def main():
         goal = targets.get(name)
         verdict = "" if goal is None else f"  <= {goal:.1f}x {'met' if ratio <= goal else 'MISSED'}"
         print(f"{name:58} {secs*1000:8.1f}ms {ratio:13.2f}x{verdict}")
-    for label, rss in [("peak RSS, no-op snapshot", rss_noop), ("peak RSS, snapshot after dirty", rss_dirty)]:
+    for label, rss in [("peak RSS, no-op snapshot", rss_noop), ("peak RSS, snapshot after dirty", rss_dirty), ("RSS of the watch daemon", rss_daemon)]:
         if rss is not None:
             print(f"{label:58} {rss/1024:8.1f}MB {'':14}  <= 100 MB {'met' if rss / 1024 <= 100 else 'MISSED'}")
     if not args.keep:

@@ -15,7 +15,7 @@ pub use types::{EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PinRef, R
 pub use vault::{
     absolute_parent_canonical, collect_private_garbage, enclosing_common_dir, enclosing_exclude_files,
     enclosing_worktree, path_key, FileRead, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry,
-    ParallelBlobs, PrivateStore, Vault, READ_ATTEMPTS,
+    ParallelBlobs, PathScope, PrivateStore, Vault, READ_ATTEMPTS,
 };
 pub use worktree::{open_no_follow, temp_file_owner, DiskItem, RestoreOp, WorktreeProbe};
 

@@ -15,7 +15,13 @@ struct Watched {
 }
 
 fn watched(repo: &TestRepo) -> Watched {
-    let run = repo.ckpt_json(&["snapshot", "--watch"], 0);
+    watched_with(repo, &[])
+}
+
+fn watched_with(repo: &TestRepo, extra: &[&str]) -> Watched {
+    let mut args = vec!["snapshot", "--watch"];
+    args.extend_from_slice(extra);
+    let run = repo.ckpt_json(&args, 0);
     let snap = run.one("snapshot");
     Watched {
         id: snap["id"].as_str().unwrap().to_owned(),
@@ -64,8 +70,9 @@ fn an_unchanged_worktree_is_answered_without_a_walk_and_every_change_is_seen() {
     let repo = TestRepo::new();
     repo.write("dir/sub/deep.txt", b"deep\n");
     repo.write("dir/other.txt", b"other\n");
+    repo.write("linked.txt", b"linked\n");
     let before = repo.fingerprint();
-    let mut id = warm(&repo);
+    warm(&repo);
     let status = repo.ckpt_json(&["watch", "status"], 0);
     let status = status.one("watch.status");
     assert_eq!(status["running"], true);
@@ -77,80 +84,143 @@ fn an_unchanged_worktree_is_answered_without_a_walk_and_every_change_is_seen() {
     );
 
     type Change = Box<dyn Fn(&TestRepo)>;
-    let changes: Vec<(&str, Change)> = vec![
+    // (what, how the watched snapshot after it is served, whether it makes a new checkpoint)
+    let changes: Vec<(&str, &str, bool, Change)> = vec![
         (
             "modify a tracked file",
+            "watch",
+            true,
             Box::new(|r| r.write("src/lib.rs", b"changed\n")),
         ),
         (
             "create a file in a new directory",
+            "watch",
+            true,
             Box::new(|r| r.write("new/a/b/file.txt", b"n\n")),
         ),
         (
             "add a file inside the new directory",
+            "watch",
+            true,
             Box::new(|r| r.write("new/a/b/c/more.txt", b"m\n")),
         ),
-        ("delete a file", Box::new(|r| r.remove("dir/other.txt"))),
+        ("delete a file", "watch", true, Box::new(|r| r.remove("dir/other.txt"))),
         (
             "rename a directory",
+            "watch",
+            true,
             Box::new(|r| std::fs::rename(r.path("dir"), r.path("moved")).unwrap()),
         ),
         (
             "edit inside the renamed directory",
+            "watch",
+            true,
             Box::new(|r| r.write("moved/sub/deep.txt", b"edited\n")),
         ),
         (
             "replace a directory by a symlink",
+            "watch",
+            true,
             Box::new(|r| {
                 r.remove("new/a");
                 r.symlink("../moved", "new/a");
             }),
         ),
-        ("chmod +x", Box::new(|r| r.chmod("moved/sub/deep.txt", 0o755))),
+        (
+            "chmod +x",
+            "watch",
+            true,
+            Box::new(|r| r.chmod("moved/sub/deep.txt", 0o755)),
+        ),
         (
             "same size, same second rewrite",
+            "watch",
+            true,
             Box::new(|r| r.write("moved/sub/deep.txt", b"EDITED\n")),
         ),
         (
+            "a nested repository appears",
+            "watch",
+            false,
+            Box::new(|r| {
+                std::fs::create_dir_all(r.path("nested")).unwrap();
+                r.git_in(&r.path("nested"), &["init", "-q"]);
+            }),
+        ),
+        (
+            "a file over the size limit",
+            "watch",
+            false,
+            Box::new(|r| r.write("big.bin", &[7u8; 300])),
+        ),
+        (
+            "a hard link to a checkpointed file",
+            "full",
+            true,
+            Box::new(|r| {
+                std::fs::hard_link(r.path("linked.txt"), r.path("hard.txt")).unwrap();
+            }),
+        ),
+        (
             "stage a file (the index)",
+            "full",
+            false,
             Box::new(|r| {
                 r.git(&["add", "moved"]);
             }),
         ),
-        ("an ignore file", Box::new(|r| r.write(".gitignore", b"*.log\n"))),
+        (
+            "an ignore file",
+            "full",
+            true,
+            Box::new(|r| r.write(".gitignore", b"*.log\n")),
+        ),
         (
             "a newly ignored file appears",
+            "watch",
+            false,
             Box::new(|r| r.write("x.log", b"ignored\n")),
         ),
     ];
-    for (what, change) in changes {
+    let limit = ["--max-file-size", "200"];
+    repo.ckpt_json(&["snapshot", "--watch", limit[0], limit[1]], 0);
+    let mut last_id = watched_with(&repo, &limit).id;
+    for (what, mode, created, change) in changes {
         change(&repo);
-        let after = watched(&repo);
-        assert_eq!(after.mode, "full", "{what}: the daemon must report a change");
-        assert!(!after.fallback.is_empty(), "{what}");
-        assert_walk_agrees(&repo, &after.id, what);
-        let again = watched(&repo);
+        let after = watched_with(&repo, &limit);
+        assert_eq!(
+            (after.mode.as_str(), after.created),
+            (mode, created),
+            "{what}: {}",
+            after.fallback
+        );
+        let walk = repo.ckpt_json(&["snapshot", "--no-watch", limit[0], limit[1]], 0);
+        let walk = walk.one("snapshot");
+        assert_eq!(
+            walk["id"].as_str(),
+            Some(after.id.as_str()),
+            "{what}: a full walk disagrees: {walk}"
+        );
+        assert_eq!(walk["created"], false, "{what}");
+        let again = watched_with(&repo, &limit);
         assert_eq!(
             (again.mode.as_str(), again.created, again.id.as_str()),
             ("watch", false, after.id.as_str()),
             "{what}: then nothing changed: {}",
             again.fallback
         );
-        id = again.id;
+        last_id = again.id;
     }
-    let last = watched(&repo);
-    assert_eq!((last.mode.as_str(), last.id.as_str()), ("watch", id.as_str()));
+    let last = watched_with(&repo, &limit);
+    assert_eq!((last.mode.as_str(), last.id.as_str()), ("watch", last_id.as_str()));
     stop(&repo);
     let status = repo.ckpt_json(&["watch", "status"], 0);
     assert_eq!(status.one("watch.status")["running"], false);
-    assert_eq!(repo.fingerprint().without_status(), {
-        // Staging above was the test's own doing: compare what ckpt could have touched.
-        let mut expected = before.without_status();
-        expected.index = repo.fingerprint().index;
-        expected
-    });
+    // Staging above was the test's own doing: compare everything else ckpt could have touched.
+    let mut expected = before.without_status();
+    expected.index = repo.fingerprint().index;
+    assert_eq!(repo.fingerprint().without_status(), expected);
 }
-
 #[test]
 fn what_the_daemon_cannot_vouch_for_falls_back_to_a_full_scan() {
     let repo = TestRepo::new();
@@ -228,6 +298,7 @@ fn a_flood_of_changes_drops_the_log_and_a_second_daemon_refuses() {
     start.args(["watch", "start"]).env("CKPT_WATCH_MAX_CHANGES", "50");
     let started = run_ckpt(start);
     assert_eq!(started.code, 0, "{}", started.stderr);
+    repo.write("flood/first.txt", b"x");
     watched(&repo);
     assert_eq!(watched(&repo).mode, "watch");
     for i in 0..80 {
@@ -265,6 +336,9 @@ fn edits_racing_watched_snapshots_are_never_missed() {
                     if n.is_multiple_of(7) {
                         std::fs::create_dir_all(root.join(format!("race/d{round}/{n}"))).unwrap();
                         std::fs::write(root.join(format!("race/d{round}/{n}/x")), b"x").unwrap();
+                    }
+                    if n.is_multiple_of(11) {
+                        std::fs::remove_file(root.join(format!("race/f{}.txt", (n / 11) % 20))).ok();
                     }
                     n += 1;
                     std::thread::sleep(Duration::from_micros(300));

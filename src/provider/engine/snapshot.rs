@@ -11,9 +11,25 @@ use crate::provider::{CkptError, Provider, ScanMode, SnapshotOutcome, SnapshotRe
 use crate::records::statcache::StatCache;
 use crate::records::watch::{WatchBase, WatchFiles};
 use crate::records::{Record, Registry, RegistryLock, Skipped, Trailers, WirePath};
-use crate::verbs::{ObjectId, PinRef, RepoPath, TreeItem};
+use crate::verbs::{ObjectId, PathScope, PinRef, RepoPath, TreeItem};
 
 use super::{now_rfc3339, Engine, StoreKind};
+
+/// More changed paths than this and a watched snapshot walks instead.
+const MAX_SCOPE: usize = 1000;
+
+/// What a watched snapshot may capture alone: the daemon's changed paths, on top of `checkpoint`.
+struct Within {
+    checkpoint: String,
+    scope: PathScope,
+    carried: Vec<(RepoPath, String)>,
+}
+
+/// The daemon's changed paths as a scope; `None` if one is not a valid repository path.
+fn scope_of(paths: &[WirePath]) -> Option<PathScope> {
+    let paths: Option<Vec<RepoPath>> = paths.iter().map(|p| p.to_repo_path().ok()).collect();
+    paths.map(PathScope::new)
+}
 
 impl Engine {
     /// Writes the capture's trees. With a stat cache (which names every file of its checkpoint),
@@ -58,6 +74,20 @@ impl Engine {
         lock: &RegistryLock,
         request: &SnapshotRequest,
     ) -> Result<(SnapshotOutcome, Capture), CkptError> {
+        self.snapshot_scoped(registry, lock, request, None)
+    }
+
+    /// [`Self::snapshot_locked`]; with `within`, only the scope is listed and captured and the
+    /// rest is the stat cache's checkpoint (see [`scan::capture_within`]), provided the cache is
+    /// that of `within`'s checkpoint — otherwise, and when a file in the scope has other hard
+    /// links, everything is captured as usual. The outcome says which it was.
+    fn snapshot_scoped(
+        &self,
+        registry: &Registry,
+        lock: &RegistryLock,
+        request: &SnapshotRequest,
+        within: Option<Within>,
+    ) -> Result<(SnapshotOutcome, Capture), CkptError> {
         let t0 = std::time::Instant::now();
         let reconciled = self.reconcile(registry.load()?)?;
         self.phase_time("registry + refs", t0);
@@ -78,13 +108,36 @@ impl Engine {
         let started = std::time::Instant::now();
         let cache = self.trusted_stat_cache(registry);
         self.phase_time("stat cache load", started);
-        let capture = scan::capture(
-            &self.vault,
-            request.max_file_size,
-            BlobSink::Store,
-            cache.as_ref(),
-            self.reporter.progress(),
-        )?;
+        let scoped = match (within, cache.as_ref()) {
+            (Some(within), Some(cache))
+                if cache.checkpoint.map(|c| c.to_string()).as_deref() == Some(within.checkpoint.as_str()) =>
+            {
+                scan::capture_within(
+                    &self.vault,
+                    request.max_file_size,
+                    BlobSink::Store,
+                    cache,
+                    &within.scope,
+                    within.carried,
+                    self.reporter.progress(),
+                )?
+            }
+            _ => None,
+        };
+        let scan_mode = match scoped {
+            Some(_) => ScanMode::Watch,
+            None => ScanMode::Full { fallback: None },
+        };
+        let capture = match scoped {
+            Some(capture) => capture,
+            None => scan::capture(
+                &self.vault,
+                request.max_file_size,
+                BlobSink::Store,
+                cache.as_ref(),
+                self.reporter.progress(),
+            )?,
+        };
         self.capture_time("capture", started, &capture);
         crate::fault::point("snapshot:after-blobs");
         let t1 = std::time::Instant::now();
@@ -104,7 +157,7 @@ impl Engine {
                     record: previous.clone(),
                     created: false,
                     warnings,
-                    scan_mode: ScanMode::Full { fallback: None },
+                    scan_mode,
                     scan: capture.stats,
                 };
                 let t2 = std::time::Instant::now();
@@ -194,7 +247,7 @@ impl Engine {
                 record,
                 created: true,
                 warnings,
-                scan_mode: ScanMode::Full { fallback: None },
+                scan_mode,
                 scan: capture.stats,
             },
             capture,
@@ -266,6 +319,7 @@ impl Engine {
         let started = std::time::Instant::now();
         let answer = watch::changes_since(&files, base.as_ref().map(|b| b.token.as_str()));
         self.phase_time("watch daemon", started);
+        let mut within = None;
         let (token, fallback) = match answer {
             Changes::NoDaemon => (None, "no watch daemon runs for this workspace".to_owned()),
             Changes::Failed(why) => (None, why),
@@ -274,38 +328,58 @@ impl Engine {
                 paths: Some(paths),
                 ..
             } => {
-                let reason = match &base {
-                    None => "no earlier watched snapshot".to_owned(),
-                    Some(base) if base.fingerprint != fingerprint => {
+                let newest = match &base {
+                    Some(base) => self.unchanged_checkpoint(&registry, &base.checkpoint)?,
+                    None => None,
+                };
+                let reason = match (&base, newest) {
+                    (None, _) => "no earlier watched snapshot".to_owned(),
+                    (Some(base), _) if base.fingerprint != fingerprint => {
                         "the index, HEAD, a config or an exclude file, or the size limit changed".to_owned()
                     }
-                    Some(_) if !paths.is_empty() => format!("{} path(s) changed", paths.len()),
-                    Some(base) => match self.unchanged_checkpoint(&registry, &base.checkpoint)? {
-                        Some(record) => {
-                            files.save_base(
-                                &WatchBase {
-                                    token,
-                                    checkpoint: record.id.clone(),
-                                    fingerprint,
-                                },
-                                &lock,
-                            )?;
-                            return Ok(SnapshotOutcome {
-                                record,
-                                created: false,
-                                warnings: Vec::new(),
-                                scan_mode: ScanMode::Watch,
-                                scan: Default::default(),
+                    (Some(_), None) => "the last checkpoint is not the one the daemon's token belongs to".to_owned(),
+                    (Some(_), Some(record)) if paths.is_empty() => {
+                        files.save_base(
+                            &WatchBase {
+                                token,
+                                checkpoint: record.id.clone(),
+                                fingerprint,
+                            },
+                            &lock,
+                        )?;
+                        return Ok(SnapshotOutcome {
+                            record,
+                            created: false,
+                            warnings: Vec::new(),
+                            scan_mode: ScanMode::Watch,
+                            scan: Default::default(),
+                        });
+                    }
+                    (Some(_), Some(_)) if paths.len() > MAX_SCOPE => {
+                        format!("{} paths changed (a walk is cheaper above {MAX_SCOPE})", paths.len())
+                    }
+                    (Some(_), Some(record)) => match scope_of(&paths) {
+                        Some(scope) => {
+                            within = Some(Within {
+                                checkpoint: record.id.clone(),
+                                scope,
+                                carried: record
+                                    .skipped
+                                    .iter()
+                                    .filter_map(|s| Some((s.path.to_repo_path().ok()?, s.reason.clone())))
+                                    .collect(),
                             });
+                            "the stat cache is not the last checkpoint's, or a changed file has other hard links"
+                                .to_owned()
                         }
-                        None => "the last checkpoint is not the one the daemon's token belongs to".to_owned(),
+                        None => "the daemon named a path that is not a repository path".to_owned(),
                     },
                 };
                 (Some(token), reason)
             }
             Changes::Answered { token, unknown, .. } => (Some(token), unknown.unwrap_or_default()),
         };
-        let mut outcome = self.snapshot_locked(&registry, &lock, request)?.0;
+        let mut outcome = self.snapshot_scoped(&registry, &lock, request, within)?.0;
         match token {
             Some(token) => files.save_base(
                 &WatchBase {
@@ -317,9 +391,11 @@ impl Engine {
             )?,
             None => files.clear_base(&lock),
         }
-        outcome.scan_mode = ScanMode::Full {
-            fallback: Some(fallback),
-        };
+        if outcome.scan_mode != ScanMode::Watch {
+            outcome.scan_mode = ScanMode::Full {
+                fallback: Some(fallback),
+            };
+        }
         Ok(outcome)
     }
 

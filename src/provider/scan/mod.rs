@@ -15,8 +15,8 @@ use crate::provider::progress::Progress;
 use crate::provider::CkptError;
 use crate::records::statcache::{CacheEntry, FileStat, StatCache};
 use crate::verbs::{
-    temp_file_owner, EntryKind, FileRead, IndexStat, LocalBlobs, ParallelBlobs, PathKind, RepoPath, TreeItem, Vault,
-    WorktreeProbe, READ_ATTEMPTS,
+    temp_file_owner, EntryKind, FileRead, IndexStat, LocalBlobs, ParallelBlobs, PathKind, PathScope, RepoPath,
+    TreeItem, Vault, WorktreeProbe, READ_ATTEMPTS,
 };
 
 mod files;
@@ -131,6 +131,7 @@ type Prepared<T> = (Capture, Vec<T>);
 /// so none outlive it.
 fn prepare_and_run<T>(
     vault: &Vault,
+    scope: Option<&PathScope>,
     want_index_ids: bool,
     want_index_entries: bool,
     work: impl Fn(Vec<Candidate>, Option<(i64, u32)>) -> Vec<T>,
@@ -143,7 +144,7 @@ fn prepare_and_run<T>(
     };
     // Submodule pointers, in index order.
     let mut gitlinks: Vec<(RepoPath, CapturedFile)> = Vec::new();
-    let (listing, (mut results, index_seed)) = vault.list_worktree_overlapped(|listing| {
+    let (listing, (mut results, index_seed)) = vault.list_worktree_overlapped(scope, |listing| {
         // The size sample reads object headers: only worth it when ids may seed this capture.
         let index_seed =
             if listing.index_ids_are_raw && want_index_entries && vault.index_sizes_are_raw(&listing.tracked) {
@@ -247,13 +248,72 @@ pub fn capture(
     cache: Option<&StatCache>,
     progress: &Progress,
 ) -> Result<Capture, CkptError> {
-    let capture = capture_seeded(vault, max_file_size, sink, cache, progress, true)?;
+    let capture = capture_seeded(vault, max_file_size, sink, cache, progress, true, None)?;
     if capture.attributes_outside_index && capture.stats.from_index > 0 {
         // Found only once the walk was done: read every file instead (first snapshots only;
         // later ones have the stat cache).
-        return capture_seeded(vault, max_file_size, sink, cache, progress, false);
+        return capture_seeded(vault, max_file_size, sink, cache, progress, false, None);
     }
     Ok(capture)
+}
+
+/// Captures the worktree of `vault` when only the paths in `scope` (and below) can differ from
+/// the stat cache's checkpoint, as a watch daemon vouches: those are listed and captured as
+/// usual; every other file is the cache's entry as it stands (not even `lstat`ed), and every
+/// other path the checkpoint did not protect is `carried` over. Submodule pointers come from the
+/// index, whole. The capture's `ignored` list covers the scope only, so a restore never plans
+/// from such a capture.
+pub fn capture_within(
+    vault: &Vault,
+    max_file_size: u64,
+    sink: BlobSink,
+    cache: &StatCache,
+    scope: &PathScope,
+    carried: Vec<(RepoPath, String)>,
+    progress: &Progress,
+) -> Result<Option<Capture>, CkptError> {
+    let mut capture = capture_seeded(vault, max_file_size, sink, Some(cache), progress, false, Some(scope))?;
+    // A file with other hard links may have changed them too, under names no event named.
+    let linked = capture.files.iter().any(|(path, file)| {
+        file.item.kind != EntryKind::Gitlink
+            && std::fs::symlink_metadata(vault.workdir().join(path.to_os_path()))
+                .is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 1)
+    });
+    if linked {
+        return Ok(None);
+    }
+    let mut files = std::mem::take(&mut capture.files.0);
+    for (at, path) in cache.paths().enumerate() {
+        if scope.covers(path) {
+            continue;
+        }
+        let (Some(entry), Ok(path)) = (cache.entry(at), RepoPath::new(path.to_vec())) else {
+            continue;
+        };
+        files.push((
+            path,
+            CapturedFile {
+                item: TreeItem {
+                    kind: one::kind_of_mode(entry.stat.mode),
+                    id: entry.id,
+                },
+                size: entry.stat.size,
+                stat: Some(entry.stat),
+                cached: true,
+                fresh: false,
+            },
+        ));
+        capture.stats.from_cache += 1;
+    }
+    capture.files = CapturedFiles::from_unsorted(files);
+    capture.skipped.extend(
+        carried
+            .into_iter()
+            .filter(|(path, reason)| reason != "submodule" && !scope.covers(path.as_bytes())),
+    );
+    capture.skipped.sort();
+    capture.skipped.dedup();
+    Ok(Some(capture))
 }
 
 fn capture_seeded(
@@ -263,6 +323,7 @@ fn capture_seeded(
     cache: Option<&StatCache>,
     progress: &Progress,
     index_may_seed: bool,
+    scope: Option<&PathScope>,
 ) -> Result<Capture, CkptError> {
     let probe = vault.worktree_probe()?;
     let blobs = vault.parallel_blobs(sink == BlobSink::Store);
@@ -296,7 +357,7 @@ fn capture_seeded(
             )
             .collect::<Vec<(RepoPath, Result<Outcome, Box<CkptError>>)>>()
     };
-    let (mut out, outcomes) = prepare_and_run(vault, false, cache.is_none(), capture_all)?;
+    let (mut out, outcomes) = prepare_and_run(vault, scope, false, cache.is_none(), capture_all)?;
     let mut failure = None;
     let stats = &mut out.stats;
     let skipped = &mut out.skipped;

@@ -23,7 +23,7 @@ pub fn survey(vault: &Vault, max_file_size: u64) -> Result<Survey, CkptError> {
             })
             .collect::<Vec<(RepoPath, Option<Result<(), String>>)>>()
     };
-    let (prepared, verdicts) = prepare_and_run(vault, true, false, verdict_of_each)?;
+    let (prepared, verdicts) = prepare_and_run(vault, None, true, false, verdict_of_each)?;
     let mut survey = Survey {
         protected: 0,
         unprotected: prepared.unprotected(),

@@ -121,10 +121,10 @@ impl Shared {
     }
 }
 
-/// Watches `dir` and everything below it (`.git` at the root left out); false (with the state
+/// Watches `dir` and everything below it (`.git` directories left out); false (with the state
 /// broken) at the watch limit. Each directory is watched before it is listed, so an entry made
 /// meanwhile is either listed or reported by the new watch.
-fn watch_tree(watcher: &mut impl Watcher, root: &Path, dir: &Path, state: &Mutex<State>) -> bool {
+fn watch_tree(watcher: &mut impl Watcher, dir: &Path, state: &Mutex<State>) -> bool {
     match watcher.watch(dir, RecursiveMode::NonRecursive) {
         Ok(()) => {
             state
@@ -149,10 +149,12 @@ fn watch_tree(watcher: &mut impl Watcher, root: &Path, dir: &Path, state: &Mutex
     };
     for entry in entries.flatten() {
         let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        if !is_dir || (dir == root && entry.file_name() == ".git") {
+        // No repository's own directory is watched: the worktree's, or a nested repository's
+        // (never entered by a capture either).
+        if !is_dir || entry.file_name() == ".git" {
             continue;
         }
-        if !watch_tree(watcher, root, &entry.path(), state) {
+        if !watch_tree(watcher, &entry.path(), state) {
             return false;
         }
     }
@@ -223,7 +225,7 @@ pub fn run(root: &Path, files: &WatchFiles, idle: Duration) -> Result<(), CkptEr
         path: root.to_path_buf(),
         source: std::io::Error::other(format!("cannot start watching: {e}")),
     })?;
-    watch_tree(&mut watcher, root, root, &shared.state);
+    watch_tree(&mut watcher, root, &shared.state);
     // Cookies live in the state directory: below `.git` (not watched) or outside the worktree.
     watcher
         .watch(&cookies, RecursiveMode::NonRecursive)
@@ -290,7 +292,7 @@ fn handle(
         }
         let Ok(rel) = path.strip_prefix(root) else { continue };
         let rel_bytes = rel.as_os_str().as_bytes().to_vec();
-        if rel_bytes.is_empty() || rel_bytes == b".git" || rel_bytes.starts_with(b".git/") {
+        if rel_bytes.is_empty() || rel_bytes.split(|&b| b == b'/').any(|c| c == b".git") {
             continue;
         }
         let became_dir = matches!(event.kind, EventKind::Create(CreateKind::Folder))
@@ -312,7 +314,7 @@ fn handle(
         if went_away {
             unwatch_tree(watcher, path, &shared.state);
         }
-        if became_dir && watch_tree(watcher, root, path, &shared.state) {
+        if became_dir && watch_tree(watcher, path, &shared.state) {
             // What landed in the new tree before its watches were in place is covered by this
             // second mark: a token taken after it was taken after the watches.
             shared.lock().changed(rel_bytes);

@@ -62,11 +62,58 @@ pub struct ListingTimes {
     pub total: std::time::Duration,
 }
 
+/// Part of the worktree: the given paths and everything below them (a watch daemon's answer).
+#[derive(Debug, Clone, Default)]
+pub struct PathScope {
+    paths: std::collections::HashSet<Vec<u8>>,
+}
+
+impl PathScope {
+    pub fn new(paths: impl IntoIterator<Item = RepoPath>) -> Self {
+        PathScope {
+            paths: paths.into_iter().map(|p| p.as_bytes().to_vec()).collect(),
+        }
+    }
+
+    /// `path` is one of the scope's paths or below one.
+    pub fn covers(&self, path: &[u8]) -> bool {
+        let mut end = path.len();
+        loop {
+            if self.paths.contains(&path[..end]) {
+                return true;
+            }
+            match path[..end].iter().rposition(|&b| b == b'/') {
+                Some(slash) => end = slash,
+                None => return false,
+            }
+        }
+    }
+
+    /// The scope as literal pathspecs (no glob or other magic in a name is interpreted).
+    fn pathspecs(&self) -> Vec<gix::bstr::BString> {
+        let mut specs: Vec<gix::bstr::BString> = self
+            .paths
+            .iter()
+            .map(|p| {
+                let mut spec: gix::bstr::BString = ":(literal)".into();
+                spec.extend_from_slice(p);
+                spec
+            })
+            .collect();
+        specs.sort();
+        specs
+    }
+}
+
 /// How many times the walk for untracked paths is taken when the worktree changes under it.
 const WALK_ATTEMPTS: u32 = 8;
 
 /// What the walk for untracked paths finds: the walk half of a [`WorktreeListing`].
-fn walk_untracked(repo: &gix::Repository, index: &gix::index::File) -> Result<WorktreeListing, VerbError> {
+fn walk_untracked(
+    repo: &gix::Repository,
+    index: &gix::index::File,
+    scope: Option<&PathScope>,
+) -> Result<WorktreeListing, VerbError> {
     let options = repo
         .dirwalk_options()
         .map_err(|e| VerbError::git("preparing the worktree walk", e))?
@@ -80,12 +127,18 @@ fn walk_untracked(repo: &gix::Repository, index: &gix::index::File) -> Result<Wo
         .symlinks_to_directories_are_ignored_like_directories(false);
     let mut collect = gix::dir::walk::delegate::Collect::default();
     let interrupt = std::sync::atomic::AtomicBool::new(false);
-    let no_patterns: [&BStr; 0] = [];
+    let patterns: Vec<gix::bstr::BString> = scope.map(PathScope::pathspecs).unwrap_or_default();
     // A directory removed while the walk is inside it fails gix's walk; git treats such a path
     // as absent, so the walk is simply taken again (a bounded number of times).
     let mut attempt = 1;
     loop {
-        match repo.dirwalk(index, no_patterns, &interrupt, options, &mut collect) {
+        match repo.dirwalk(
+            index,
+            patterns.iter().map(|p| p.as_ref() as &BStr),
+            &interrupt,
+            options,
+            &mut collect,
+        ) {
             Ok(_) => break,
             Err(_) if attempt < WALK_ATTEMPTS => {
                 attempt += 1;
@@ -198,15 +251,18 @@ impl Vault {
     /// Lists the worktree read-only: index entries and a directory walk that applies git's
     /// ignore rules, never entering ignored directories or nested repositories.
     pub fn list_worktree(&self) -> Result<WorktreeListing, VerbError> {
-        self.list_worktree_overlapped(|_| ()).map(|(listing, ())| listing)
+        self.list_worktree_overlapped(None, |_| ()).map(|(listing, ())| listing)
     }
 
     /// [`Self::list_worktree`], with the walk for untracked paths running on a thread of its own
     /// while `with_index` works on this thread with the index half of the listing (`tracked`,
     /// `index_mtime`, `index_ids_are_raw`). Whatever `with_index` leaves in the listing is
     /// returned with the walk's findings added.
+    /// With a `scope`, only index entries and untracked paths within it are listed (and every
+    /// submodule pointer, wherever it is).
     pub fn list_worktree_overlapped<R>(
         &self,
+        scope: Option<&PathScope>,
         with_index: impl FnOnce(&mut WorktreeListing) -> R,
     ) -> Result<(WorktreeListing, R), VerbError> {
         let started = std::time::Instant::now();
@@ -219,11 +275,12 @@ impl Vault {
         } else {
             gix::index::File::from_state(gix::index::State::new(self.repo.object_hash()), self.repo.index_path())
         };
-        let mut listing = self.index_listing(&index);
+        let mut listing = self.index_listing(&index, scope);
         listing.times.index_read = started.elapsed();
         let walk_repo = self.repo.clone().into_sync();
+        let paths = scope;
         let (walked, result) = std::thread::scope(|scope| {
-            let walker = scope.spawn(|| walk_untracked(&walk_repo.to_thread_local(), &index));
+            let walker = scope.spawn(|| walk_untracked(&walk_repo.to_thread_local(), &index, paths));
             let result = with_index(&mut listing);
             let walked = walker.join().unwrap_or_else(|_| {
                 Err(VerbError::git_because(
@@ -262,7 +319,7 @@ impl Vault {
 
     /// The index half of a listing: every entry (stages merged) with its stat, and whether index
     /// ids may stand for the bytes on disk.
-    fn index_listing(&self, index: &gix::index::File) -> WorktreeListing {
+    fn index_listing(&self, index: &gix::index::File, scope: Option<&PathScope>) -> WorktreeListing {
         let mut listing = WorktreeListing::default();
         let mut last: Option<RepoPath> = None;
         for entry in index.entries() {
@@ -270,6 +327,9 @@ impl Vault {
             let Some(kind) = index_entry_kind(entry.mode) else {
                 continue;
             };
+            if scope.is_some_and(|scope| kind != EntryKind::Gitlink && !scope.covers(raw_path)) {
+                continue;
+            }
             match RepoPath::new(raw_path.to_vec()) {
                 Ok(path) => {
                     // Unmerged paths appear once per stage; keep one.

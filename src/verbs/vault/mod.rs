@@ -16,7 +16,7 @@ mod trees;
 
 pub use blobs::{FileRead, LocalBlobs, ParallelBlobs, READ_ATTEMPTS};
 pub use gc::{collect_private_garbage, GarbageReport};
-pub use listing::IndexStat;
+pub use listing::{IndexStat, PathScope};
 pub use objects::NewTreeEntry;
 pub use private::{enclosing_common_dir, enclosing_exclude_files, enclosing_worktree, path_key, PrivateStore};
 pub use trees::LevelEntry;
