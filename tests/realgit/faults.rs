@@ -71,6 +71,13 @@ fn an_aborted_restore_can_be_undone_through_its_guard() {
             String::from_utf8_lossy(path)
         );
     }
+    // Its guard and target cannot be deleted while the journal is pending.
+    for id in [&guard, &id] {
+        let delete = repo.ckpt(&["--json", "delete", id, "--yes"]);
+        assert_eq!(delete.code, 4, "{}", delete.stdout);
+        assert!(delete.stdout.contains("interrupted restore"), "{}", delete.stdout);
+    }
+    assert_eq!(repo.ckpt(&["--json", "clear", "--yes"]).code, 4);
     let undo = repo.ckpt_json(&["restore", &guard, "--exact", "--yes"], 0);
     assert_eq!(undo.one("restore")["verified"], true);
     assert_eq!(

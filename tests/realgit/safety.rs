@@ -963,3 +963,42 @@ fn doctor_rollback_touches_only_what_the_interrupted_restore_changed() {
     }
     repo.ckpt_json(&["audit"], 0);
 }
+
+/// doctor --fix while a restore is running (held between its check and its replace): the
+/// running restore is reported as in progress and left alone, and it then finishes exactly.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn doctor_never_settles_a_restore_that_is_still_running() {
+    let repo = TestRepo::new();
+    for i in 0..30 {
+        repo.write(format!("f/{i}.txt"), format!("v1 {i}\n").as_bytes());
+    }
+    let target = repo.snapshot(&[]);
+    let wanted = repo.worktree();
+    for i in 0..30 {
+        repo.write(format!("f/{i}.txt"), format!("v2 {i}\n").as_bytes());
+    }
+    let mut doctor = None;
+    let out = run_paused(
+        &repo,
+        "restore:before-replace",
+        &["--json", "restore", &target, "--yes"],
+        || {
+            doctor = Some(repo.ckpt(&["--json", "doctor", "--fix"]));
+        },
+    );
+    let doctor = doctor.expect("doctor ran");
+    assert!(
+        doctor.stdout.contains("restore_in_progress") && !doctor.stdout.contains("rolled the interrupted restore back"),
+        "{}\n{}",
+        doctor.stdout,
+        doctor.stderr
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        repo.worktree(),
+        wanted,
+        "the restore finished exactly, untouched by doctor"
+    );
+    repo.ckpt_json(&["audit"], 0);
+}

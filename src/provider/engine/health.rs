@@ -187,11 +187,22 @@ impl Engine {
         }
         if let Some(journal) = journal {
             let guard = &journal.guard;
-            report.problems.push(problem(
-                "pending_journal",
-                format!("a restore was interrupted; its guard {guard} holds the state before it (doctor --fix rolls back, --fix --complete finishes)"),
-                None,
-            ));
+            if crate::verbs::process_is_alive(journal.pid) {
+                report.problems.push(problem(
+                    "restore_in_progress",
+                    format!(
+                        "a restore (process {}) is running, or its process id now belongs to another program; its guard {guard} holds the state before it. Run doctor again once it has finished",
+                        journal.pid
+                    ),
+                    None,
+                ));
+            } else {
+                report.problems.push(problem(
+                    "pending_journal",
+                    format!("a restore was interrupted; its guard {guard} holds the state before it (doctor --fix rolls back, --fix --complete finishes)"),
+                    None,
+                ));
+            }
         }
         Ok(report)
     }
@@ -252,10 +263,13 @@ impl Engine {
             JournalFix::Complete => target,
         };
         let mut report = if eligible.is_empty() {
-            // Nothing of the interrupted restore is left to undo (or do): settle its journal.
+            // Nothing of the interrupted restore is left to undo (or do): settle its journal,
+            // if it is still the one looked at.
             let registry = self.registry()?;
             let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
-            registry.clear_journal(&lock)?;
+            if registry.read_journal()?.as_ref() == Some(journal) {
+                registry.clear_journal(&lock)?;
+            }
             crate::provider::RestoreReport {
                 id: wanted.id.clone(),
                 guard: None,
@@ -281,7 +295,7 @@ impl Engine {
                 paths: eligible,
                 exact: true,
             };
-            self.restore(&wanted, &selection, &request, Confirmation::Given)?
+            self.restore_settling(&wanted, &selection, &request, Confirmation::Given, Some(journal))?
         };
         if !changed_since.is_empty() {
             report.verified = false;

@@ -140,6 +140,16 @@ impl Engine {
         }
         let registry = self.registry()?;
         let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
+        if let Some(journal) = registry.read_journal()? {
+            for (role, id) in [("guard", journal.guard), ("target", journal.target)] {
+                if ids.contains(&id.to_string()) {
+                    return Err(CkptError::Refused(format!(
+                        "checkpoint {} is the {role} of an interrupted restore; settle that first (ckpt doctor --fix rolls it back, --fix --complete finishes it). Nothing was deleted",
+                        &id.to_string()[..8]
+                    )));
+                }
+            }
+        }
         let records = self.reconcile(registry.load()?)?.records;
         let wanted: HashSet<&String> = ids.iter().collect();
         let mut kept = Vec::with_capacity(records.len());

@@ -210,6 +210,20 @@ impl Engine {
         request: &SnapshotRequest,
         confirmation: Confirmation<'_>,
     ) -> Result<RestoreReport, CkptError> {
+        self.restore_settling(record, selection, request, confirmation, None)
+    }
+
+    /// [`Self::restore`]; with `settles`, only while that interrupted restore's journal is still
+    /// the pending one once the lock is held (so `doctor --fix` never acts on a restore that
+    /// was running, or was settled, after it looked).
+    pub(super) fn restore_settling(
+        &self,
+        record: &Record,
+        selection: &Selection,
+        request: &SnapshotRequest,
+        confirmation: Confirmation<'_>,
+        settles: Option<&RestoreJournal>,
+    ) -> Result<RestoreReport, CkptError> {
         let t0 = std::time::Instant::now();
         let target_tree = self.checkpoint_tree_id(record)?;
         self.phase_time("check target tree", t0);
@@ -221,7 +235,14 @@ impl Engine {
         }
         let registry = self.registry()?;
         let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
-        if let Some(stale) = registry.read_journal()? {
+        let pending = registry.read_journal()?;
+        if let Some(expected) = settles {
+            if pending.as_ref() != Some(expected) {
+                return Err(CkptError::Refused(
+                    "the interrupted restore was settled meanwhile (it finished, or another ckpt settled it); nothing was done".into(),
+                ));
+            }
+        } else if let Some(stale) = pending {
             self.reporter.warning(&format!(
                 "an earlier restore was interrupted (journal: {}); its guard {} still holds the state before it",
                 registry.dir().join("restore-journal.json").display(),

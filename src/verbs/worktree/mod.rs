@@ -81,7 +81,8 @@ pub fn temp_file_owner(name: &[u8]) -> Option<u32> {
     pid.parse().ok()
 }
 
-fn process_is_alive(pid: u32) -> bool {
+/// Whether a process with this id exists (read-only: signal 0).
+pub fn process_is_alive(pid: u32) -> bool {
     let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else {
         return false;
     };
