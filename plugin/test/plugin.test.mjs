@@ -221,7 +221,8 @@ test('a missing binary: the plugin loads, and /rewind says how to install', asyn
     const { command } = apply(ctx, { binary: '/nonexistent/ckpt' })
     const answer = await command.handler({ agent: { session: session(dir), status: 'idle' }, rawInput: '' })
     assert.equal(answer.kind, 'error')
-    assert.match(answer.text, /not installed/)
+    assert.match(answer.text, /ckpt cannot run/)
+    assert.match(answer.text, /\/nonexistent\/ckpt/)
   } finally {
     process.env.PATH = savedPath
     if (env !== undefined) process.env.CKPT_BIN = env
