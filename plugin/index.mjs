@@ -65,7 +65,12 @@ export function apply(ctx, rawConfig) {
   const ckpt = async (cwd, args, signal) => {
     const found = await binaryReady()
     if (!found.binary) throw new Error(`${found.error}; ${INSTALL_HINT}`)
-    return run(found.binary, ['-C', cwd, '--json', ...args], { timeoutMs: config.timeoutMs, signal })
+    try {
+      return await run(found.binary, ['-C', cwd, '--json', ...args], { timeoutMs: config.timeoutMs, signal })
+    } catch (error) {
+      if (/ENOENT|EACCES/.test(error.message)) resolved = undefined // gone since: look again next time
+      throw error
+    }
   }
 
   /** The first failure of a session is said where a person sees it (stderr), the rest counted. */
@@ -134,7 +139,14 @@ export function apply(ctx, rawConfig) {
     name,
     description: 'Rewind the workspace (and the conversation) to before a turn, with preview and undo',
     input: { hint: '[all | preview <point> | <point> [--exact] [--yes] | undo | diff <point> | status | clear]   point: 2, 2.1, turn 2.1, an id, latest' },
-    handler: (invocation) => rewind(invocation),
+    handler: async (invocation) => {
+      try {
+        return await rewind(invocation)
+      } catch (error) {
+        const failure = failures.get(String(invocation?.agent?.session?.id ?? ''))
+        return { kind: 'error', text: `${failure ? `${failureText(failure)}\n` : ''}/${name} failed: ${error.message}` }
+      }
+    },
   }
 
   const notify = (sessionId, text) => {
@@ -189,13 +201,13 @@ export function apply(ctx, rawConfig) {
     if (verb === 'undo') {
       const guard = lastGuard.get(sid)
       if (!guard) return { kind: 'error', text: 'nothing to undo in this session' }
-      const undone = await ckpt(cwd, ['restore', guard.id, '--exact', '--yes'], signal)
+      const undone = await ckpt(cwd, ['restore', guard.id, '--session', sid, '--exact', '--yes'], signal)
       const report = one(undone, 'restore')
       if (!report) return { kind: 'error', text: errorText(undone) }
       for (const id of guard.sessions) lastGuard.delete(id)
       const point = { id: guard.id, short: guard.id.slice(0, 8), turn: null }
       const text = renderRestore(report, point, name, undone.code === 3, `Undid the last rewind: the files are back to guard checkpoint ${point.short}`)
-      notify(sid, restoreNotice(report, point, cwd, { undo: true }))
+      for (const id of guard.sessions) notify(id, restoreNotice(report, point, cwd, { undo: true }))
       return { kind: undone.code === 0 ? 'success' : 'error', text: `${warning}${text}` }
     }
     if (verb === 'clear') {
@@ -236,7 +248,8 @@ export function apply(ctx, rawConfig) {
     if (!flags.has('--yes') && !(await confirm(agent, `${previewText}\n\nRestore these files?`, signal))) {
       return { kind: 'error', text: `not confirmed; nothing was changed.\n${previewText}` }
     }
-    const restoreArgs = ['restore', point.id, '--yes']
+    // --session files the guard checkpoint under this session (its retention, and /rewind status).
+    const restoreArgs = ['restore', point.id, '--session', sid, '--yes']
     if (exact) restoreArgs.push('--exact')
     const restored = await ckpt(cwd, restoreArgs, signal)
     const report = one(restored, 'restore')
@@ -332,7 +345,8 @@ export function apply(ctx, rawConfig) {
     const message = Object.freeze({
       id: randomUUID(),
       role: 'user',
-      content: Object.freeze(notices.map((text) => Object.freeze({ type: 'text', text: `[ckpt] ${text}` }))),
+      // One text block: providers may concatenate blocks without a separator.
+      content: Object.freeze([Object.freeze({ type: 'text', text: notices.map((text) => `[ckpt] ${text}`).join('\n') })]),
       source: Object.freeze({ kind: 'user' }),
     })
     return { ...decision, messages: [message, ...decision.messages] }

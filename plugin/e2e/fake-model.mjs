@@ -9,7 +9,7 @@ import { createServer } from 'node:http'
 function textOf(message) {
   const c = message?.content
   if (typeof c === 'string') return c
-  if (Array.isArray(c)) return c.map((p) => (typeof p === 'string' ? p : p?.text ?? '')).join('')
+  if (Array.isArray(c)) return c.map((p) => (typeof p === 'string' ? p : p?.text ?? '')).join('\n')
   return ''
 }
 
@@ -45,13 +45,16 @@ export function startFakeModel(scripts) {
         }
       }
       const step = name === undefined ? 0 : messages.slice(at + 1).filter((m) => m.role === 'assistant').length
-      const reply = (name !== undefined && scripts[name]?.[step]) ?? { text: 'done' }
+      // Requests without tools (dsh's session-title generation) get a plain text answer.
+      const offered = parsed.tools ?? []
+      const reply = offered.length === 0 ? { text: 'A title' } : ((name !== undefined && scripts[name]?.[step]) ?? { text: 'done' })
       const record = {
         script: name,
         step,
-        tools: (parsed.tools ?? []).map((t) => t.function?.name ?? t.name),
+        tools: offered.map((t) => t.function?.name ?? t.name),
         messages: messages.map((m) => ({ role: m.role, text: textOf(m) })),
         sessionId: req.headers['x-deepseek-harness-session-id'],
+        final: !Array.isArray(reply.calls),
       }
       requests.push(record)
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })

@@ -1,0 +1,443 @@
+// End-to-end test of the adapter in the real `dsh` program (issue 13): the pinned
+// @deepseek-ai/dsh, installed with pnpm and Node 22 from npm (setup.mjs), the plugin added to the
+// headless and web profiles exactly as plugin/README.md says, and a scripted fake model on
+// 127.0.0.1. Everything is checked through the real dsh process: headless runs, and the web app's
+// routes (`POST /api/session.create`, `/api/session.prompt`, `/api/commands/execute`).
+//
+//   CKPT_BIN=/path/to/ckpt node e2e/dsh-e2e.mjs
+//
+// Exit 0: every check passed. Exit 77: skipped, the npm registry is unreachable (said loudly).
+// Anything else: a check failed (the first failure is printed with what dsh answered).
+
+import assert from 'node:assert/strict'
+import { execFileSync, spawn, spawnSync } from 'node:child_process'
+import { createHash } from 'node:crypto'
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+import { startFakeModel } from './fake-model.mjs'
+import { ensureInstalled, Unreachable } from './setup.mjs'
+
+const here = dirname(fileURLToPath(import.meta.url))
+const pluginDir = resolve(here, '..')
+const repoRoot = resolve(pluginDir, '..')
+const CKPT = resolve(process.env.CKPT_BIN ?? join(repoRoot, 'target', 'debug', 'ckpt'))
+const DEADLINE_MS = Number(process.env.CKPT_DSH_E2E_TIMEOUT_MS ?? 300_000)
+const started = Date.now()
+const children = new Set()
+const cleanups = []
+
+const step = (text) => console.log(`[dsh-e2e ${((Date.now() - started) / 1000).toFixed(1)}s] ${text}`)
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+function git(cwd, ...args) {
+  return execFileSync('git', ['-c', 'user.name=u', '-c', 'user.email=u@e', ...args], { cwd, encoding: 'utf8', env: { ...process.env, GIT_CONFIG_NOSYSTEM: '1' } })
+}
+
+/** The user's git state: HEAD, index bytes, refs outside refs/ckpt/, reflogs, stash, config. */
+function fingerprint(repo) {
+  const gitDir = join(repo, '.git')
+  const hash = (p) => (existsSync(p) ? createHash('sha256').update(readFileSync(p)).digest('hex') : 'absent')
+  const reflogs = []
+  const walk = (dir) => {
+    if (!existsSync(dir)) return
+    for (const entry of readdirSync(dir).sort()) {
+      const p = join(dir, entry)
+      if (statSync(p).isDirectory()) walk(p)
+      else reflogs.push(`${p.slice(gitDir.length)} ${hash(p)}`)
+    }
+  }
+  walk(join(gitDir, 'logs'))
+  return {
+    head: readFileSync(join(gitDir, 'HEAD'), 'utf8'),
+    headCommit: git(repo, 'rev-parse', 'HEAD').trim(),
+    index: hash(join(gitDir, 'index')),
+    refs: git(repo, 'for-each-ref', '--format=%(refname) %(objectname)').split('\n').filter((l) => l && !l.startsWith('refs/ckpt/')),
+    reflogs: reflogs.filter((l) => !l.startsWith('/refs/ckpt/')),
+    stash: git(repo, 'stash', 'list'),
+    config: hash(join(gitDir, 'config')),
+  }
+}
+
+function ckptList(repo, session) {
+  const out = execFileSync(CKPT, ['-C', repo, '--json', 'list', ...(session ? ['--session', session] : [])], { encoding: 'utf8' })
+  return out.split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((r) => r.type === 'checkpoint')
+}
+
+const show = (repo, id, path) => {
+  const out = spawnSync('git', ['-C', repo, 'show', `${id}:${path}`], { encoding: 'utf8' })
+  return out.status === 0 ? out.stdout : null
+}
+
+function run(cmd, args, { cwd, env, timeoutMs = 120_000 }) {
+  return new Promise((resolvePromise) => {
+    const child = spawn(cmd, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] })
+    children.add(child)
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (d) => (stdout += d))
+    child.stderr.on('data', (d) => (stderr += d))
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
+    child.on('close', (code, signal) => {
+      clearTimeout(timer)
+      children.delete(child)
+      resolvePromise({ code, signal, stdout, stderr })
+    })
+  })
+}
+
+async function main() {
+  assert.ok(existsSync(CKPT), `no ckpt binary at ${CKPT}: set CKPT_BIN`)
+  step('installing (or reusing) Node 22, pnpm and dsh from npm')
+  const installed = ensureInstalled()
+  step(`node ${installed.versions.node}, pnpm ${installed.versions.pnpm}, dsh ${installed.versions.dsh}`)
+
+  const scratch = mkdtempSync(join(tmpdir(), 'ckpt-dsh-e2e-'))
+  cleanups.push(() => rmSync(scratch, { recursive: true, force: true }))
+  const dshHome = join(scratch, 'dsh-home')
+  // A stale `ckpt` on PATH that must never be used while CKPT_BIN is set (defect 7).
+  const staleDir = join(scratch, 'stale-bin')
+  const staleMark = join(scratch, 'stale-ckpt-was-used')
+  mkdirSync(staleDir)
+  writeFileSync(join(staleDir, 'ckpt'), `#!/bin/sh\necho "$@" >> '${staleMark}'\n[ "$1" = --version ] && echo 'ckpt 0.0.0-stale' && exit 0\necho '{"v":1,"type":"error","code":"stale","message":"stale ckpt on PATH"}'\nexit 1\n`)
+  chmodSync(join(staleDir, 'ckpt'), 0o755)
+  const basePath = `${installed.binDirs.join(':')}:/usr/local/bin:/usr/bin:/bin`
+  const env = (extra) => ({ HOME: scratch, DSH_HOME: dshHome, LANG: 'C.UTF-8', NO_COLOR: '1', ...extra })
+
+  // --- Install the plugin exactly as plugin/README.md says -------------------------------------
+  for (const profile of ['headless', 'web']) {
+    step(`dsh plugin --profile ${profile} add ./plugin`)
+    const added = await run('dsh', ['plugin', '--profile', profile, 'add', './plugin'], { cwd: repoRoot, env: env({ PATH: basePath }) })
+    assert.equal(added.code, 0, `dsh plugin add failed:\n${added.stdout}\n${added.stderr}`)
+    // README: keep the profile's hmr row enabled (rc.8 boots only with it).
+    writeFileSync(join(dshHome, 'profiles', profile, 'cordis.patch.yml'), '- id: hmr\n  disabled: false\n  config:\n    root: []\n')
+    const manifest = JSON.parse(readFileSync(join(dshHome, 'profiles', profile, 'package.json'), 'utf8'))
+    assert.ok(manifest.dsh.profile.bundles.includes('@ckpt/dsh-plugin'), `the ${profile} profile lists the plugin as a bundle`)
+  }
+
+  // --- The user's repository --------------------------------------------------------------------
+  const ws = join(scratch, 'work')
+  mkdirSync(ws)
+  git(ws, 'init', '-q', '-b', 'main')
+  writeFileSync(join(ws, 'a.txt'), 'alpha\n')
+  writeFileSync(join(ws, '.gitignore'), '*.log\n')
+  git(ws, 'add', '-A')
+  git(ws, 'commit', '-qm', 'initial')
+  git(ws, 'tag', 'v1')
+  git(ws, 'branch', 'side')
+  writeFileSync(join(ws, 'a.txt'), 'stashed change\n')
+  git(ws, 'stash', '-q')
+  git(ws, 'config', 'core.fileMode', 'true')
+  writeFileSync(join(ws, 'build.log'), 'ignored by git\n')
+  const before = fingerprint(ws)
+
+  const abs = (p) => join(ws, p)
+  const model = await startFakeModel({
+    // headless, no binary: one write
+    h0: [{ calls: [{ name: 'write', args: { file_path: 'h0.txt', content: 'made without a checkpoint\n' } }] }, { text: 'h0 done' }],
+    // headless, CKPT_BIN set and a stale ckpt on PATH: write, str_replace_editor (in the
+    // headless profile's tool set; rc.8's web `standard` preset leaves it out), then bash
+    h1: [
+      { calls: [{ name: 'write', args: { file_path: 'h1.txt', content: 'headless one\n' } }] },
+      { calls: [{ name: 'str_replace_editor', args: { command: 'create', path: abs('h1-editor.txt'), file_text: 'made by str_replace_editor\n' } }] },
+      { calls: [{ name: 'bash', args: { command: 'echo from-bash >> h1.txt', description: 'Append a line to h1.txt' } }] },
+      { text: 'h1 done' },
+    ],
+    // web, binary missing at first
+    m1: [{ calls: [{ name: 'write', args: { file_path: 'm1.txt', content: 'no checkpoint for this\n' } }] }, { text: 'm1 done' }],
+    // web turn 1: write a new file; read and edit a.txt
+    w1: [
+      { calls: [{ name: 'write', args: { file_path: 'notes.txt', content: 'note one\n' } }] },
+      { calls: [{ name: 'read', args: { file_path: 'a.txt' } }] },
+      { calls: [{ name: 'edit', args: { file_path: 'a.txt', old_string: 'alpha', new_string: 'alpha edited in turn 1' } }] },
+      { text: 'turn 1 done' },
+    ],
+    // web turn 2: write a new file; bash appends to notes.txt
+    w2: [
+      { calls: [{ name: 'write', args: { file_path: 'made.txt', content: 'created in turn 2\n' } }] },
+      { calls: [{ name: 'bash', args: { command: 'echo appended in turn 2 >> notes.txt', description: 'Append a line to notes.txt' } }] },
+      { text: 'turn 2 done' },
+    ],
+    // web turn 3: bash writes a new file
+    w3: [{ calls: [{ name: 'bash', args: { command: 'echo three > three.txt', description: 'Write three.txt' } }] }, { text: 'turn 3 done' }],
+    // the fork's first turn
+    c1: [{ calls: [{ name: 'write', args: { file_path: 'child.txt', content: 'written in the fork\n' } }] }, { text: 'child done' }],
+    // the parent after a restore without fork: re-read a.txt, then edit it
+    p4: [
+      { calls: [{ name: 'read', args: { file_path: 'a.txt' } }] },
+      { calls: [{ name: 'edit', args: { file_path: 'a.txt', old_string: 'alpha', new_string: 'alpha after restore' } }] },
+      { text: 'p4 done' },
+    ],
+  })
+  cleanups.push(() => model.close())
+  const modelEnv = { DEEPSEEK_BASE_URL: model.url, DEEPSEEK_API_KEY: 'fake-key-for-tests' }
+
+  // --- Headless: a missing binary is reported visibly -------------------------------------------
+  step('headless run with no ckpt binary (CKPT_BIN points nowhere, none on PATH)')
+  const h0 = await run('dsh', ['--profile', 'headless', '[[h0]] write h0.txt'], { cwd: ws, env: env({ ...modelEnv, PATH: basePath, CKPT_BIN: join(scratch, 'no-such-ckpt') }) })
+  assert.ok(existsSync(join(ws, 'h0.txt')), `the headless run wrote h0.txt (failurePolicy open): ${h0.stdout}\n${h0.stderr}`)
+  assert.match(h0.stderr, /ckpt: WARNING: no checkpoint was taken before write in session \S+/, `the failure reaches stderr:\n${h0.stderr}`)
+  assert.match(h0.stderr, /CKPT_BIN = .*no-such-ckpt/, 'the warning names what was tried')
+  assert.equal((h0.stderr.match(/ckpt: WARNING/g) ?? []).length, 1, 'said once per session')
+  assert.equal(ckptList(ws).length, 0)
+  unlinkSync(join(ws, 'h0.txt'))
+
+  // --- Headless: a checkpoint before every mutation; CKPT_BIN wins over a stale ckpt on PATH -----
+  step('headless run: write + bash, CKPT_BIN set, a stale ckpt first on PATH')
+  const h1 = await run('dsh', ['--profile', 'headless', '[[h1]] write h1.txt then append'], { cwd: ws, env: env({ ...modelEnv, PATH: `${staleDir}:${basePath}`, CKPT_BIN: CKPT }) })
+  assert.equal(h1.code, 0, `headless exit code: ${h1.stdout}\n${h1.stderr}`)
+  assert.match(h1.stdout, /h1 done/)
+  assert.doesNotMatch(h1.stderr, /ckpt: WARNING/, h1.stderr)
+  assert.equal(existsSync(staleMark), false, 'the stale ckpt on PATH was never run')
+  const headlessSession = model.requests.find((r) => r.script === 'h1')?.sessionId
+  const hl = ckptList(ws, headlessSession)
+  assert.deepEqual(hl.map((r) => `${r.turn}.${r.step}:${r.trigger}:${r.kind}`), ['1.1:write:auto', '1.2:write:auto', '1.3:bash:auto'], JSON.stringify(hl))
+  assert.equal(show(ws, hl[0].id, 'h1.txt'), null, 'before the write, h1.txt did not exist')
+  assert.equal(show(ws, hl[1].id, 'h1-editor.txt'), null, 'before str_replace_editor create, its file did not exist')
+  assert.equal(show(ws, hl[1].id, 'h1.txt'), 'headless one\n')
+  assert.equal(show(ws, hl[2].id, 'h1.txt'), 'headless one\n', 'before bash, h1.txt held the write')
+  assert.equal(readFileSync(join(ws, 'h1.txt'), 'utf8'), 'headless one\nfrom-bash\n')
+  assert.equal(readFileSync(join(ws, 'h1-editor.txt'), 'utf8'), 'made by str_replace_editor\n')
+  unlinkSync(join(ws, 'h1.txt'))
+  unlinkSync(join(ws, 'h1-editor.txt'))
+
+  // --- Web --------------------------------------------------------------------------------------
+  // CKPT_BIN is a link that is missing at first (a missing binary, reported visibly) and then
+  // made (the plugin looks again).
+  const link = join(scratch, 'bin', 'ckpt')
+  mkdirSync(dirname(link))
+  step('booting dsh web')
+  const web = spawn('dsh', ['web', '--no-open', '--host', '127.0.0.1', '--port', '0'], { cwd: ws, env: env({ ...modelEnv, PATH: `${staleDir}:${basePath}`, CKPT_BIN: link }), stdio: ['ignore', 'pipe', 'pipe'] })
+  children.add(web)
+  let webOut = ''
+  let webErr = ''
+  web.stdout.on('data', (d) => (webOut += d))
+  web.stderr.on('data', (d) => (webErr += d))
+  web.on('close', () => children.delete(web))
+  let base
+  for (let i = 0; i < 600 && !base; i++) {
+    base = /dsh web: (http:\/\/127\.0\.0\.1:\d+)/.exec(webOut)?.[1]
+    if (!base) {
+      assert.equal(web.exitCode, null, `dsh web exited:\n${webOut}\n${webErr}`)
+      await sleep(100)
+    }
+  }
+  assert.ok(base, `dsh web did not announce its address in 60 s:\n${webOut}\n${webErr}`)
+  step(`dsh web at ${base}`)
+
+  let rpc = 0
+  const call = async (method, payload) => {
+    const response = await fetch(`${base}/api/${method}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ type: 'client-request', rpcId: `e2e-${++rpc}`, method, payload }),
+      signal: AbortSignal.timeout(60_000),
+    })
+    const body = await response.json()
+    assert.ok(body.result?.ok, `${method} failed: ${JSON.stringify(body)}`)
+    return body.result.value
+  }
+  const newSession = async () => (await call('session.create', { cwd: ws })).sessionId
+  /** Runs one prompt and waits (bounded) until its script's last model answer was served. */
+  const prompt = async (sessionId, script, text) => {
+    const steps = model.requests.length
+    await call('session.prompt', { sessionId, mode: 'queue', content: [{ type: 'text', text: `[[${script}]] ${text}` }] })
+    for (let i = 0; i < 600; i++) {
+      const served = model.requests.slice(steps).filter((r) => r.sessionId === sessionId && r.script === script && r.tools.length > 0)
+      if (served.some((r) => r.final)) return served
+      await sleep(100)
+    }
+    throw new Error(`turn ${script} did not finish in 60 s; model saw ${JSON.stringify(model.requests.slice(steps).map((r) => [r.script, r.step]))}\n${webErr}`)
+  }
+  /** A slash command through the web app's command route; retried while the turn winds down. */
+  const command = async (sessionId, line) => {
+    for (let i = 0; i < 100; i++) {
+      const value = await call('commands/execute', { args: { agentId: sessionId, line, images: [] } })
+      const result = value.result ?? value
+      if (!/the agent is running/.test(result.text ?? '')) return result
+      await sleep(100)
+    }
+    throw new Error(`${line}: the agent stayed busy`)
+  }
+
+  // A missing binary in the web: the first failure on stderr, and /rewind status says it.
+  step('web: a mutation with the binary missing')
+  const m = await newSession()
+  await prompt(m, 'm1', 'write m1.txt')
+  assert.ok(existsSync(join(ws, 'm1.txt')))
+  const mStatus = await command(m, '/rewind status')
+  assert.match(mStatus.text, /ckpt cannot run, so no checkpoint is being taken: ckpt binary not usable: CKPT_BIN = /, mStatus.text)
+  assert.match(mStatus.text, /WARNING: 1 mutation\(s\) in this session ran without a checkpoint; first before write/, mStatus.text)
+  assert.match(webErr, new RegExp(`ckpt: WARNING: no checkpoint was taken before write in session ${m}`), 'the web server printed the failure')
+  unlinkSync(join(ws, 'm1.txt'))
+  symlinkSync(CKPT, link)
+
+  // Three turns in one session: a checkpoint before every mutation, with session/turn/step.
+  const s = await newSession()
+  step(`web: three turns in ${s}`)
+  const beforeTurn = []
+  for (const [script, text] of [['w1', 'start notes and edit a'], ['w2', 'create made.txt and append'], ['w3', 'write three']]) {
+    beforeTurn.push(snapshotFiles(ws))
+    await prompt(s, script, text)
+  }
+  const afterTurns = snapshotFiles(ws)
+  if (process.env.CKPT_DSH_E2E_DEBUG) console.log(JSON.stringify(model.requests.filter((r) => r.sessionId === s).map((r) => [r.script, r.step, r.tools, r.messages.at(-1)]), null, 1))
+  const listed = ckptList(ws, s)
+  assert.deepEqual(listed.map((r) => `${r.turn}.${r.step}:${r.trigger}:${r.kind}`), ['1.1:write:auto', '1.3:edit:auto', '2.1:write:auto', '2.2:bash:auto', '3.1:bash:auto'], JSON.stringify(listed))
+  assert.equal(show(ws, listed[0].id, 'notes.txt'), null)
+  assert.equal(show(ws, listed[1].id, 'a.txt'), 'alpha\n', 'before the edit')
+  assert.equal(show(ws, listed[2].id, 'made.txt'), null, 'before the write')
+  assert.equal(show(ws, listed[3].id, 'notes.txt'), 'note one\n', 'before bash appended')
+  assert.equal(show(ws, listed[4].id, 'three.txt'), null)
+  assert.equal(existsSync(staleMark), false, 'the stale ckpt on PATH was never run')
+  const parentTools = model.requests.find((r) => r.sessionId === s && r.tools.length > 0).tools
+  assert.ok(parentTools.includes('write') && parentTools.includes('bash'), JSON.stringify(parentTools))
+
+  // The texts a person reads.
+  step('web: /rewind, /rewind all, preview in every listed form, diff, status')
+  const points = await command(s, '/rewind')
+  assert.equal(points.kind, 'success', points.text)
+  assert.match(points.text, new RegExp(`^turn 1  ${listed[0].short}  \\S+  write  \\[\\[w1\\]\\] start notes and edit a$`, 'm'), points.text)
+  assert.match(points.text, new RegExp(`^turn 2  ${listed[2].short} `, 'm'), points.text)
+  assert.match(points.text, new RegExp(`^turn 3  ${listed[4].short} `, 'm'), points.text)
+  const all = await command(s, '/rewind all')
+  for (const [i, label] of ['turn 1.1', 'turn 1.3', 'turn 2.1', 'turn 2.2', 'turn 3.1'].entries()) {
+    assert.match(all.text, new RegExp(`^${label.replace('.', '\\.')}  ${listed[i].short} `, 'm'), all.text)
+  }
+  for (const form of ['1.3', 'turn 1.3', 'turn:1.3', listed[1].short]) {
+    const preview = await command(s, `/rewind preview ${form}`)
+    assert.equal(preview.kind, 'success', `${form}: ${preview.text}`)
+    assert.match(preview.text, new RegExp(`^Rewinding to before turn 1\\.3 \\(checkpoint ${listed[1].short}\\)`), `${form}: ${preview.text}`)
+    assert.match(preview.text, /overwrite or recreate \(2\):\n {4}a\.txt\n {4}notes\.txt/, `${form}: ${preview.text}`)
+    assert.match(preview.text, /leave in place, created after that point \(2\); add --exact to delete them:\n {4}made\.txt\n {4}three\.txt/, `${form}: ${preview.text}`)
+    assert.match(preview.text, /not protected, never touched \(1\):\n {4}build\.log {2}\[ignored\]/, `${form}: ${preview.text}`)
+  }
+  const bad = await command(s, '/rewind preview 9.9')
+  assert.equal(bad.kind, 'error')
+  assert.match(bad.text, /no rewind point for turn 9\.9/)
+  const diff = await command(s, '/rewind diff 2')
+  assert.equal(diff.kind, 'success', diff.text)
+  assert.match(diff.text, /^Changes since before turn 2 \(checkpoint [0-9a-f]{8}\) \(3 file\(s\), \+3 -0\):/, diff.text)
+  assert.match(diff.text, /^ {2}A made\.txt {2}\+1 -0$/m, diff.text)
+  assert.match(diff.text, /^ {2}M notes\.txt {2}\+1 -0$/m, diff.text)
+  assert.match(diff.text, /^ {2}A three\.txt {2}\+1 -0$/m, diff.text)
+  const status = await command(s, '/rewind status')
+  assert.equal(status.kind, 'success', status.text)
+  assert.match(status.text, /^ckpt \(git provider\) for .*work$/m, status.text)
+  assert.match(status.text, /^protected now: \d+ file\(s\)$/m, status.text)
+  assert.match(status.text, /^not protected \(1\):\n {2}build\.log {2}\[ignored\]$/m, status.text)
+  assert.match(status.text, /^rewind points in this session: 5$/m, status.text)
+  assert.match(status.text, /^disk: .* kept alive only by ckpt, .* shared with your repository \(\d+ distinct files\)$/m, status.text)
+
+  // /rewind 2 --yes: files to before turn 2, the conversation forked with its tools.
+  step('web: /rewind 2 --yes (restore + fork)')
+  const rewound = await command(s, '/rewind 2 --yes')
+  assert.equal(rewound.kind, 'success', rewound.text)
+  assert.deepEqual(snapshotFiles(ws), { ...beforeTurn[1], 'made.txt': 'created in turn 2\n', 'three.txt': 'three\n' }, 'before turn 2, except what was created later (left: not --exact)')
+  assert.match(rewound.text, /^Rewound the files to before turn 2 \(checkpoint [0-9a-f]{8}\):\n {2}written \(1\):\n {4}notes\.txt\n {2}left in place, created after that point \(2\):\n {4}made\.txt\n {4}three\.txt/, rewound.text)
+  assert.match(rewound.text, /guard checkpoint [0-9a-f]{8} holds the state before this rewind; undo with \/rewind undo/, rewound.text)
+  const child = /conversation forked before turn 2 as (session-[0-9a-f-]+); this conversation is unchanged/.exec(rewound.text)?.[1]
+  assert.ok(child, rewound.text)
+  await prompt(child, 'c1', 'carry on in the fork')
+  const childFirst = model.requests.find((r) => r.sessionId === child && r.tools.length > 0)
+  assert.ok(childFirst, `the fork asked the model with tools: ${JSON.stringify(model.requests.filter((r) => r.sessionId === child).map((r) => r.tools.length))}`)
+  assert.deepEqual([...childFirst.tools].sort(), [...parentTools].sort(), 'the fork offers the same tools as its parent')
+  const notice = childFirst.messages.map((m) => m.text).find((t) => t.includes('[ckpt]'))
+  assert.ok(notice, `the fork's first request carries the notice: ${JSON.stringify(childFirst.messages.slice(-4))}`)
+  assert.match(notice, /^\[ckpt\] The user rewound this conversation and the files in .*work to before turn 2 \(checkpoint [0-9a-f]{8}\)\. Written back: notes\.txt\. Deleted: none\. Left in place \(created after that point, not removed\): made\.txt, three\.txt\. Re-read any file before editing it\.$/, notice)
+  assert.ok(!childFirst.messages.some((m) => m.text.includes('[[w2]]')), 'the fork holds turn 1 only')
+  assert.ok(childFirst.messages.some((m) => m.text.includes('[[w1]]')), 'the fork holds turn 1')
+  assert.equal(readFileSync(join(ws, 'child.txt'), 'utf8'), 'written in the fork\n', 'the fork can write')
+  assert.ok(ckptList(ws, child).some((r) => r.turn === 2 && r.trigger === 'write'), 'the fork takes checkpoints under its own session (its turns continue from the seed)')
+
+  // latest is the newest point the list shows, never the guard of that rewind.
+  step('web: latest, undo')
+  const latest = await command(s, '/rewind preview latest')
+  assert.match(latest.text, new RegExp(`^Rewinding to before turn 3\\.1 \\(checkpoint ${listed[4].short}\\)`), latest.text)
+  const guardId = /guard checkpoint ([0-9a-f]{8})/.exec(rewound.text)[1]
+  const guardRefused = await command(s, `/rewind preview ${guardId}`)
+  assert.equal(guardRefused.kind, 'error')
+  assert.match(guardRefused.text, /is a guard checkpoint .*not a rewind point; use \/rewind undo/, guardRefused.text)
+
+  // Undo: byte-exact back to before the rewind (the fork's child.txt was made after it).
+  unlinkSync(join(ws, 'child.txt'))
+  const undone = await command(s, '/rewind undo')
+  assert.equal(undone.kind, 'success', undone.text)
+  assert.deepEqual(snapshotFiles(ws), afterTurns, 'undo is byte-exact')
+  assert.match(undone.text, /^Undid the last rewind: the files are back to guard checkpoint [0-9a-f]{8}:\n {2}written \(1\):\n {4}notes\.txt/, undone.text)
+
+  // A restore without fork tells the current conversation what changed.
+  step('web: /rewind 1.3 --exact --yes (no fork), then the same conversation continues')
+  const restored = await command(s, '/rewind 1.3 --exact --yes')
+  assert.equal(restored.kind, 'success', restored.text)
+  assert.doesNotMatch(restored.text, /forked/)
+  assert.match(restored.text, /written \(2\):\n {4}a\.txt\n {4}notes\.txt\n {2}deleted \(2\):\n {4}made\.txt\n {4}three\.txt/, restored.text)
+  assert.equal(readFileSync(join(ws, 'a.txt'), 'utf8'), 'alpha\n')
+  await prompt(s, 'p4', 're-read and edit a again')
+  const p4 = model.requests.find((r) => r.sessionId === s && r.script === 'p4' && r.tools.length > 0)
+  const told = p4.messages.map((m) => m.text).find((t) => t.includes('[ckpt]'))
+  assert.ok(told, `the current conversation was told: ${JSON.stringify(p4.messages.slice(-3))}`)
+  assert.match(told, /^\[ckpt\] The user undid the last rewind: the files in .*work are back to how they were before it \(guard checkpoint [0-9a-f]{8}\); this conversation was not rewound\. Written back: notes\.txt\. Deleted: none\. Re-read any file before editing it\.$/m, told)
+  assert.match(told, /^\[ckpt\] The user restored the files in .*work to before turn 1\.3 \(checkpoint [0-9a-f]{8}\); this conversation was not rewound, so earlier messages may describe file contents that no longer hold\. Written back: a\.txt, notes\.txt\. Deleted: made\.txt, three\.txt\. Re-read any file before editing it\.$/m, told)
+  assert.equal(readFileSync(join(ws, 'a.txt'), 'utf8'), 'alpha after restore\n', 'the edit after the restore went through')
+
+  // The user's git state is untouched.
+  const after = fingerprint(ws)
+  assert.deepEqual(after, before, 'HEAD, index, refs outside refs/ckpt/, reflogs, stash and config are unchanged')
+  step(`all checks passed (${model.requests.length} model requests)`)
+}
+
+/** Every regular file of the worktree outside .git, with its content. */
+function snapshotFiles(root) {
+  const files = {}
+  const walk = (dir) => {
+    for (const entry of readdirSync(dir)) {
+      if (entry === '.git') continue
+      const p = join(dir, entry)
+      if (statSync(p).isDirectory()) walk(p)
+      else files[p.slice(root.length + 1)] = readFileSync(p, 'utf8')
+    }
+  }
+  walk(root)
+  return files
+}
+
+const deadline = setTimeout(() => {
+  console.error(`dsh-e2e: FAILED: over the ${DEADLINE_MS / 1000} s deadline`)
+  finish(1)
+}, DEADLINE_MS)
+
+async function finish(code) {
+  clearTimeout(deadline)
+  for (const child of children) {
+    try {
+      child.kill('SIGTERM')
+    } catch {}
+  }
+  for (let i = 0; i < 50 && [...children].some((c) => c.exitCode === null && c.signalCode === null); i++) await sleep(100)
+  for (const child of children) {
+    try {
+      child.kill('SIGKILL')
+    } catch {}
+  }
+  for (const cleanup of cleanups.reverse()) {
+    try {
+      await cleanup()
+    } catch {}
+  }
+  process.exit(code)
+}
+
+main().then(
+  () => finish(0),
+  (error) => {
+    if (error instanceof Unreachable) {
+      console.error(`\n*** dsh-e2e SKIPPED: ${error.message}. The real-dsh test did NOT run. ***\n`)
+      return finish(77)
+    }
+    console.error(`dsh-e2e: FAILED: ${error.stack ?? error}`)
+    return finish(1)
+  },
+)
