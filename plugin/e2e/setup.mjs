@@ -28,7 +28,7 @@ function sh(cmd, args, options) {
 }
 
 function registryReachable() {
-  const ping = spawnSync('npm', ['ping'], { encoding: 'utf8', timeout: 30_000 })
+  const ping = spawnSync('npm', ['ping', '--fetch-retries=0', '--fetch-timeout=15000'], { encoding: 'utf8', timeout: 30_000 })
   return ping.status === 0
 }
 
