@@ -29,7 +29,29 @@ const started = Date.now()
 const children = new Set()
 const cleanups = []
 
-const step = (text) => console.log(`[dsh-e2e ${((Date.now() - started) / 1000).toFixed(1)}s] ${text}`)
+let current = 'setup'
+const step = (text) => {
+  current = text
+  console.log(`[dsh-e2e ${((Date.now() - started) / 1000).toFixed(1)}s] ${text}`)
+}
+// `check` records a failed assertion and goes on, so one run shows every failing check (which
+// defect each belongs to is in the step's [n] tag); `assert` is kept for what later steps need.
+const failures = []
+const check = new Proxy(assert, {
+  get(target, prop) {
+    const fn = target[prop]
+    if (typeof fn !== 'function') return fn
+    return (...args) => {
+      try {
+        return fn.apply(target, args)
+      } catch (error) {
+        if (!(error instanceof assert.AssertionError)) throw error
+        failures.push(`${current}: ${error.message}`)
+        console.log(`[dsh-e2e] CHECK FAILED in ${current}: ${error.message.split('\n').slice(0, 6).join('\n    ')}`)
+      }
+    }
+  },
+})
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
 function git(cwd, ...args) {
@@ -67,6 +89,7 @@ function ckptList(repo, session) {
 }
 
 const show = (repo, id, path) => {
+  if (!id) return '<no such checkpoint>'
   const out = spawnSync('git', ['-C', repo, 'show', `${id}:${path}`], { encoding: 'utf8' })
   return out.status === 0 ? out.stdout : null
 }
@@ -104,6 +127,11 @@ async function main() {
   writeFileSync(join(staleDir, 'ckpt'), `#!/bin/sh\necho "$@" >> '${staleMark}'\n[ "$1" = --version ] && echo 'ckpt 0.0.0-stale' && exit 0\necho '{"v":1,"type":"error","code":"stale","message":"stale ckpt on PATH"}'\nexit 1\n`)
   chmodSync(join(staleDir, 'ckpt'), 0o755)
   const basePath = `${installed.binDirs.join(':')}:/usr/local/bin:/usr/bin:/bin`
+  // CKPT_DSH_E2E_LENIENT=1 leaves out the two setups an older plugin cannot survive (a stale ckpt
+  // first on PATH, and a binary that appears only after the web app booted), so one run against
+  // it shows whether the other defects are there too. Never set by cargo test.
+  const lenient = process.env.CKPT_DSH_E2E_LENIENT === '1'
+  const stalePath = lenient ? basePath : `${staleDir}:${basePath}`
   const env = (extra) => ({ HOME: scratch, DSH_HOME: dshHome, LANG: 'C.UTF-8', NO_COLOR: '1', ...extra })
 
   // --- Install the plugin exactly as plugin/README.md says -------------------------------------
@@ -175,31 +203,31 @@ async function main() {
   const modelEnv = { DEEPSEEK_BASE_URL: model.url, DEEPSEEK_API_KEY: 'fake-key-for-tests' }
 
   // --- Headless: a missing binary is reported visibly -------------------------------------------
-  step('headless run with no ckpt binary (CKPT_BIN points nowhere, none on PATH)')
+  step('[7] headless run with no ckpt binary (CKPT_BIN points nowhere, none on PATH)')
   const h0 = await run('dsh', ['--profile', 'headless', '[[h0]] write h0.txt'], { cwd: ws, env: env({ ...modelEnv, PATH: basePath, CKPT_BIN: join(scratch, 'no-such-ckpt') }) })
-  assert.ok(existsSync(join(ws, 'h0.txt')), `the headless run wrote h0.txt (failurePolicy open): ${h0.stdout}\n${h0.stderr}`)
-  assert.match(h0.stderr, /ckpt: WARNING: no checkpoint was taken before write in session \S+/, `the failure reaches stderr:\n${h0.stderr}`)
-  assert.match(h0.stderr, /CKPT_BIN = .*no-such-ckpt/, 'the warning names what was tried')
-  assert.equal((h0.stderr.match(/ckpt: WARNING/g) ?? []).length, 1, 'said once per session')
-  assert.equal(ckptList(ws).length, 0)
+  check.ok(existsSync(join(ws, 'h0.txt')), `the headless run wrote h0.txt (failurePolicy open): ${h0.stdout}\n${h0.stderr}`)
+  check.match(h0.stderr, /ckpt: WARNING: no checkpoint was taken before write in session \S+/, `the failure reaches stderr:\n${h0.stderr}`)
+  check.match(h0.stderr, /CKPT_BIN = .*no-such-ckpt/, 'the warning names what was tried')
+  check.equal((h0.stderr.match(/ckpt: WARNING/g) ?? []).length, 1, 'said once per session')
+  check.equal(ckptList(ws).length, 0)
   unlinkSync(join(ws, 'h0.txt'))
 
   // --- Headless: a checkpoint before every mutation; CKPT_BIN wins over a stale ckpt on PATH -----
-  step('headless run: write + bash, CKPT_BIN set, a stale ckpt first on PATH')
-  const h1 = await run('dsh', ['--profile', 'headless', '[[h1]] write h1.txt then append'], { cwd: ws, env: env({ ...modelEnv, PATH: `${staleDir}:${basePath}`, CKPT_BIN: CKPT }) })
-  assert.equal(h1.code, 0, `headless exit code: ${h1.stdout}\n${h1.stderr}`)
-  assert.match(h1.stdout, /h1 done/)
-  assert.doesNotMatch(h1.stderr, /ckpt: WARNING/, h1.stderr)
-  assert.equal(existsSync(staleMark), false, 'the stale ckpt on PATH was never run')
+  step('[7] headless run: write, str_replace_editor, bash; CKPT_BIN set, a stale ckpt first on PATH')
+  const h1 = await run('dsh', ['--profile', 'headless', '[[h1]] write h1.txt then append'], { cwd: ws, env: env({ ...modelEnv, PATH: stalePath, CKPT_BIN: CKPT }) })
+  check.equal(h1.code, 0, `headless exit code: ${h1.stdout}\n${h1.stderr}`)
+  check.match(h1.stdout, /h1 done/)
+  check.doesNotMatch(h1.stderr, /ckpt: WARNING/, h1.stderr)
+  check.equal(existsSync(staleMark), false, 'the stale ckpt on PATH was never run')
   const headlessSession = model.requests.find((r) => r.script === 'h1')?.sessionId
   const hl = ckptList(ws, headlessSession)
-  assert.deepEqual(hl.map((r) => `${r.turn}.${r.step}:${r.trigger}:${r.kind}`), ['1.1:write:auto', '1.2:write:auto', '1.3:bash:auto'], JSON.stringify(hl))
-  assert.equal(show(ws, hl[0].id, 'h1.txt'), null, 'before the write, h1.txt did not exist')
-  assert.equal(show(ws, hl[1].id, 'h1-editor.txt'), null, 'before str_replace_editor create, its file did not exist')
-  assert.equal(show(ws, hl[1].id, 'h1.txt'), 'headless one\n')
-  assert.equal(show(ws, hl[2].id, 'h1.txt'), 'headless one\n', 'before bash, h1.txt held the write')
-  assert.equal(readFileSync(join(ws, 'h1.txt'), 'utf8'), 'headless one\nfrom-bash\n')
-  assert.equal(readFileSync(join(ws, 'h1-editor.txt'), 'utf8'), 'made by str_replace_editor\n')
+  check.deepEqual(hl.map((r) => `${r.turn}.${r.step}:${r.trigger}:${r.kind}`), ['1.1:write:auto', '1.2:write:auto', '1.3:bash:auto'], JSON.stringify(hl))
+  check.equal(show(ws, hl[0]?.id, 'h1.txt'), null, 'before the write, h1.txt did not exist')
+  check.equal(show(ws, hl[1]?.id, 'h1-editor.txt'), null, 'before str_replace_editor create, its file did not exist')
+  check.equal(show(ws, hl[1]?.id, 'h1.txt'), 'headless one\n')
+  check.equal(show(ws, hl[2]?.id, 'h1.txt'), 'headless one\n', 'before bash, h1.txt held the write')
+  check.equal(readFileSync(join(ws, 'h1.txt'), 'utf8'), 'headless one\nfrom-bash\n')
+  check.equal(readFileSync(join(ws, 'h1-editor.txt'), 'utf8'), 'made by str_replace_editor\n')
   unlinkSync(join(ws, 'h1.txt'))
   unlinkSync(join(ws, 'h1-editor.txt'))
 
@@ -208,8 +236,9 @@ async function main() {
   // made (the plugin looks again).
   const link = join(scratch, 'bin', 'ckpt')
   mkdirSync(dirname(link))
+  if (lenient) symlinkSync(CKPT, link)
   step('booting dsh web')
-  const web = spawn('dsh', ['web', '--no-open', '--host', '127.0.0.1', '--port', '0'], { cwd: ws, env: env({ ...modelEnv, PATH: `${staleDir}:${basePath}`, CKPT_BIN: link }), stdio: ['ignore', 'pipe', 'pipe'] })
+  const web = spawn('dsh', ['web', '--no-open', '--host', '127.0.0.1', '--port', '0'], { cwd: ws, env: env({ ...modelEnv, PATH: stalePath, CKPT_BIN: link }), stdio: ['ignore', 'pipe', 'pipe'] })
   children.add(web)
   let webOut = ''
   let webErr = ''
@@ -245,7 +274,7 @@ async function main() {
     const steps = model.requests.length
     await call('session.prompt', { sessionId, mode: 'queue', content: [{ type: 'text', text: `[[${script}]] ${text}` }] })
     for (let i = 0; i < 600; i++) {
-      const served = model.requests.slice(steps).filter((r) => r.sessionId === sessionId && r.script === script && r.tools.length > 0)
+      const served = model.requests.slice(steps).filter((r) => r.sessionId === sessionId && r.script === script && !r.title)
       if (served.some((r) => r.final)) return served
       await sleep(100)
     }
@@ -263,20 +292,22 @@ async function main() {
   }
 
   // A missing binary in the web: the first failure on stderr, and /rewind status says it.
-  step('web: a mutation with the binary missing')
-  const m = await newSession()
-  await prompt(m, 'm1', 'write m1.txt')
-  assert.ok(existsSync(join(ws, 'm1.txt')))
-  const mStatus = await command(m, '/rewind status')
-  assert.match(mStatus.text, /ckpt cannot run, so no checkpoint is being taken: ckpt binary not usable: CKPT_BIN = /, mStatus.text)
-  assert.match(mStatus.text, /WARNING: 1 mutation\(s\) in this session ran without a checkpoint; first before write/, mStatus.text)
-  assert.match(webErr, new RegExp(`ckpt: WARNING: no checkpoint was taken before write in session ${m}`), 'the web server printed the failure')
-  unlinkSync(join(ws, 'm1.txt'))
-  symlinkSync(CKPT, link)
+  if (!lenient) {
+    step('[7] web: a mutation with the binary missing, then /rewind status')
+    const m = await newSession()
+    await prompt(m, 'm1', 'write m1.txt')
+    check.ok(existsSync(join(ws, 'm1.txt')))
+    const mStatus = await command(m, '/rewind status')
+    check.match(mStatus.text, /ckpt cannot run, so no checkpoint is being taken: ckpt binary not usable: CKPT_BIN = /, mStatus.text)
+    check.match(mStatus.text, /WARNING: 1 mutation\(s\) in this session ran without a checkpoint; first before write/, mStatus.text)
+    check.match(webErr, new RegExp(`ckpt: WARNING: no checkpoint was taken before write in session ${m}`), 'the web server printed the failure')
+    unlinkSync(join(ws, 'm1.txt'))
+    symlinkSync(CKPT, link)
+  }
 
   // Three turns in one session: a checkpoint before every mutation, with session/turn/step.
   const s = await newSession()
-  step(`web: three turns in ${s}`)
+  step(`web: three turns in ${s}, a checkpoint before every mutation`)
   const beforeTurn = []
   for (const [script, text] of [['w1', 'start notes and edit a'], ['w2', 'create made.txt and append'], ['w3', 'write three']]) {
     beforeTurn.push(snapshotFiles(ws))
@@ -285,107 +316,110 @@ async function main() {
   const afterTurns = snapshotFiles(ws)
   if (process.env.CKPT_DSH_E2E_DEBUG) console.log(JSON.stringify(model.requests.filter((r) => r.sessionId === s).map((r) => [r.script, r.step, r.tools, r.messages.at(-1)]), null, 1))
   const listed = ckptList(ws, s)
-  assert.deepEqual(listed.map((r) => `${r.turn}.${r.step}:${r.trigger}:${r.kind}`), ['1.1:write:auto', '1.3:edit:auto', '2.1:write:auto', '2.2:bash:auto', '3.1:bash:auto'], JSON.stringify(listed))
-  assert.equal(show(ws, listed[0].id, 'notes.txt'), null)
-  assert.equal(show(ws, listed[1].id, 'a.txt'), 'alpha\n', 'before the edit')
-  assert.equal(show(ws, listed[2].id, 'made.txt'), null, 'before the write')
-  assert.equal(show(ws, listed[3].id, 'notes.txt'), 'note one\n', 'before bash appended')
-  assert.equal(show(ws, listed[4].id, 'three.txt'), null)
-  assert.equal(existsSync(staleMark), false, 'the stale ckpt on PATH was never run')
-  const parentTools = model.requests.find((r) => r.sessionId === s && r.tools.length > 0).tools
-  assert.ok(parentTools.includes('write') && parentTools.includes('bash'), JSON.stringify(parentTools))
+  check.deepEqual(listed.map((r) => `${r.turn}.${r.step}:${r.trigger}:${r.kind}`), ['1.1:write:auto', '1.3:edit:auto', '2.1:write:auto', '2.2:bash:auto', '3.1:bash:auto'], JSON.stringify(listed))
+  check.equal(show(ws, listed[0]?.id, 'notes.txt'), null)
+  check.equal(show(ws, listed[1]?.id, 'a.txt'), 'alpha\n', 'before the edit')
+  check.equal(show(ws, listed[2]?.id, 'made.txt'), null, 'before the write')
+  check.equal(show(ws, listed[3]?.id, 'notes.txt'), 'note one\n', 'before bash appended')
+  check.equal(show(ws, listed[4]?.id, 'three.txt'), null)
+  check.equal(existsSync(staleMark), false, 'the stale ckpt on PATH was never run')
+  const parentTools = model.requests.find((r) => r.sessionId === s && !r.title)?.tools ?? []
+  check.ok(parentTools.includes('write') && parentTools.includes('bash'), JSON.stringify(parentTools))
 
   // The texts a person reads.
-  step('web: /rewind, /rewind all, preview in every listed form, diff, status')
+  step('[2][3] web: /rewind, /rewind all, preview in every listed form, diff, status')
   const points = await command(s, '/rewind')
-  assert.equal(points.kind, 'success', points.text)
-  assert.match(points.text, new RegExp(`^turn 1  ${listed[0].short}  \\S+  write  \\[\\[w1\\]\\] start notes and edit a$`, 'm'), points.text)
-  assert.match(points.text, new RegExp(`^turn 2  ${listed[2].short} `, 'm'), points.text)
-  assert.match(points.text, new RegExp(`^turn 3  ${listed[4].short} `, 'm'), points.text)
+  check.equal(points.kind, 'success', points.text)
+  check.match(points.text, new RegExp(`^turn 1  ${listed[0]?.short}  \\S+  write  \\[\\[w1\\]\\] start notes and edit a$`, 'm'), points.text)
+  check.match(points.text, new RegExp(`^turn 2  ${listed[2]?.short} `, 'm'), points.text)
+  check.match(points.text, new RegExp(`^turn 3  ${listed[4]?.short} `, 'm'), points.text)
   const all = await command(s, '/rewind all')
   for (const [i, label] of ['turn 1.1', 'turn 1.3', 'turn 2.1', 'turn 2.2', 'turn 3.1'].entries()) {
-    assert.match(all.text, new RegExp(`^${label.replace('.', '\\.')}  ${listed[i].short} `, 'm'), all.text)
+    check.match(all.text, new RegExp(`^${label.replace('.', '\\.')}  ${listed[i]?.short} `, 'm'), all.text)
   }
-  for (const form of ['1.3', 'turn 1.3', 'turn:1.3', listed[1].short]) {
+  for (const form of ['1.3', 'turn 1.3', 'turn:1.3', listed[1]?.short]) {
     const preview = await command(s, `/rewind preview ${form}`)
-    assert.equal(preview.kind, 'success', `${form}: ${preview.text}`)
-    assert.match(preview.text, new RegExp(`^Rewinding to before turn 1\\.3 \\(checkpoint ${listed[1].short}\\)`), `${form}: ${preview.text}`)
-    assert.match(preview.text, /overwrite or recreate \(2\):\n {4}a\.txt\n {4}notes\.txt/, `${form}: ${preview.text}`)
-    assert.match(preview.text, /leave in place, created after that point \(2\); add --exact to delete them:\n {4}made\.txt\n {4}three\.txt/, `${form}: ${preview.text}`)
-    assert.match(preview.text, /not protected, never touched \(1\):\n {4}build\.log {2}\[ignored\]/, `${form}: ${preview.text}`)
+    check.equal(preview.kind, 'success', `${form}: ${preview.text}`)
+    check.match(preview.text, new RegExp(`^Rewinding to before turn 1\\.3 \\(checkpoint ${listed[1]?.short}\\)`), `${form}: ${preview.text}`)
+    check.match(preview.text, /overwrite or recreate \(2\):\n {4}a\.txt\n {4}notes\.txt/, `${form}: ${preview.text}`)
+    check.match(preview.text, /leave in place, created after that point \(2\); add --exact to delete them:\n {4}made\.txt\n {4}three\.txt/, `${form}: ${preview.text}`)
+    check.match(preview.text, /not protected, never touched \(1\):\n {4}build\.log {2}\[ignored\]/, `${form}: ${preview.text}`)
   }
   const bad = await command(s, '/rewind preview 9.9')
-  assert.equal(bad.kind, 'error')
-  assert.match(bad.text, /no rewind point for turn 9\.9/)
+  check.equal(bad.kind, 'error')
+  check.match(bad.text, /no rewind point for turn 9\.9/)
   const diff = await command(s, '/rewind diff 2')
-  assert.equal(diff.kind, 'success', diff.text)
-  assert.match(diff.text, /^Changes since before turn 2 \(checkpoint [0-9a-f]{8}\) \(3 file\(s\), \+3 -0\):/, diff.text)
-  assert.match(diff.text, /^ {2}A made\.txt {2}\+1 -0$/m, diff.text)
-  assert.match(diff.text, /^ {2}M notes\.txt {2}\+1 -0$/m, diff.text)
-  assert.match(diff.text, /^ {2}A three\.txt {2}\+1 -0$/m, diff.text)
+  check.equal(diff.kind, 'success', diff.text)
+  check.match(diff.text, /^Changes since before turn 2 \(checkpoint [0-9a-f]{8}\) \(3 file\(s\), \+3 -0\):/, diff.text)
+  check.match(diff.text, /^ {2}A made\.txt {2}\+1 -0$/m, diff.text)
+  check.match(diff.text, /^ {2}M notes\.txt {2}\+1 -0$/m, diff.text)
+  check.match(diff.text, /^ {2}A three\.txt {2}\+1 -0$/m, diff.text)
   const status = await command(s, '/rewind status')
-  assert.equal(status.kind, 'success', status.text)
-  assert.match(status.text, /^ckpt \(git provider\) for .*work$/m, status.text)
-  assert.match(status.text, /^protected now: \d+ file\(s\)$/m, status.text)
-  assert.match(status.text, /^not protected \(1\):\n {2}build\.log {2}\[ignored\]$/m, status.text)
-  assert.match(status.text, /^rewind points in this session: 5$/m, status.text)
-  assert.match(status.text, /^disk: .* kept alive only by ckpt, .* shared with your repository \(\d+ distinct files\)$/m, status.text)
+  check.equal(status.kind, 'success', status.text)
+  check.match(status.text, /^ckpt \(git provider\) for .*work$/m, status.text)
+  check.match(status.text, /^protected now: \d+ file\(s\)$/m, status.text)
+  check.match(status.text, /^not protected \(1\):\n {2}build\.log {2}\[ignored\]$/m, status.text)
+  check.match(status.text, /^rewind points in this session: 5$/m, status.text)
+  check.match(status.text, /^disk: .* kept alive only by ckpt, .* shared with your repository \(\d+ distinct files\)$/m, status.text)
 
   // /rewind 2 --yes: files to before turn 2, the conversation forked with its tools.
-  step('web: /rewind 2 --yes (restore + fork)')
+  step('[1][5] web: /rewind 2 --yes (restore + fork), the fork\'s first request')
   const rewound = await command(s, '/rewind 2 --yes')
-  assert.equal(rewound.kind, 'success', rewound.text)
-  assert.deepEqual(snapshotFiles(ws), { ...beforeTurn[1], 'made.txt': 'created in turn 2\n', 'three.txt': 'three\n' }, 'before turn 2, except what was created later (left: not --exact)')
-  assert.match(rewound.text, /^Rewound the files to before turn 2 \(checkpoint [0-9a-f]{8}\):\n {2}written \(1\):\n {4}notes\.txt\n {2}left in place, created after that point \(2\):\n {4}made\.txt\n {4}three\.txt/, rewound.text)
-  assert.match(rewound.text, /guard checkpoint [0-9a-f]{8} holds the state before this rewind; undo with \/rewind undo/, rewound.text)
-  const child = /conversation forked before turn 2 as (session-[0-9a-f-]+); this conversation is unchanged/.exec(rewound.text)?.[1]
+  check.equal(rewound.kind, 'success', rewound.text)
+  check.deepEqual(snapshotFiles(ws), { ...beforeTurn[1], 'made.txt': 'created in turn 2\n', 'three.txt': 'three\n' }, 'before turn 2, except what was created later (left: not --exact)')
+  check.match(rewound.text, /^Rewound the files to before turn 2 \(checkpoint [0-9a-f]{8}\):\n {2}written \(1\):\n {4}notes\.txt\n {2}left in place, created after that point \(2\):\n {4}made\.txt\n {4}three\.txt/, rewound.text)
+  check.match(rewound.text, /guard checkpoint [0-9a-f]{8} holds the state before this rewind; undo with \/rewind undo/, rewound.text)
+  const child = /conversation forked before turn 2 as (session-[0-9a-f-]+)/.exec(rewound.text)?.[1]
   assert.ok(child, rewound.text)
+  check.match(rewound.text, /as session-[0-9a-f-]+; this conversation is unchanged/, rewound.text)
   await prompt(child, 'c1', 'carry on in the fork')
-  const childFirst = model.requests.find((r) => r.sessionId === child && r.tools.length > 0)
+  const childFirst = model.requests.find((r) => r.sessionId === child && !r.title)
   assert.ok(childFirst, `the fork asked the model with tools: ${JSON.stringify(model.requests.filter((r) => r.sessionId === child).map((r) => r.tools.length))}`)
-  assert.deepEqual([...childFirst.tools].sort(), [...parentTools].sort(), 'the fork offers the same tools as its parent')
+  check.deepEqual([...childFirst.tools].sort(), [...parentTools].sort(), 'the fork offers the same tools as its parent')
   const notice = childFirst.messages.map((m) => m.text).find((t) => t.includes('[ckpt]'))
-  assert.ok(notice, `the fork's first request carries the notice: ${JSON.stringify(childFirst.messages.slice(-4))}`)
-  assert.match(notice, /^\[ckpt\] The user rewound this conversation and the files in .*work to before turn 2 \(checkpoint [0-9a-f]{8}\)\. Written back: notes\.txt\. Deleted: none\. Left in place \(created after that point, not removed\): made\.txt, three\.txt\. Re-read any file before editing it\.$/, notice)
-  assert.ok(!childFirst.messages.some((m) => m.text.includes('[[w2]]')), 'the fork holds turn 1 only')
-  assert.ok(childFirst.messages.some((m) => m.text.includes('[[w1]]')), 'the fork holds turn 1')
-  assert.equal(readFileSync(join(ws, 'child.txt'), 'utf8'), 'written in the fork\n', 'the fork can write')
-  assert.ok(ckptList(ws, child).some((r) => r.turn === 2 && r.trigger === 'write'), 'the fork takes checkpoints under its own session (its turns continue from the seed)')
+  check.ok(notice, `the fork's first request carries the notice: ${JSON.stringify(childFirst.messages.slice(-4))}`)
+  check.match(notice, /^\[ckpt\] The user rewound this conversation and the files in .*work to before turn 2 \(checkpoint [0-9a-f]{8}\)\. Written back: notes\.txt\. Deleted: none\. Left in place \(created after that point, not removed\): made\.txt, three\.txt\. Re-read any file before editing it\.$/, notice)
+  check.ok(!childFirst.messages.some((m) => m.text.includes('[[w2]]')), 'the fork holds turn 1 only')
+  check.ok(childFirst.messages.some((m) => m.text.includes('[[w1]]')), 'the fork holds turn 1')
+  check.equal(existsSync(join(ws, 'child.txt')) ? readFileSync(join(ws, 'child.txt'), 'utf8') : null, 'written in the fork\n', 'the fork can write')
+  check.ok(ckptList(ws, child).some((r) => r.turn === 2 && r.trigger === 'write'), 'the fork takes checkpoints under its own session (its turns continue from the seed)')
 
   // latest is the newest point the list shows, never the guard of that rewind.
-  step('web: latest, undo')
+  step('[4] web: latest, a guard named, undo')
   const latest = await command(s, '/rewind preview latest')
-  assert.match(latest.text, new RegExp(`^Rewinding to before turn 3\\.1 \\(checkpoint ${listed[4].short}\\)`), latest.text)
-  const guardId = /guard checkpoint ([0-9a-f]{8})/.exec(rewound.text)[1]
+  check.match(latest.text, new RegExp(`^Rewinding to before turn 3\\.1 \\(checkpoint ${listed[4]?.short}\\)`), latest.text)
+  const guardId = /guard checkpoint ([0-9a-f]{8})/.exec(rewound.text)?.[1] ?? (ckptList(ws, s).findLast((r) => r.kind === 'guard')?.short ?? 'none')
   const guardRefused = await command(s, `/rewind preview ${guardId}`)
-  assert.equal(guardRefused.kind, 'error')
-  assert.match(guardRefused.text, /is a guard checkpoint .*not a rewind point; use \/rewind undo/, guardRefused.text)
+  check.equal(guardRefused.kind, 'error')
+  check.match(guardRefused.text, /is a guard checkpoint .*not a rewind point; use \/rewind undo/, guardRefused.text)
 
   // Undo: byte-exact back to before the rewind (the fork's child.txt was made after it).
-  unlinkSync(join(ws, 'child.txt'))
+  rmSync(join(ws, 'child.txt'), { force: true })
   const undone = await command(s, '/rewind undo')
-  assert.equal(undone.kind, 'success', undone.text)
-  assert.deepEqual(snapshotFiles(ws), afterTurns, 'undo is byte-exact')
-  assert.match(undone.text, /^Undid the last rewind: the files are back to guard checkpoint [0-9a-f]{8}:\n {2}written \(1\):\n {4}notes\.txt/, undone.text)
+  check.equal(undone.kind, 'success', undone.text)
+  check.deepEqual(snapshotFiles(ws), afterTurns, 'undo is byte-exact')
+  check.match(undone.text, /^Undid the last rewind: the files are back to guard checkpoint [0-9a-f]{8}:\n {2}written \(1\):\n {4}notes\.txt/, undone.text)
 
   // A restore without fork tells the current conversation what changed.
-  step('web: /rewind 1.3 --exact --yes (no fork), then the same conversation continues')
+  step('[6] web: /rewind 1.3 --exact --yes (no fork), then the same conversation continues')
   const restored = await command(s, '/rewind 1.3 --exact --yes')
-  assert.equal(restored.kind, 'success', restored.text)
-  assert.doesNotMatch(restored.text, /forked/)
-  assert.match(restored.text, /written \(2\):\n {4}a\.txt\n {4}notes\.txt\n {2}deleted \(2\):\n {4}made\.txt\n {4}three\.txt/, restored.text)
-  assert.equal(readFileSync(join(ws, 'a.txt'), 'utf8'), 'alpha\n')
+  check.equal(restored.kind, 'success', restored.text)
+  check.doesNotMatch(restored.text, /forked/)
+  check.match(restored.text, /written \(2\):\n {4}a\.txt\n {4}notes\.txt\n {2}deleted \(2\):\n {4}made\.txt\n {4}three\.txt/, restored.text)
+  check.equal(readFileSync(join(ws, 'a.txt'), 'utf8'), 'alpha\n')
   await prompt(s, 'p4', 're-read and edit a again')
-  const p4 = model.requests.find((r) => r.sessionId === s && r.script === 'p4' && r.tools.length > 0)
-  const told = p4.messages.map((m) => m.text).find((t) => t.includes('[ckpt]'))
-  assert.ok(told, `the current conversation was told: ${JSON.stringify(p4.messages.slice(-3))}`)
-  assert.match(told, /^\[ckpt\] The user undid the last rewind: the files in .*work are back to how they were before it \(guard checkpoint [0-9a-f]{8}\); this conversation was not rewound\. Written back: notes\.txt\. Deleted: none\. Re-read any file before editing it\.$/m, told)
-  assert.match(told, /^\[ckpt\] The user restored the files in .*work to before turn 1\.3 \(checkpoint [0-9a-f]{8}\); this conversation was not rewound, so earlier messages may describe file contents that no longer hold\. Written back: a\.txt, notes\.txt\. Deleted: made\.txt, three\.txt\. Re-read any file before editing it\.$/m, told)
-  assert.equal(readFileSync(join(ws, 'a.txt'), 'utf8'), 'alpha after restore\n', 'the edit after the restore went through')
+  const p4 = model.requests.find((r) => r.sessionId === s && r.script === 'p4' && !r.title)
+  const told = p4?.messages.map((m) => m.text).find((t) => t.includes('[ckpt]'))
+  check.ok(told, `the current conversation was told: ${JSON.stringify(p4.messages.slice(-3))}`)
+  check.match(told, /^\[ckpt\] The user undid the last rewind: the files in .*work are back to how they were before it \(guard checkpoint [0-9a-f]{8}\); this conversation was not rewound\. Written back: notes\.txt\. Deleted: none\. Re-read any file before editing it\.$/m, told)
+  check.match(told, /^\[ckpt\] The user restored the files in .*work to before turn 1\.3 \(checkpoint [0-9a-f]{8}\); this conversation was not rewound, so earlier messages may describe file contents that no longer hold\. Written back: a\.txt, notes\.txt\. Deleted: made\.txt, three\.txt\. Re-read any file before editing it\.$/m, told)
+  check.equal(readFileSync(join(ws, 'a.txt'), 'utf8'), 'alpha after restore\n', 'the edit after the restore went through')
 
   // The user's git state is untouched.
+  step('the user\'s git state')
   const after = fingerprint(ws)
-  assert.deepEqual(after, before, 'HEAD, index, refs outside refs/ckpt/, reflogs, stash and config are unchanged')
+  check.deepEqual(after, before, 'HEAD, index, refs outside refs/ckpt/, reflogs, stash and config are unchanged')
+  if (failures.length) throw new Error(`${failures.length} check(s) failed:\n- ${failures.join('\n- ')}`)
   step(`all checks passed (${model.requests.length} model requests)`)
 }
 
@@ -437,7 +471,8 @@ main().then(
       console.error(`\n*** dsh-e2e SKIPPED: ${error.message}. The real-dsh test did NOT run. ***\n`)
       return finish(77)
     }
-    console.error(`dsh-e2e: FAILED: ${error.stack ?? error}`)
+    const earlier = failures.length && !/check\(s\) failed/.test(error.message) ? `\n(and ${failures.length} failed check(s) before it:\n- ${failures.join('\n- ')})` : ''
+    console.error(`dsh-e2e: FAILED in ${current}: ${error.stack ?? error}${earlier}`)
     return finish(1)
   },
 )

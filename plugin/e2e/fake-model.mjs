@@ -45,16 +45,18 @@ export function startFakeModel(scripts) {
         }
       }
       const step = name === undefined ? 0 : messages.slice(at + 1).filter((m) => m.role === 'assistant').length
-      // Requests without tools (dsh's session-title generation) get a plain text answer.
+      // dsh's session-title request (no tools, quotes the first prompt) gets a plain text answer.
       const offered = parsed.tools ?? []
-      const reply = offered.length === 0 ? { text: 'A title' } : ((name !== undefined && scripts[name]?.[step]) ?? { text: 'done' })
+      const title = offered.length === 0 && /^Generate the session title/.test(textOf(messages.at(-1)))
+      const reply = title ? { text: 'A title' } : ((name !== undefined && scripts[name]?.[step]) ?? { text: 'done' })
       const record = {
         script: name,
         step,
         tools: offered.map((t) => t.function?.name ?? t.name),
         messages: messages.map((m) => ({ role: m.role, text: textOf(m) })),
         sessionId: req.headers['x-deepseek-harness-session-id'],
-        final: !Array.isArray(reply.calls),
+        title,
+        final: !title && !Array.isArray(reply.calls),
       }
       requests.push(record)
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' })
