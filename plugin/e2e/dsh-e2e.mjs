@@ -116,6 +116,12 @@ async function main() {
   step('installing (or reusing) Node 22, pnpm and dsh from npm')
   const installed = ensureInstalled()
   step(`node ${installed.versions.node}, pnpm ${installed.versions.pnpm}, dsh ${installed.versions.dsh}`)
+  if (typeof WebSocket === 'undefined') {
+    // /api/events.mux is a WebSocket; Node 20 has no client for it, the cached Node 22 has.
+    step(`re-running under ${installed.nodeBin}`)
+    const again = spawnSync(installed.nodeBin, [fileURLToPath(import.meta.url)], { stdio: 'inherit', env: process.env, timeout: DEADLINE_MS })
+    return again.status ?? 1
+  }
 
   const scratch = mkdtempSync(join(tmpdir(), 'ckpt-dsh-e2e-'))
   cleanups.push(() => rmSync(scratch, { recursive: true, force: true }))
@@ -415,6 +421,53 @@ async function main() {
   check.match(told, /^\[ckpt\] The user restored the files in .*work to before turn 1\.3 \(checkpoint [0-9a-f]{8}\); this conversation was not rewound, so earlier messages may describe file contents that no longer hold\. Written back: a\.txt, notes\.txt\. Deleted: made\.txt, three\.txt\. Re-read any file before editing it\.$/m, told)
   check.equal(readFileSync(join(ws, 'a.txt'), 'utf8'), 'alpha after restore\n', 'the edit after the restore went through')
 
+  // The confirmation question, answered through the web app's own channels: the question arrives
+  // on the `/api/events.mux` stream, the answer goes to `POST /api/respond`.
+  step('web: /rewind latest without --yes asks; Cancel changes nothing, Restore restores')
+  const questions = []
+  const socket = new WebSocket(`${base.replace('http', 'ws')}/api/events.mux`)
+  cleanups.push(() => socket.close())
+  const opened = await new Promise((resolveOpen) => {
+    socket.addEventListener('open', () => resolveOpen(true), { once: true })
+    socket.addEventListener('error', () => resolveOpen(false), { once: true })
+    setTimeout(() => resolveOpen(false), 10_000)
+  })
+  assert.ok(opened, 'the /api/events.mux WebSocket opened')
+  socket.addEventListener('message', (event) => {
+    try {
+      const frame = JSON.parse(String(event.data))
+      if (frame?.payload?.type === 'question/requested') questions.push(frame)
+    } catch {}
+  })
+  const latestPoint = ckptList(ws, s).filter((r) => r.kind !== 'guard').at(-1)
+  const answer = async (label) => {
+    const seen = questions.length
+    const pending = command(s, '/rewind latest')
+    for (let i = 0; i < 100 && questions.length === seen; i++) await sleep(100)
+    const asked = questions[seen]
+    assert.ok(asked, 'a question arrived on /api/events.mux')
+    check.equal(asked.payload.sessionId, s)
+    check.match(asked.payload.questions[0].question, new RegExp(`^Rewinding to before turn ${latestPoint?.turn}\\.${latestPoint?.step} \\(checkpoint ${latestPoint?.short}\\), taken .*, would:\n {2}overwrite or recreate \\(1\\):\n {4}a\\.txt\n[^]*\n\nRestore these files\\?$`), asked.payload.questions[0].question)
+    check.deepEqual(asked.payload.questions[0].options.map((o) => o.label), ['Restore', 'Cancel'])
+    const response = await fetch(`${base}/api/respond`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ type: 'client-response', rpcId: asked.rpcId, result: { ok: true, value: { sessionId: s, answer: { answers: [{ id: 'ckpt-rewind', selected: [label] }] } } } }),
+      signal: AbortSignal.timeout(30_000),
+    })
+    check.equal(response.ok, true, `respond: HTTP ${response.status}`)
+    return pending
+  }
+  const cancelled = await answer('Cancel')
+  check.equal(cancelled.kind, 'error')
+  check.match(cancelled.text, /^not confirmed; nothing was changed\./, cancelled.text)
+  check.equal(readFileSync(join(ws, 'a.txt'), 'utf8'), 'alpha after restore\n', 'Cancel changed nothing')
+  const confirmed = await answer('Restore')
+  check.equal(confirmed.kind, 'success', confirmed.text)
+  check.match(confirmed.text, /written \(1\):\n {4}a\.txt/, confirmed.text)
+  check.equal(readFileSync(join(ws, 'a.txt'), 'utf8'), 'alpha\n', 'Restore restored a.txt to before the edit')
+  socket.close()
+
   // The user's git state is untouched.
   step('the user\'s git state')
   const after = fingerprint(ws)
@@ -465,7 +518,7 @@ async function finish(code) {
 }
 
 main().then(
-  () => finish(0),
+  (code) => finish(code ?? 0),
   (error) => {
     if (error instanceof Unreachable) {
       console.error(`\n*** dsh-e2e SKIPPED: ${error.message}. The real-dsh test did NOT run. ***\n`)
