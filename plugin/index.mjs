@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto'
 
 import { Config as ConfigSchema } from './lib/config.mjs'
+import { checkpointsProjection } from './lib/projection.mjs'
 import { errorText, one, resolveBinary, run } from './lib/ckpt.mjs'
 import {
   failureText,
@@ -354,6 +355,15 @@ export function apply(ctx, rawConfig) {
 
   if (typeof ctx.inject === 'function') {
     ctx.inject(['commands'], (c) => c.commands.register(command))
+    // The checkpoint strip for the web shell, where the host has session projections. Folded
+    // from events the log already holds: the plugin appends no session event of its own.
+    ctx.inject(['sessionProjections'], (c) => {
+      try {
+        c.sessionProjections.register(checkpointsProjection({ shellTools: config.shellTools, commandName: name }))
+      } catch (error) {
+        log.warn('ckpt: no checkpoints projection: %s', error.message)
+      }
+    })
   } else {
     ctx.get?.('commands')?.register(command)
   }

@@ -332,6 +332,14 @@ async function main() {
   const parentTools = model.requests.find((r) => r.sessionId === s && !r.title)?.tools ?? []
   check.ok(parentTools.includes('write') && parentTools.includes('bash'), JSON.stringify(parentTools))
 
+  // The `checkpoints` session projection, as the web app serves it with a transcript page.
+  step('[9] web: the checkpoints projection in session.history')
+  const history = await call('session.history', { sessionId: s })
+  const strip = history.projections?.values?.checkpoints
+  check.ok(strip, `session.history carries projections.values.checkpoints: ${JSON.stringify(Object.keys(history.projections?.values ?? {}))}`)
+  check.deepEqual(strip?.points?.map((p) => `${p.turn}.${p.step}:${p.tool}`), ['1.1:write', '1.3:edit', '2.1:write', '2.2:bash', '3.1:bash'], JSON.stringify(strip))
+  check.deepEqual(strip?.rewinds, [], 'no /rewind ran in this session yet')
+
   // The texts a person reads.
   step('[2][3] web: /rewind, /rewind all, preview in every listed form, diff, status')
   const points = await command(s, '/rewind')
@@ -467,6 +475,15 @@ async function main() {
   check.match(confirmed.text, /written \(1\):\n {4}a\.txt/, confirmed.text)
   check.equal(readFileSync(join(ws, 'a.txt'), 'utf8'), 'alpha\n', 'Restore restored a.txt to before the edit')
   socket.close()
+
+  step('[9] web: the projection lists every /rewind of the session with its outcome')
+  const strip2 = (await call('session.history', { sessionId: s })).projections?.values?.checkpoints
+  const runs = (strip2?.rewinds ?? []).map((r) => `${r.args}:${r.kind}`)
+  for (const expected of [':success', 'all:success', 'preview 9.9:error', 'diff 2:success', 'status:success', '2 --yes:success', 'undo:success', '1.3 --exact --yes:success', 'latest:error', 'latest:success']) {
+    check.ok(runs.includes(expected), `${expected} in ${JSON.stringify(runs)}`)
+  }
+  check.match(strip2?.rewinds?.find((r) => r.args === '2 --yes')?.summary ?? '', /^Rewound the files to before turn 2 \(checkpoint [0-9a-f]{8}\):$/)
+  check.equal(strip2?.points?.length, 6, 'the strip gained turn 4\'s edit')
 
   // The user's git state is untouched.
   step('the user\'s git state')

@@ -1,0 +1,84 @@
+// The `checkpoints` session-projection unit (for hosts with `ctx.sessionProjections`): the
+// checkpoint strip of a session, folded from events the session log already holds — the
+// `tool/call` of every tool the plugin takes a checkpoint before, and the `command/run` /
+// `command/done` pair of every /rewind — so the plugin appends no event of its own (dsh 0.1.0-rc.8
+// cannot mark a plugin event ignorable, and a log with an unknown event type no longer loads).
+// The checkpoint ids live in ckpt's store (`ckpt list --session <id>`), not in the log.
+// Pure, synchronous, plain JSON, and it never throws (a projection runs inside the host's drive).
+
+export const PROJECTION_KEY = 'checkpoints'
+const MAX_ENTRIES = 500
+
+const FS_TOOLS = new Set(['write', 'edit'])
+const EDITOR_MUTATIONS = new Set(['create', 'str_replace', 'insert', 'undo_edit'])
+
+function mutates(name, rawArguments, shellTools) {
+  if (FS_TOOLS.has(name) || shellTools.includes(name)) return true
+  if (name !== 'str_replace_editor') return false
+  try {
+    const args = typeof rawArguments === 'string' ? JSON.parse(rawArguments) : rawArguments
+    return EDITOR_MUTATIONS.has(args?.command)
+  } catch {
+    return true // a checkpoint was due if the call could mutate
+  }
+}
+
+function validView(value) {
+  return (
+    value !== null &&
+    typeof value === 'object' &&
+    Array.isArray(value.points) &&
+    Array.isArray(value.rewinds) &&
+    value.points.every((p) => Number.isInteger(p.seq) && typeof p.tool === 'string') &&
+    value.rewinds.every((r) => Number.isInteger(r.seq) && typeof r.args === 'string')
+  )
+}
+
+/** The projection definition: { key, schema, init, apply, view, stateVersion }. */
+export function checkpointsProjection({ shellTools, commandName }) {
+  const init = () => ({ points: [], rewinds: [] })
+  return {
+    key: PROJECTION_KEY,
+    stateVersion: 1,
+    schema: {
+      parse(value) {
+        if (!validView(value)) throw new Error('ckpt: invalid checkpoints projection value')
+        return value
+      },
+      safeParse(value) {
+        return validView(value) ? { success: true, data: value } : { success: false, error: new Error('invalid checkpoints projection value') }
+      },
+    },
+    init,
+    apply(state, event) {
+      try {
+        const data = event?.data
+        if (event?.type === 'tool/call' && mutates(data?.name, data?.arguments, shellTools)) {
+          const turn = Number.isInteger(data.turn) ? data.turn : null
+          const step = Number.isInteger(data.step) ? data.step : null
+          // One checkpoint per (turn, step): a second mutation in the step shares it.
+          if (state.points.some((p) => p.turn !== null && p.turn === turn && p.step === step)) return state
+          return { ...state, points: [...state.points, { seq: event.seq, turn, step, tool: data.name, callId: String(data.callId ?? '') }].slice(-MAX_ENTRIES) }
+        }
+        if (event?.type === 'command/run' && data?.name === commandName) {
+          const args = typeof data.args === 'string' ? data.args.trim() : ''
+          return { ...state, rewinds: [...state.rewinds, { seq: event.seq, commandId: String(data.commandId ?? ''), args, kind: null, summary: null }].slice(-MAX_ENTRIES) }
+        }
+        if (event?.type === 'command/done') {
+          const at = state.rewinds.findIndex((r) => r.commandId === String(data?.commandId ?? '') && r.kind === null)
+          if (at < 0) return state
+          const rewinds = state.rewinds.slice()
+          const text = typeof data?.text === 'string' ? data.text : ''
+          rewinds[at] = { ...rewinds[at], kind: data?.kind === 'success' ? 'success' : 'error', summary: text.split('\n')[0].slice(0, 200) }
+          return { ...state, rewinds }
+        }
+        return state
+      } catch {
+        return state
+      }
+    },
+    view(state) {
+      return state
+    },
+  }
+}
