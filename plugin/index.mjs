@@ -170,6 +170,12 @@ export function apply(ctx, rawConfig) {
     if (agent.status === 'running') return { kind: 'error', text: 'the agent is running; rewind between turns' }
     const sid = String(session.id)
     const words = rawInput.trim().split(/\s+/u).filter(Boolean)
+    // --into <session>: file the rewind into a fork the caller already made (the web order:
+    // fork first, then rewind into the child, then open it) instead of forking here.
+    const intoAt = words.indexOf('--into')
+    const into = intoAt >= 0 ? words[intoAt + 1] : undefined
+    if (intoAt >= 0) words.splice(intoAt, 2)
+    if (intoAt >= 0 && (!into || into.startsWith('--'))) return { kind: 'error', text: `usage: /${name} <point> --into <session id> [--yes]` }
     const flags = new Set(words.filter((w) => w.startsWith('--')))
     const positional = words.filter((w) => !w.startsWith('--'))
     const verb = positional[0]
@@ -245,7 +251,13 @@ export function apply(ctx, rawConfig) {
     const previewText = renderPreview(one(previewed, 'preview'), point, exact)
     if (verb === 'preview') return { kind: 'success', text: `${warning}${previewText}` }
 
-    // /rewind <point> [--exact] [--yes]
+    // /rewind <point> [--exact] [--yes] [--into <session>]
+    let intoSession
+    if (into !== undefined) {
+      intoSession = ctx.get?.('sessions')?.get?.(into)
+      if (!intoSession) return { kind: 'error', text: `no live session ${into} to rewind into` }
+      if (String(intoSession.header?.parentSession ?? '') !== sid) return { kind: 'error', text: `session ${into} is not a fork of this session; nothing was changed` }
+    }
     if (!flags.has('--yes') && !(await confirm(agent, `${previewText}\n\nRestore these files?`, signal))) {
       return { kind: 'error', text: `not confirmed; nothing was changed.\n${previewText}` }
     }
@@ -258,9 +270,14 @@ export function apply(ctx, rawConfig) {
     const guardSessions = [sid]
     let text = renderRestore(report, point, name, restored.code === 3)
     // The conversation is cut only at whole turns: `/rewind 2` forks at the turn/end before turn 2.
-    const boundary = target.kind === 'turn' ? turnBoundary(session, point.turn) : undefined
+    const boundary = target.kind === 'turn' && into === undefined ? turnBoundary(session, point.turn) : undefined
     let forked
-    if (boundary) {
+    if (into !== undefined) {
+      forked = { id: into }
+      text += `\nrewound into ${into}, the fork made for it; this conversation is unchanged`
+      notify(into, restoreNotice(report, point, cwd, { forked: true }))
+      guardSessions.push(into)
+    } else if (boundary) {
       forked = await forkConversation(session, boundary, cwd).catch((error) => ({ error }))
       if (forked?.error) text += `\nthe files stay restored, but the conversation could not be forked: ${forked.error.message}`
       else {

@@ -298,9 +298,10 @@ async function main() {
   }
 
   // A missing binary in the web: the first failure on stderr, and /rewind status says it.
+  let m
   if (!lenient) {
     step('[7] web: a mutation with the binary missing, then /rewind status')
-    const m = await newSession()
+    m = await newSession()
     await prompt(m, 'm1', 'write m1.txt')
     check.ok(existsSync(join(ws, 'm1.txt')))
     const mStatus = await command(m, '/rewind status')
@@ -476,10 +477,34 @@ async function main() {
   check.equal(readFileSync(join(ws, 'a.txt'), 'utf8'), 'alpha\n', 'Restore restored a.txt to before the edit')
   socket.close()
 
+  // The web order (what the browser half does): the shell's own fork first, then the rewind
+  // filed into the child, then the child is used.
+  step('[10] web order: session.fork, then /rewind 2 --into <child> --yes, then the child')
+  const turnsNow = (await call('session.history', { sessionId: s })).projections?.values?.checkpoints?.turns ?? []
+  check.deepEqual(turnsNow.map((t) => `${t.turn}:${t.prompt}`).slice(0, 2), ['1:[[w1]] start notes and edit a', '2:[[w2]] create made.txt and append'])
+  const turn1End = turnsNow.find((t) => t.turn === 1)?.endSeq
+  check.ok(Number.isInteger(turn1End), JSON.stringify(turnsNow))
+  const filesBeforeInto = snapshotFiles(ws)
+  const child2 = (await call('session.fork', { sessionId: s, atSeq: turn1End })).sessionId
+  const notAFork = await command(s, `/rewind 2 --into ${m ?? s} --yes`)
+  check.equal(notAFork.kind, 'error', notAFork.text)
+  const into = await command(s, `/rewind 2 --into ${child2} --yes`)
+  check.equal(into.kind, 'success', into.text)
+  check.match(into.text, new RegExp(`rewound into ${child2}, the fork made for it; this conversation is unchanged`), into.text)
+  check.doesNotMatch(into.text, /conversation forked/, 'no second fork')
+  await prompt(child2, 'c1', 'carry on in the second fork')
+  const child2First = model.requests.find((r) => r.sessionId === child2 && !r.title)
+  check.deepEqual([...(child2First?.tools ?? [])].sort(), [...parentTools].sort(), 'the shell-made fork offers the same tools')
+  check.ok(child2First?.messages.some((x) => /^\[ckpt\] The user rewound this conversation and the files in .*work to before turn 2 \(checkpoint [0-9a-f]{8}\)\./m.test(x.text)), 'the child was told')
+  rmSync(join(ws, 'child.txt'), { force: true })
+  const undoInChild = await command(child2, '/rewind undo')
+  check.equal(undoInChild.kind, 'success', undoInChild.text)
+  check.deepEqual(snapshotFiles(ws), filesBeforeInto, 'undo from the child puts back the files as they were before the rewind')
+
   step('[9] web: the projection lists every /rewind of the session with its outcome')
   const strip2 = (await call('session.history', { sessionId: s })).projections?.values?.checkpoints
   const runs = (strip2?.rewinds ?? []).map((r) => `${r.args}:${r.kind}`)
-  for (const expected of [':success', 'all:success', 'preview 9.9:error', 'diff 2:success', 'status:success', '2 --yes:success', 'undo:success', '1.3 --exact --yes:success', 'latest:error', 'latest:success']) {
+  for (const expected of [':success', 'all:success', 'preview 9.9:error', 'diff 2:success', 'status:success', '2 --yes:success', 'undo:success', '1.3 --exact --yes:success', 'latest:error', 'latest:success', `2 --into ${child2} --yes:success`]) {
     check.ok(runs.includes(expected), `${expected} in ${JSON.stringify(runs)}`)
   }
   check.match(strip2?.rewinds?.find((r) => r.args === '2 --yes')?.summary ?? '', /^Rewound the files to before turn 2 \(checkpoint [0-9a-f]{8}\):$/)

@@ -23,12 +23,19 @@ function mutates(name, rawArguments, shellTools) {
   }
 }
 
+function firstWords(content) {
+  const blocks = Array.isArray(content) ? content : []
+  const text = blocks.filter((b) => b?.type === 'text' && typeof b.text === 'string').map((b) => b.text).join(' ')
+  return text.split(/\s+/u).filter(Boolean).slice(0, 12).join(' ').slice(0, 120)
+}
+
 function validView(value) {
   return (
     value !== null &&
     typeof value === 'object' &&
     Array.isArray(value.points) &&
     Array.isArray(value.rewinds) &&
+    Array.isArray(value.turns) &&
     value.points.every((p) => Number.isInteger(p.seq) && typeof p.tool === 'string') &&
     value.rewinds.every((r) => Number.isInteger(r.seq) && typeof r.args === 'string')
   )
@@ -36,7 +43,7 @@ function validView(value) {
 
 /** The projection definition: { key, schema, init, apply, view, stateVersion }. */
 export function checkpointsProjection({ shellTools, commandName }) {
-  const init = () => ({ points: [], rewinds: [] })
+  const init = () => ({ points: [], rewinds: [], turns: [] })
   return {
     key: PROJECTION_KEY,
     stateVersion: 1,
@@ -59,6 +66,24 @@ export function checkpointsProjection({ shellTools, commandName }) {
           // One checkpoint per (turn, step): a second mutation in the step shares it.
           if (state.points.some((p) => p.turn !== null && p.turn === turn && p.step === step)) return state
           return { ...state, points: [...state.points, { seq: event.seq, turn, step, tool: data.name, callId: String(data.callId ?? '') }].slice(-MAX_ENTRIES) }
+        }
+        // Turns, for a per-turn control: where each starts and ends (a fork cuts at the turn/end
+        // before a turn), the ids of its assistant messages, and its first words.
+        if (event?.type === 'turn/start' && Number.isInteger(data?.turn)) {
+          return { ...state, turns: [...state.turns, { turn: data.turn, startSeq: event.seq, endSeq: null, messageIds: [], prompt: '' }].slice(-MAX_ENTRIES) }
+        }
+        if ((event?.type === 'turn/end' || event?.type === 'assistant/message' || event?.type === 'user/message') && state.turns.length) {
+          const at = Number.isInteger(data?.turn) ? state.turns.findLastIndex((t) => t.turn === data.turn) : state.turns.length - 1
+          if (at < 0) return state
+          const turn = state.turns[at]
+          let next
+          if (event.type === 'turn/end') next = { ...turn, endSeq: event.seq }
+          else if (event.type === 'assistant/message' && typeof data?.message?.id === 'string') next = { ...turn, messageIds: [...turn.messageIds, data.message.id].slice(-50) }
+          else if (event.type === 'user/message' && turn.prompt === '' && data?.source?.kind === 'user') next = { ...turn, prompt: firstWords(data?.content) }
+          if (!next) return state
+          const turns = state.turns.slice()
+          turns[at] = next
+          return { ...state, turns }
         }
         if (event?.type === 'command/run' && data?.name === commandName) {
           const args = typeof data.args === 'string' ? data.args.trim() : ''

@@ -72,7 +72,9 @@ test('the checkpoints projection folds tool/call and /rewind events, same refere
     state = next
     return changed
   }
-  assert.equal(feed({ type: 'turn/start', seq: 0, data: { turn: 1 } }), false)
+  assert.equal(feed({ type: 'turn/start', seq: 0, data: { turn: 1 } }), true)
+  assert.equal(feed({ type: 'user/message', seq: 0, data: { content: [{ type: 'text', text: 'context' }], source: { kind: 'runtime' } } }), false)
+  assert.equal(feed({ type: 'user/message', seq: 0, data: { content: [{ type: 'text', text: 'please fix it' }], source: { kind: 'user' } } }), true)
   assert.equal(feed({ type: 'tool/call', seq: 1, data: { turn: 1, step: 1, callId: 'c1', name: 'read', arguments: '{}' } }), false)
   assert.equal(feed({ type: 'tool/call', seq: 2, data: { turn: 1, step: 2, callId: 'c2', name: 'write', arguments: '{}' } }), true)
   assert.equal(feed({ type: 'tool/call', seq: 3, data: { turn: 1, step: 2, callId: 'c3', name: 'edit', arguments: '{}' } }), false, 'one checkpoint per step')
@@ -84,6 +86,9 @@ test('the checkpoints projection folds tool/call and /rewind events, same refere
   assert.equal(feed({ type: 'tool/call', seq: 9, data: null }), false, 'a malformed event changes nothing and does not throw')
   const view = unit.schema.parse(unit.view(state))
   assert.deepEqual(view.points.map((p) => `${p.turn}.${p.step}:${p.tool}`), ['1.2:write', '1.3:str_replace_editor'])
+  feed({ type: 'assistant/message', seq: 10, data: { turn: 1, message: { id: 'm1' } } })
+  feed({ type: 'turn/end', seq: 11, data: { turn: 1 } })
+  assert.deepEqual(unit.view(state).turns, [{ turn: 1, startSeq: 0, endSeq: 11, messageIds: ['m1'], prompt: 'please fix it' }])
   assert.deepEqual(view.rewinds, [{ seq: 6, commandId: 'k1', args: '1 --yes', kind: 'success', summary: 'Rewound' }])
   assert.throws(() => unit.schema.parse({ points: 'x' }))
 })
