@@ -33,6 +33,7 @@ function validView(value) {
   return (
     value !== null &&
     typeof value === 'object' &&
+    typeof value.command === 'string' &&
     Array.isArray(value.points) &&
     Array.isArray(value.rewinds) &&
     Array.isArray(value.turns) &&
@@ -43,7 +44,7 @@ function validView(value) {
 
 /** The projection definition: { key, schema, init, apply, view, stateVersion }. */
 export function checkpointsProjection({ shellTools, commandName }) {
-  const init = () => ({ points: [], rewinds: [], turns: [] })
+  const init = () => ({ command: commandName, points: [], rewinds: [], turns: [] })
   return {
     key: PROJECTION_KEY,
     stateVersion: 1,
