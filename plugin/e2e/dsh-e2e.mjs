@@ -15,7 +15,8 @@ import { createHash } from 'node:crypto'
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { createRequire } from 'node:module'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 
 import { startFakeModel } from './fake-model.mjs'
 import { ensureInstalled, Unreachable } from './setup.mjs'
@@ -196,6 +197,9 @@ async function main() {
     ],
     // web turn 3: bash writes a new file
     w3: [{ calls: [{ name: 'bash', args: { command: 'echo three > three.txt', description: 'Write three.txt' } }] }, { text: 'turn 3 done' }],
+    // the browser session: a write, then a bash append
+    b1: [{ calls: [{ name: 'write', args: { file_path: 'browser.txt', content: 'from turn 1\n' } }] }, { text: 'b1 done' }],
+    b2: [{ calls: [{ name: 'bash', args: { command: 'echo from turn 2 >> browser.txt', description: 'Append to browser.txt' } }] }, { text: 'b2 done' }],
     // the fork's first turn
     c1: [{ calls: [{ name: 'write', args: { file_path: 'child.txt', content: 'written in the fork\n' } }] }, { text: 'child done' }],
     // the parent after a restore without fork: re-read a.txt, then edit it
@@ -510,12 +514,109 @@ async function main() {
   check.match(strip2?.rewinds?.find((r) => r.args === '2 --yes')?.summary ?? '', /^Rewound the files to before turn 2 \(checkpoint [0-9a-f]{8}\):$/)
   check.equal(strip2?.points?.length, 6, 'the strip gained turn 4\'s edit')
 
+  // The browser half in a real headless Chromium against the real shell.
+  await browserHalf({ installed, base, call, newSession, prompt, ws })
+
   // The user's git state is untouched.
   step('the user\'s git state')
   const after = fingerprint(ws)
   check.deepEqual(after, before, 'HEAD, index, refs outside refs/ckpt/, reflogs, stash and config are unchanged')
   if (failures.length) throw new Error(`${failures.length} check(s) failed:\n- ${failures.join('\n- ')}`)
   step(`all checks passed (${model.requests.length} model requests)`)
+}
+
+/**
+ * The browser half (client.js) in the web shell: open a session in a real headless Chromium, read
+ * the per-turn control and its tooltip, the header's status, rewind through the control (the
+ * shell's fork, `/rewind 2 --into <child>`, the child opened), and undo from the child's header.
+ */
+async function browserHalf({ installed, base, call, newSession, prompt, ws }) {
+  step('[10] browser: the shell serves the client half')
+  const html = await (await fetch(`${base}/`)).text()
+  check.ok(html.includes('@ckpt/dsh-plugin'), 'the boot graph of the page lists @ckpt/dsh-plugin')
+  const served = await fetch(`${base}/plugins/@ckpt/dsh-plugin/client.js`)
+  check.equal(served.status, 200, 'GET /plugins/@ckpt/dsh-plugin/client.js')
+  check.equal(await served.text(), readFileSync(join(pluginDir, 'client.js'), 'utf8'))
+
+  const b = await newSession()
+  await prompt(b, 'b1', 'write browser.txt')
+  await prompt(b, 'b2', 'append to browser.txt')
+  const beforeRewind = readFileSync(join(ws, 'browser.txt'), 'utf8')
+
+  const need = createRequire(join(installed.browserDir, 'package.json'))
+  const load = async (name) => {
+    const mod = await import(pathToFileURL(need.resolve(name)).href)
+    return mod.default ?? mod
+  }
+  const puppeteer = await load('puppeteer-core')
+  const chromium = await load('@sparticuz/chromium')
+  step('[10] browser: launching headless Chromium')
+  const browser = await puppeteer.launch({ executablePath: await chromium.executablePath(), args: chromium.args, headless: true })
+  cleanups.push(() => browser.close())
+  const browserPid = browser.process()?.pid
+  if (browserPid) cleanups.push(() => { try { process.kill(browserPid, 'SIGKILL') } catch {} })
+  const page = await browser.newPage()
+  const pageErrors = []
+  page.on('pageerror', (error) => pageErrors.push(error.message))
+  const dialogs = []
+  page.on('dialog', async (dialog) => {
+    dialogs.push(dialog.message())
+    await dialog.accept()
+  })
+  await page.setViewport({ width: 1300, height: 900 })
+  await page.goto(base, { waitUntil: 'load', timeout: 60_000 })
+  const clickText = (text) => page.evaluate((t) => {
+    const el = [...document.querySelectorAll('button, [role=button], a, div, span')].filter((e) => e.textContent?.trim() === t).at(-1)
+    el?.click()
+    return el !== undefined
+  }, text)
+  const waitFor = async (what, fn, ms = 20_000) => {
+    for (let i = 0; i < ms / 100; i++) {
+      const value = await fn()
+      if (value) return value
+      await sleep(100)
+    }
+    throw new Error(`browser: no ${what} within ${ms / 1000} s`)
+  }
+  await waitFor('app', () => page.evaluate(() => document.body.innerText.includes('New Session')))
+  await clickText('Continue') // the shell's first-run notice, when it shows
+  await sleep(300)
+  await clickText('Ungrouped')
+  await waitFor('session Title b1 in the sidebar', () => clickText('Title b1'))
+  const tooltip = await waitFor('the rewind control of turn 2', () => page.$eval('[data-ckpt-rewind="2"]', (e) => e.title).catch(() => null))
+  check.match(tooltip, /^Rewind to before turn 2 \("\[\[b2\]\] append to browser\.txt"\): the files as they were before its first change \(bash at step 2\.1\), undoing 1 checkpointed step\(s\) from this turn on \(bash\)\. The conversation continues in a fork from the end of turn 1; this one stays as it is\./, tooltip)
+  const turn1 = await page.$eval('[data-ckpt-rewind="1"]', (e) => e.title).catch(() => null)
+  check.match(turn1 ?? '', /^Rewind to before turn 1 .*This is the first turn/, `turn 1 has its control: ${turn1}`)
+
+  step('[10] browser: header Checkpoints shows /rewind status')
+  await page.click('[data-ckpt-status]')
+  const statusText = await waitFor('the status panel', () => page.$eval('[data-ckpt-panel]', (e) => e.textContent).catch(() => null))
+  check.match(statusText, /^ckpt \(git provider\) for .*work\n/, statusText)
+  check.match(statusText, /^rewind points in this session: 2$/m, statusText)
+  await page.click('[data-ckpt-panel]')
+
+  step('[10] browser: the turn 2 control rewinds (fork, --into, open the child)')
+  await page.click('[data-ckpt-rewind="2"]')
+  check.ok(dialogs.at(-1)?.startsWith(tooltip), `the confirmation repeats the tooltip: ${dialogs.at(-1)}`)
+  const run = await waitFor('the rewind in the projection', async () => {
+    const strip = (await call('session.history', { sessionId: b })).projections?.values?.checkpoints
+    return strip?.rewinds?.find((r) => /^2 --yes --into session-/.test(r.args) && r.kind !== null)
+  })
+  check.equal(run.kind, 'success', JSON.stringify(run))
+  check.equal(readFileSync(join(ws, 'browser.txt'), 'utf8'), 'from turn 1\n', 'the files are as before turn 2')
+  const childId = /--into (session-[0-9a-f-]+)/.exec(run.args)?.[1]
+  await waitFor('the child opened', () => page.evaluate(() => document.body.innerText.includes('[[b1]]') && !document.body.innerText.includes('[[b2]]')))
+  const childStrip = (await call('session.history', { sessionId: childId })).projections?.values?.checkpoints
+  check.deepEqual(childStrip?.turns?.map((t) => t.turn), [1], 'the child holds turn 1 only')
+
+  step('[10] browser: Undo rewind in the child header')
+  await waitFor('the header controls in the child', () => page.$('[data-ckpt-undo]'))
+  await page.click('[data-ckpt-undo]')
+  const undoText = await waitFor('the undo panel', () => page.$eval('[data-ckpt-panel]', (e) => e.textContent).catch(() => null))
+  check.match(undoText, /^Undid the last rewind: the files are back to guard checkpoint [0-9a-f]{8}:/, undoText)
+  check.equal(readFileSync(join(ws, 'browser.txt'), 'utf8'), beforeRewind, 'undo put the file back')
+  check.deepEqual(pageErrors, [], 'no page errors')
+  await browser.close()
 }
 
 /** Every regular file of the worktree outside .git, with its content. */

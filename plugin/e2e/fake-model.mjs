@@ -48,7 +48,7 @@ export function startFakeModel(scripts) {
       // dsh's session-title request (no tools, quotes the first prompt) gets a plain text answer.
       const offered = parsed.tools ?? []
       const title = offered.length === 0 && /^Generate the session title/.test(textOf(messages.at(-1)))
-      const reply = title ? { text: 'A title' } : ((name !== undefined && scripts[name]?.[step]) ?? { text: 'done' })
+      const reply = title ? { text: `Title ${name ?? 'untitled'}` } : ((name !== undefined && scripts[name]?.[step]) ?? { text: 'done' })
       const record = {
         script: name,
         step,

