@@ -139,7 +139,7 @@ export function apply(ctx, rawConfig) {
   const command = {
     name,
     description: 'Rewind the workspace (and the conversation) to before a turn, with preview and undo',
-    input: { hint: '[all | preview <point> | <point> [--exact] [--yes] | undo | diff <point> | status | clear]   point: 2, 2.1, turn 2.1, an id, latest' },
+    input: { hint: '[all | preview <point> | <point> [--exact] [--yes] [--into <fork>] | undo | diff <point> | status | clear]   point: 2, 2.1, turn 2.1, an id, latest' },
     handler: async (invocation) => {
       try {
         return await rewind(invocation)
