@@ -197,6 +197,9 @@ async function main() {
     ],
     // web turn 3: bash writes a new file
     w3: [{ calls: [{ name: 'bash', args: { command: 'echo three > three.txt', description: 'Write three.txt' } }] }, { text: 'turn 3 done' }],
+    // a turn that changes nothing, then one that only creates a file
+    n1: [{ text: 'n1: nothing to change' }],
+    n2: [{ calls: [{ name: 'write', args: { file_path: 'only-new.txt', content: 'created in turn 2\n' } }] }, { text: 'n2 done' }],
     // the browser session: a write, then a bash append
     b1: [{ calls: [{ name: 'write', args: { file_path: 'browser.txt', content: 'from turn 1\n' } }] }, { text: 'b1 done' }],
     b2: [{ calls: [{ name: 'bash', args: { command: 'echo from turn 2 >> browser.txt', description: 'Append to browser.txt' } }] }, { text: 'b2 done' }],
@@ -480,6 +483,24 @@ async function main() {
   check.match(confirmed.text, /written \(1\):\n {4}a\.txt/, confirmed.text)
   check.equal(readFileSync(join(ws, 'a.txt'), 'utf8'), 'alpha\n', 'Restore restored a.txt to before the edit')
   socket.close()
+
+  // The issue's case for defect 5: a non-exact rewind that only leaves a later file in place.
+  step('[5] web: a rewind that changes no file says so, in the answer and in the notice')
+  const n = await newSession()
+  await prompt(n, 'n1', 'just talk')
+  await prompt(n, 'n2', 'create only-new.txt')
+  const nothing = await command(n, '/rewind 2 --yes')
+  check.equal(nothing.kind, 'success', nothing.text)
+  check.match(nothing.text, /^Rewound the files to before turn 2 \(checkpoint [0-9a-f]{8}\):\n {2}nothing needed changing: every protected file already matched\n {2}left in place, created after that point \(1\):\n {4}only-new\.txt\n/, nothing.text)
+  const nChild = /conversation forked before turn 2 as (session-[0-9a-f-]+)/.exec(nothing.text)?.[1]
+  check.ok(nChild, nothing.text)
+  if (nChild) {
+    await prompt(nChild, 'c1', 'go on')
+    const nNotice = model.requests.find((r) => r.sessionId === nChild && !r.title)?.messages.map((x) => x.text).find((t) => t.includes('[ckpt]'))
+    check.equal(nNotice, `[ckpt] The user rewound this conversation and the files in ${ws} to before turn 2 (checkpoint ${nothing.text.match(/checkpoint ([0-9a-f]{8})/)[1]}). No file needed changing. Left in place (created after that point, not removed): only-new.txt. Re-read any file before editing it.`)
+    rmSync(join(ws, 'child.txt'), { force: true })
+  }
+  rmSync(join(ws, 'only-new.txt'), { force: true })
 
   // The web order (what the browser half does): the shell's own fork first, then the rewind
   // filed into the child, then the child is used.
