@@ -19,7 +19,7 @@ import { createRequire } from 'node:module'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 
 import { startFakeModel } from './fake-model.mjs'
-import { ensureInstalled, Unreachable } from './setup.mjs'
+import { cacheDir, ensureInstalled, Unreachable } from './setup.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const pluginDir = resolve(here, '..')
@@ -295,7 +295,7 @@ async function main() {
   }
   /** A slash command through the web app's command route; retried while the turn winds down. */
   const command = async (sessionId, line) => {
-    for (let i = 0; i < 100; i++) {
+    for (let i = 0; i < 300; i++) {
       const value = await call('commands/execute', { args: { agentId: sessionId, line, images: [] } })
       const result = value.result ?? value
       if (!/the agent is running/.test(result.text ?? '')) return result
@@ -591,19 +591,26 @@ async function browserHalf({ installed, base, call, newSession, prompt, ws }) {
     el?.click()
     return el !== undefined
   }, text)
-  const waitFor = async (what, fn, ms = 20_000) => {
+  const waitFor = async (what, fn, ms = 60_000) => {
     for (let i = 0; i < ms / 100; i++) {
       const value = await fn()
       if (value) return value
       await sleep(100)
     }
-    throw new Error(`browser: no ${what} within ${ms / 1000} s`)
+    const shot = join(cacheDir, 'last-browser-failure.png')
+    await page.screenshot({ path: shot }).catch(() => {})
+    throw new Error(`browser: no ${what} within ${ms / 1000} s (screenshot: ${shot})`)
   }
   await waitFor('app', () => page.evaluate(() => document.body.innerText.includes('New Session')))
-  await clickText('Continue') // the shell's first-run notice, when it shows
-  await sleep(300)
-  await clickText('Ungrouped')
-  await waitFor('session Title b1 in the sidebar', () => clickText('Title b1'))
+  // The shell's first-run notice may come and the "Ungrouped" group may be folded: dismiss and
+  // unfold (a click toggles it, so only every few seconds) until the session can be clicked.
+  let tries = 0
+  await waitFor('session Title b1 in the sidebar', async () => {
+    if (await clickText('Title b1')) return true
+    await clickText('Continue')
+    if (tries++ % 30 === 0) await clickText('Ungrouped')
+    return false
+  })
   const tooltip = await waitFor('the rewind control of turn 2', () => page.$eval('[data-ckpt-rewind="2"]', (e) => e.title).catch(() => null))
   check.match(tooltip, /^Rewind to before turn 2 \("\[\[b2\]\] append to browser\.txt"\): the files as they were before its first change \(bash at step 2\.1\), undoing 1 checkpointed step\(s\) from this turn on \(bash\)\. The conversation continues in a fork from the end of turn 1; this one stays as it is\./, tooltip)
   const turn1 = await page.$eval('[data-ckpt-rewind="1"]', (e) => e.title).catch(() => null)
