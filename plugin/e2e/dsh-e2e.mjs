@@ -12,7 +12,7 @@
 import assert from 'node:assert/strict'
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs'
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { createRequire } from 'node:module'
@@ -223,7 +223,7 @@ async function main() {
   check.match(h0.stderr, /CKPT_BIN = .*no-such-ckpt/, 'the warning names what was tried')
   check.equal((h0.stderr.match(/ckpt: WARNING/g) ?? []).length, 1, 'said once per session')
   check.equal(ckptList(ws).length, 0)
-  unlinkSync(join(ws, 'h0.txt'))
+  rmSync(join(ws, 'h0.txt'), { force: true })
 
   // --- Headless: a checkpoint before every mutation; CKPT_BIN wins over a stale ckpt on PATH -----
   step('[7] headless run: write, str_replace_editor, bash; CKPT_BIN set, a stale ckpt first on PATH')
@@ -241,8 +241,8 @@ async function main() {
   check.equal(show(ws, hl[2]?.id, 'h1.txt'), 'headless one\n', 'before bash, h1.txt held the write')
   check.equal(readFileSync(join(ws, 'h1.txt'), 'utf8'), 'headless one\nfrom-bash\n')
   check.equal(readFileSync(join(ws, 'h1-editor.txt'), 'utf8'), 'made by str_replace_editor\n')
-  unlinkSync(join(ws, 'h1.txt'))
-  unlinkSync(join(ws, 'h1-editor.txt'))
+  rmSync(join(ws, 'h1.txt'), { force: true })
+  rmSync(join(ws, 'h1-editor.txt'), { force: true })
 
   // --- Web --------------------------------------------------------------------------------------
   // CKPT_BIN is a link that is missing at first (a missing binary, reported visibly) and then
@@ -315,7 +315,7 @@ async function main() {
     check.match(mStatus.text, /ckpt cannot run, so no checkpoint is being taken: ckpt binary not usable: CKPT_BIN = /, mStatus.text)
     check.match(mStatus.text, /WARNING: 1 mutation\(s\) in this session ran without a checkpoint; first before write/, mStatus.text)
     check.match(webErr, new RegExp(`ckpt: WARNING: no checkpoint was taken before write in session ${m}`), 'the web server printed the failure')
-    unlinkSync(join(ws, 'm1.txt'))
+    rmSync(join(ws, 'm1.txt'), { force: true })
     symlinkSync(CKPT, link)
   }
 
