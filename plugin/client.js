@@ -60,9 +60,17 @@ window.__ModuleLoader__.load({
       if (!turn || !strip.points.some((p) => p.turn === turn.turn)) return null
       const tooltip = describe(strip, turn)
       const onClick = async () => {
-        if (busy || !window.confirm(`${tooltip}\n\nRewind now?`)) return
+        if (busy) return
         setBusy(true)
         try {
+          // The preview first: it refuses while the agent runs (before any fork is made) and shows
+          // exactly what the restore would write, delete and leave.
+          const preview = await run(sessionId, `/${strip.command} preview ${turn.turn}`)
+          if (preview.kind !== 'success') {
+            show(preview.text ?? '')
+            return
+          }
+          if (!window.confirm(`${tooltip}\n\n${preview.text}\n\nRewind now?`)) return
           const previous = strip.turns.filter((t) => t.turn < turn.turn && t.endSeq !== null).at(-1)
           const child = previous ? await fork({ sessionId, atSeq: previous.endSeq }) : undefined
           const answer = await run(sessionId, `/${strip.command} ${turn.turn} --yes${child ? ` --into ${child}` : ''}`)

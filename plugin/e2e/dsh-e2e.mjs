@@ -625,7 +625,9 @@ async function browserHalf({ installed, base, call, newSession, prompt, ws }) {
 
   step('[10] browser: the turn 2 control rewinds (fork, --into, open the child)')
   await page.click('[data-ckpt-rewind="2"]')
-  check.ok(dialogs.at(-1)?.startsWith(tooltip), `the confirmation repeats the tooltip: ${dialogs.at(-1)}`)
+  await waitFor('the confirmation', () => dialogs.length > 0)
+  check.ok(dialogs.at(-1)?.startsWith(`${tooltip}\n\nRewinding to before turn 2 (checkpoint `), `the confirmation is the tooltip and the preview: ${dialogs.at(-1)}`)
+  check.match(dialogs.at(-1) ?? '', /\n {2}overwrite or recreate \(1\):\n {4}browser\.txt\n[^]*\n\nRewind now\?$/, dialogs.at(-1))
   const run = await waitFor('the rewind in the projection', async () => {
     const strip = (await call('session.history', { sessionId: b })).projections?.values?.checkpoints
     return strip?.rewinds?.find((r) => /^2 --yes --into session-/.test(r.args) && r.kind !== null)
