@@ -23,6 +23,7 @@ import {
 } from './lib/render.mjs'
 
 export const name = 'ckpt'
+const NOTICE_TAG = '[ckpt] '
 export const inject = []
 export const Config = ConfigSchema
 
@@ -156,10 +157,29 @@ export function apply(ctx, rawConfig) {
     pendingNotices.set(sessionId, list)
   }
 
-  async function listPoints(cwd, sid, signal) {
-    const listed = await ckpt(cwd, ['list', '--session', sid], signal)
-    if (listed.code !== 0) return { error: errorText(listed) }
-    const all = listed.records.filter((r) => r.type === 'checkpoint')
+  /**
+   * The rewind points of a session: its own checkpoints, and — for a fork — those of the parent
+   * conversation for the turns its seed holds (they are this conversation's history too; a fork
+   * up several levels is followed while the parent is live).
+   */
+  async function listPoints(cwd, session, signal) {
+    const all = []
+    let current = session
+    // Turns below `below` are shared with the ancestor being read: the seed holds them.
+    let below = Infinity
+    for (let depth = 0; current && depth < 8; depth++) {
+      const listed = await ckpt(cwd, ['list', '--session', String(current.id)], signal)
+      if (listed.code !== 0) return { error: errorText(listed) }
+      const records = listed.records.filter((r) => r.type === 'checkpoint')
+      if (depth === 0) all.push(...records)
+      else all.unshift(...records.filter((r) => Number.isInteger(r.turn) && r.turn < below).map((r) => ({ ...r, inherited: true })))
+      const parentId = current.header?.parentSession
+      if (!parentId) break
+      const seededTurns = (current.events ?? []).slice(0, current.header?.seedLength ?? 0).filter((e) => e?.type === 'turn/end' && Number.isInteger(e?.data?.turn)).map((e) => e.data.turn)
+      if (!seededTurns.length) break
+      below = Math.min(below, Math.max(...seededTurns) + 1)
+      current = ctx.get?.('sessions')?.get?.(parentId) ?? { id: parentId, header: {}, events: [] }
+    }
     return { all, points: rewindPoints(all) }
   }
 
@@ -190,16 +210,16 @@ export function apply(ctx, rawConfig) {
     const warning = failure ? `${failureText(failure)}\n` : ''
 
     if (verb === undefined || verb === 'all' || verb === 'list') {
-      const listed = await listPoints(cwd, sid, signal)
+      const listed = await listPoints(cwd, session, signal)
       if (listed.error) return { kind: 'error', text: listed.error }
       const shown = verb === 'all' ? listed.points : firstOfEachTurn(listed.points)
       if (!shown.length) return { kind: 'success', text: `${warning}no rewind points yet` }
-      const lines = shown.map((r) => `${pointLabel(r, verb === 'all')}  ${r.short}  ${r.time}  ${r.trigger ?? ''}  ${turnText(session, r.turn)}`.trimEnd())
+      const lines = shown.map((r) => `${pointLabel(r, verb === 'all')}  ${r.short}  ${r.time}  ${r.trigger ?? ''}  ${turnText(session, r.turn)}${r.inherited ? '  (before the fork)' : ''}`.trimEnd())
       const hint = verb === 'all' ? `/${name} preview <point>, /${name} <point> --yes (a point: 2, 2.1, turn 2.1, an id, latest)` : `/${name} preview <turn>, /${name} <turn> --yes; /${name} all lists every step`
       return { kind: 'success', text: `${warning}${lines.join('\n')}\n${hint}` }
     }
     if (verb === 'status') {
-      const [status, listed] = await Promise.all([ckpt(cwd, ['status'], signal), listPoints(cwd, sid, signal)])
+      const [status, listed] = await Promise.all([ckpt(cwd, ['status'], signal), listPoints(cwd, session, signal)])
       if (status.code !== 0) return { kind: 'error', text: `${warning}${errorText(status)}` }
       const points = listed.points?.length ?? 0
       const guards = (listed.all?.length ?? 0) - points
@@ -232,7 +252,7 @@ export function apply(ctx, rawConfig) {
     if (!targetWords.length) return { kind: 'error', text: `usage: /${name} ${verb} <point>   (a point: 2, 2.1, turn 2.1, an id, latest)` }
     const target = parseTarget(targetWords)
     if (target.error) return { kind: 'error', text: `${target.error}: a point is a turn (2), a step (2.1, turn 2.1), an id shown by /${name} all, or latest` }
-    const listed = await listPoints(cwd, sid, signal)
+    const listed = await listPoints(cwd, session, signal)
     if (listed.error) return { kind: 'error', text: listed.error }
     const picked = resolvePoint(target, listed.points, listed.all)
     if (picked.error) return { kind: 'error', text: picked.error }
@@ -364,7 +384,7 @@ export function apply(ctx, rawConfig) {
       id: randomUUID(),
       role: 'user',
       // One text block: providers may concatenate blocks without a separator.
-      content: Object.freeze([Object.freeze({ type: 'text', text: notices.map((text) => `[ckpt] ${text}`).join('\n') })]),
+      content: Object.freeze([Object.freeze({ type: 'text', text: notices.map((text) => `${NOTICE_TAG}${text}`).join('\n') })]),
       source: Object.freeze({ kind: 'user' }),
     })
     return { ...decision, messages: [message, ...decision.messages] }
@@ -407,9 +427,10 @@ function turnText(session, turn) {
   if (start < 0) return ''
   let text = events[start]?.data?.text
   if (typeof text !== 'string') {
-    const message = events.slice(start).find((e) => e?.type === 'user/message')
-    const blocks = message?.data?.content ?? []
-    text = blocks.filter((b) => b?.type === 'text').map((b) => b.text).join(' ')
+    // The person's words: not dsh's injected context, not this plugin's own [ckpt] notice.
+    const textOf = (e) => (e?.data?.content ?? []).filter((b) => b?.type === 'text').map((b) => b.text).join(' ')
+    const message = events.slice(start).find((e) => e?.type === 'user/message' && (e.data?.source?.kind ?? 'user') === 'user' && !textOf(e).startsWith(NOTICE_TAG))
+    text = textOf(message)
   }
   return typeof text === 'string' ? text.split(/\s+/u).filter(Boolean).slice(0, 8).join(' ') : ''
 }

@@ -405,6 +405,14 @@ async function main() {
   check.ok(childFirst.messages.some((m) => m.text.includes('[[w1]]')), 'the fork holds turn 1')
   check.equal(existsSync(join(ws, 'child.txt')) ? readFileSync(join(ws, 'child.txt'), 'utf8') : null, 'written in the fork\n', 'the fork can write')
   check.ok(ckptList(ws, child).some((r) => r.turn === 2 && r.trigger === 'write'), 'the fork takes checkpoints under its own session (its turns continue from the seed)')
+  // The fork's history is its parent's up to the cut: those points are the fork's to name too.
+  const childPoints = await command(child, '/rewind')
+  check.match(childPoints.text, new RegExp(`^turn 1  ${listed[0]?.short}  \\S+  write  \\[\\[w1\\]\\] start notes and edit a  \\(before the fork\\)$`, 'm'), childPoints.text)
+  check.match(childPoints.text, /^turn 2  [0-9a-f]{8}  \S+  write  \[\[c1\]\] carry on in the fork$/m, childPoints.text)
+  check.doesNotMatch(childPoints.text, /^turn 3 /m, 'the parent\'s later turns are not the fork\'s')
+  const childPreview = await command(child, '/rewind preview 1.3')
+  check.equal(childPreview.kind, 'success', childPreview.text)
+  check.match(childPreview.text, new RegExp(`^Rewinding to before turn 1\\.3 \\(checkpoint ${listed[1]?.short}\\)`), childPreview.text)
 
   // latest is the newest point the list shows, never the guard of that rewind.
   step('[4] web: latest, a guard named, undo')

@@ -80,7 +80,7 @@ export function checkpointsProjection({ shellTools, commandName }) {
           let next
           if (event.type === 'turn/end') next = { ...turn, endSeq: event.seq }
           else if (event.type === 'assistant/message' && typeof data?.message?.id === 'string') next = { ...turn, messageIds: [...turn.messageIds, data.message.id].slice(-50) }
-          else if (event.type === 'user/message' && turn.prompt === '' && data?.source?.kind === 'user') next = { ...turn, prompt: firstWords(data?.content) }
+          else if (event.type === 'user/message' && turn.prompt === '' && data?.source?.kind === 'user' && !firstWords(data?.content).startsWith('[ckpt]')) next = { ...turn, prompt: firstWords(data?.content) }
           if (!next) return state
           const turns = state.turns.slice()
           turns[at] = next

@@ -74,6 +74,7 @@ test('the checkpoints projection folds tool/call and /rewind events, same refere
   }
   assert.equal(feed({ type: 'turn/start', seq: 0, data: { turn: 1 } }), true)
   assert.equal(feed({ type: 'user/message', seq: 0, data: { content: [{ type: 'text', text: 'context' }], source: { kind: 'runtime' } } }), false)
+  assert.equal(feed({ type: 'user/message', seq: 0, data: { content: [{ type: 'text', text: '[ckpt] The user rewound' }], source: { kind: 'user' } } }), false, 'the plugin\'s own notice is not the prompt')
   assert.equal(feed({ type: 'user/message', seq: 0, data: { content: [{ type: 'text', text: 'please fix it' }], source: { kind: 'user' } } }), true)
   assert.equal(feed({ type: 'tool/call', seq: 1, data: { turn: 1, step: 1, callId: 'c1', name: 'read', arguments: '{}' } }), false)
   assert.equal(feed({ type: 'tool/call', seq: 2, data: { turn: 1, step: 2, callId: 'c2', name: 'write', arguments: '{}' } }), true)
