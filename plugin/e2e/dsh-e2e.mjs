@@ -647,6 +647,9 @@ async function browserHalf({ installed, base, call, newSession, prompt, ws }) {
   const childStrip = (await call('session.history', { sessionId: childId })).projections?.values?.checkpoints
   check.deepEqual(childStrip?.turns?.map((t) => t.turn), [1], 'the child holds turn 1 only')
 
+  const childTurn1 = await waitFor('turn 1\'s control in the child', () => page.$eval('[data-ckpt-rewind="1"]', (e) => e.title).catch(() => null))
+  check.match(childTurn1, /^Rewind to before turn 1 /, 'the fork offers its inherited turn too')
+
   step('[10] browser: Undo rewind in the child header')
   await waitFor('the header controls in the child', () => page.$('[data-ckpt-undo]'))
   await page.click('[data-ckpt-undo]')
