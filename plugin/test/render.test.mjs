@@ -3,7 +3,7 @@
 // resolution order, and the checkpoints projection's fold.
 
 import assert from 'node:assert/strict'
-import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { test } from 'node:test'
@@ -44,8 +44,9 @@ test('restore, status and diff render from their records; the notice says exactl
   assert.match(diff, / {2}M a {2}\+2 -1 {2}mode 100644 → 100755/)
 })
 
-test('binary order: config binary if set, else CKPT_BIN, else PATH; a broken source is not replaced', async () => {
+test('binary order: config binary if set, else CKPT_BIN, else PATH; a broken source is not replaced', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'ckpt-bin-order-'))
+  t.after(() => rmSync(dir, { recursive: true, force: true }))
   const fake = (name) => {
     const p = join(dir, name)
     writeFileSync(p, '#!/bin/sh\necho ckpt 0\n')
