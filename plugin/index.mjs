@@ -6,15 +6,30 @@
 import { randomUUID } from 'node:crypto'
 
 import { Config as ConfigSchema } from './lib/config.mjs'
+import { checkpointsProjection } from './lib/projection.mjs'
 import { errorText, one, resolveBinary, run } from './lib/ckpt.mjs'
+import {
+  failureText,
+  firstOfEachTurn,
+  parseTarget,
+  pointLabel,
+  renderDiff,
+  renderPreview,
+  renderRestore,
+  renderStatus,
+  resolvePoint,
+  restoreNotice,
+  rewindPoints,
+} from './lib/render.mjs'
 
 export const name = 'ckpt'
+const NOTICE_TAG = '[ckpt] '
 export const inject = []
 export const Config = ConfigSchema
 
 const INSTALL_HINT =
-  'ckpt is not installed or not runnable: install it (cargo install --path . in the ckpt checkout), ' +
-  'or set the plugin config "binary" or the CKPT_BIN environment variable to its path.'
+  'install ckpt (cargo install --path . in the ckpt checkout), or set the CKPT_BIN environment ' +
+  'variable (or the plugin config "binary") to its path.'
 
 /** Where an exec (fs actor or tool execution) sits: session, cwd, turn and step. */
 function position(exec) {
@@ -33,18 +48,49 @@ export function apply(ctx, rawConfig) {
   const log = typeof ctx.logger === 'function' ? ctx.logger('ckpt') : { info() {}, warn() {}, error() {} }
   const inflight = new Map()
   const lastGuard = new Map()
-  // Forked sessions owed a notice: it joins their next step's messages, once.
+  // Sessions owed a notice (a fork, or a restore under a live conversation): the notices join
+  // that session's next step's messages, once.
   const pendingNotices = new Map()
-  let binary
-  const binaryReady = () => (binary ??= resolveBinary(config.binary).then((found) => {
-    if (!found) log.warn(INSTALL_HINT)
-    return found
-  }))
+  // Per session: how many mutations ran without a checkpoint, the first and last reason.
+  const failures = new Map()
+  const name = config.commandName
+
+  // Resolved on first use and kept while it works; an unusable binary is looked for again on the
+  // next call (it may have been installed since), never replaced by a lower-priority source.
+  let resolved
+  const binaryReady = async () => {
+    if (resolved?.binary) return resolved
+    resolved = await resolveBinary(config.binary)
+    return resolved
+  }
 
   const ckpt = async (cwd, args, signal) => {
-    const bin = await binaryReady()
-    if (!bin) throw new Error(INSTALL_HINT)
-    return run(bin, ['-C', cwd, '--json', ...args], { timeoutMs: config.timeoutMs, signal })
+    const found = await binaryReady()
+    if (!found.binary) throw new Error(`${found.error}; ${INSTALL_HINT}`)
+    try {
+      return await run(found.binary, ['-C', cwd, '--json', ...args], { timeoutMs: config.timeoutMs, signal })
+    } catch (error) {
+      if (/ENOENT|EACCES/.test(error.message)) resolved = undefined // gone since: look again next time
+      throw error
+    }
+  }
+
+  /** The first failure of a session is said where a person sees it (stderr), the rest counted. */
+  function noteFailure(sessionId, trigger, pos, message) {
+    const entry = { trigger, time: new Date().toISOString(), turn: pos?.turn, step: pos?.step, message }
+    const known = failures.get(sessionId)
+    if (known) {
+      known.count += 1
+      known.last = entry
+      log.warn('ckpt: no checkpoint before %s: %s', trigger, message)
+      return
+    }
+    failures.set(sessionId, { count: 1, first: entry, last: entry })
+    const line = `ckpt: WARNING: no checkpoint was taken before ${trigger} in session ${sessionId}${config.failurePolicy === 'open' ? ' (the tool ran anyway, failurePolicy=open)' : ''}: ${message}. /${name} status shows this; later failures of this session are counted there.\n`
+    try {
+      process.stderr.write(line)
+    } catch {}
+    log.warn(line.trim())
   }
 
   /** One snapshot per (session, turn, step): concurrent intents share the capture in flight. */
@@ -70,8 +116,8 @@ export function apply(ctx, rawConfig) {
       return await inflight.get(key)
     } catch (error) {
       inflight.delete(key)
+      noteFailure(pos.id, trigger, pos, error.message)
       if (config.failurePolicy === 'closed') throw new Error(`ckpt: no checkpoint could be taken before ${trigger}: ${error.message}`)
-      log.warn('ckpt: no checkpoint before %s (continuing, failurePolicy=open): %s', trigger, error.message)
       return undefined
     }
   }
@@ -92,10 +138,49 @@ export function apply(ctx, rawConfig) {
   )
 
   const command = {
-    name: config.commandName,
+    name,
     description: 'Rewind the workspace (and the conversation) to before a turn, with preview and undo',
-    input: { hint: '[all | preview <turn|id|latest> | <turn|id|latest> [--exact] [--yes] | undo | diff <point> | status | clear]' },
-    handler: (invocation) => rewind(invocation),
+    input: { hint: '[all | preview <point> | <point> [--exact] [--yes] [--into <fork>] | undo | diff <point> | status | clear]   point: 2, 2.1, turn 2.1, an id, latest' },
+    handler: async (invocation) => {
+      try {
+        return await rewind(invocation)
+      } catch (error) {
+        const failure = failures.get(String(invocation?.agent?.session?.id ?? ''))
+        return { kind: 'error', text: `${failure ? `${failureText(failure)}\n` : ''}/${name} failed: ${error.message}` }
+      }
+    },
+  }
+
+  const notify = (sessionId, text) => {
+    const list = pendingNotices.get(sessionId) ?? []
+    list.push(text)
+    pendingNotices.set(sessionId, list)
+  }
+
+  /**
+   * The rewind points of a session: its own checkpoints, and — for a fork — those of the parent
+   * conversation for the turns its seed holds (they are this conversation's history too; a fork
+   * up several levels is followed while the parent is live).
+   */
+  async function listPoints(cwd, session, signal) {
+    const all = []
+    let current = session
+    // Turns below `below` are shared with the ancestor being read: the seed holds them.
+    let below = Infinity
+    for (let depth = 0; current && depth < 8; depth++) {
+      const listed = await ckpt(cwd, ['list', '--session', String(current.id)], signal)
+      if (listed.code !== 0) return { error: errorText(listed) }
+      const records = listed.records.filter((r) => r.type === 'checkpoint')
+      if (depth === 0) all.push(...records)
+      else all.unshift(...records.filter((r) => Number.isInteger(r.turn) && r.turn < below).map((r) => ({ ...r, inherited: true })))
+      const parentId = current.header?.parentSession
+      if (!parentId) break
+      const seededTurns = (current.events ?? []).slice(0, current.header?.seedLength ?? 0).filter((e) => e?.type === 'turn/end' && Number.isInteger(e?.data?.turn)).map((e) => e.data.turn)
+      if (!seededTurns.length) break
+      below = Math.min(below, Math.max(...seededTurns) + 1)
+      current = ctx.get?.('sessions')?.get?.(parentId) ?? { id: parentId, header: {}, events: [] }
+    }
+    return { all, points: rewindPoints(all) }
   }
 
   async function rewind({ agent, rawInput = '', signal }) {
@@ -103,78 +188,127 @@ export function apply(ctx, rawConfig) {
     const cwd = session?.header?.cwd
     if (!session || !cwd) return { kind: 'error', text: 'no session with a workspace to rewind' }
     if (agent.status === 'running') return { kind: 'error', text: 'the agent is running; rewind between turns' }
-    if (!(await binaryReady())) return { kind: 'error', text: INSTALL_HINT }
-    const words = rawInput.trim().split(/\s+/u).filter(Boolean)
-    const flags = new Set(words.filter((w) => w.startsWith('--')))
-    const [verb, arg] = words.filter((w) => !w.startsWith('--'))
     const sid = String(session.id)
-    const target = (point) => (/^\d+$/.test(point ?? '') ? `turn:${point}` : point)
-    const fail = (result) => ({ kind: 'error', text: errorText(result) })
+    const words = rawInput.trim().split(/\s+/u).filter(Boolean)
+    // --into <session>: file the rewind into a fork the caller already made (the web order:
+    // fork first, then rewind into the child, then open it) instead of forking here.
+    const intoAt = words.indexOf('--into')
+    const into = intoAt >= 0 ? words[intoAt + 1] : undefined
+    if (intoAt >= 0) words.splice(intoAt, 2)
+    if (intoAt >= 0 && (!into || into.startsWith('--'))) return { kind: 'error', text: `usage: /${name} <point> --into <session id> [--yes]` }
+    const flags = new Set(words.filter((w) => w.startsWith('--')))
+    const positional = words.filter((w) => !w.startsWith('--'))
+    const verb = positional[0]
+    const rest = positional.slice(1)
+    const failure = failures.get(sid)
+    const found = await binaryReady()
+    if (!found.binary) {
+      const lines = [`ckpt cannot run, so no checkpoint is being taken: ${found.error}.`, INSTALL_HINT]
+      if (failure) lines.push(failureText(failure))
+      return { kind: 'error', text: lines.join('\n') }
+    }
+    const warning = failure ? `${failureText(failure)}\n` : ''
 
     if (verb === undefined || verb === 'all' || verb === 'list') {
-      const listed = await ckpt(cwd, ['list', '--session', sid], signal)
-      if (listed.code !== 0) return fail(listed)
-      const points = listed.records.filter((r) => r.type === 'checkpoint' && r.kind !== 'guard')
-      const shown = verb === 'all' ? points : points.filter((r, i) => points.findIndex((p) => p.turn === r.turn) === i)
-      if (!shown.length) return { kind: 'success', text: 'no rewind points yet' }
-      const lines = shown.map((r) => `${r.turn !== null && r.turn !== undefined ? `turn ${r.turn}${verb === 'all' ? `.${r.step ?? '-'}` : ''}` : '-'}  ${r.short}  ${r.time}  ${r.trigger ?? ''}  ${turnText(session, r.turn)}`)
-      return { kind: 'success', text: lines.join('\n') }
+      const listed = await listPoints(cwd, session, signal)
+      if (listed.error) return { kind: 'error', text: listed.error }
+      const shown = verb === 'all' ? listed.points : firstOfEachTurn(listed.points)
+      if (!shown.length) return { kind: 'success', text: `${warning}no rewind points yet` }
+      const lines = shown.map((r) => `${pointLabel(r, verb === 'all')}  ${r.short}  ${r.time}  ${r.trigger ?? ''}  ${turnText(session, r.turn)}${r.inherited ? '  (before the fork)' : ''}`.trimEnd())
+      const hint = verb === 'all' ? `/${name} preview <point>, /${name} <point> --yes (a point: 2, 2.1, turn 2.1, an id, latest)` : `/${name} preview <turn>, /${name} <turn> --yes; /${name} all lists every step`
+      return { kind: 'success', text: `${warning}${lines.join('\n')}\n${hint}` }
     }
-    if (verb === 'preview') {
-      if (!arg) return { kind: 'error', text: `usage: /${config.commandName} preview <turn|id|latest>` }
-      const args = ['preview', target(arg), '--session', sid]
-      if (flags.has('--exact') || config.exact) args.push('--exact')
-      const previewed = await ckpt(cwd, args, signal)
-      return previewed.code === 0 ? { kind: 'success', text: previewed.stderr.trim() || describePreview(one(previewed, 'preview')) } : fail(previewed)
+    if (verb === 'status') {
+      const [status, listed] = await Promise.all([ckpt(cwd, ['status'], signal), listPoints(cwd, session, signal)])
+      if (status.code !== 0) return { kind: 'error', text: `${warning}${errorText(status)}` }
+      const points = listed.points?.length ?? 0
+      const guards = (listed.all?.length ?? 0) - points
+      return { kind: 'success', text: renderStatus(one(status, 'status'), { points, guards, failure }) }
     }
     if (verb === 'undo') {
       const guard = lastGuard.get(sid)
       if (!guard) return { kind: 'error', text: 'nothing to undo in this session' }
-      const undone = await ckpt(cwd, ['restore', guard, '--exact', '--yes'], signal)
-      if (undone.code !== 0 && undone.code !== 3) return fail(undone)
-      lastGuard.delete(sid)
-      return { kind: 'success', text: `restored the state before the last rewind (guard ${guard.slice(0, 8)})` }
-    }
-    if (verb === 'diff') {
-      if (!arg) return { kind: 'error', text: `usage: /${config.commandName} diff <turn|id|latest>` }
-      const diffed = await ckpt(cwd, ['diff', target(arg), '--session', sid, '--stat'], signal)
-      return diffed.code === 0 ? { kind: 'success', text: diffed.stdout.split('\n').filter((l) => !l.startsWith('{')).join('\n').trim() || summary(one(diffed, 'diff')) } : fail(diffed)
-    }
-    if (verb === 'status') {
-      const status = await ckpt(cwd, ['status'], signal)
-      return status.code === 0 ? { kind: 'success', text: status.stderr.trim() } : fail(status)
+      const undone = await ckpt(cwd, ['restore', guard.id, '--session', sid, '--exact', '--yes'], signal)
+      const report = one(undone, 'restore')
+      if (!report) return { kind: 'error', text: errorText(undone) }
+      for (const id of guard.sessions) lastGuard.delete(id)
+      const point = { id: guard.id, short: guard.id.slice(0, 8), turn: null }
+      const text = renderRestore(report, point, name, undone.code === 3, `Undid the last rewind: the files are back to guard checkpoint ${point.short}`)
+      for (const id of guard.sessions) notify(id, restoreNotice(report, point, cwd, { undo: true }))
+      return { kind: undone.code === 0 ? 'success' : 'error', text: `${warning}${text}` }
     }
     if (verb === 'clear') {
       if (!flags.has('--yes') && !(await confirm(agent, `Delete every checkpoint of this session?`, signal))) {
         return { kind: 'error', text: 'not confirmed; nothing was deleted' }
       }
       const cleared = await ckpt(cwd, ['delete', '--session', sid, '--yes'], signal)
-      return cleared.code === 0 ? { kind: 'success', text: cleared.stderr.trim() } : fail(cleared)
+      if (cleared.code !== 0) return { kind: 'error', text: errorText(cleared) }
+      lastGuard.delete(sid)
+      return { kind: 'success', text: `deleted ${one(cleared, 'delete')?.removed?.length ?? 0} checkpoint(s) of this session` }
     }
 
-    // /rewind <point> [--exact] [--yes]
+    // The rest name a point: preview <point>, diff <point>, <point>.
+    const targetWords = verb === 'preview' || verb === 'diff' ? rest : positional
+    if (!targetWords.length) return { kind: 'error', text: `usage: /${name} ${verb} <point>   (a point: 2, 2.1, turn 2.1, an id, latest)` }
+    const target = parseTarget(targetWords)
+    if (target.error) return { kind: 'error', text: `${target.error}: a point is a turn (2), a step (2.1, turn 2.1), an id shown by /${name} all, or latest` }
+    const listed = await listPoints(cwd, session, signal)
+    if (listed.error) return { kind: 'error', text: listed.error }
+    const picked = resolvePoint(target, listed.points, listed.all)
+    if (picked.error) return { kind: 'error', text: picked.error }
+    const point = { ...picked.point, wholeTurn: target.kind === 'turn' }
+
+    if (verb === 'diff') {
+      const diffed = await ckpt(cwd, ['diff', point.id], signal)
+      if (diffed.code !== 0) return { kind: 'error', text: errorText(diffed) }
+      return { kind: 'success', text: `${warning}${renderDiff(diffed.records, point)}` }
+    }
     const exact = flags.has('--exact') || config.exact
-    const previewArgs = ['preview', target(verb), '--session', sid]
+    const previewArgs = ['preview', point.id]
     if (exact) previewArgs.push('--exact')
     const previewed = await ckpt(cwd, previewArgs, signal)
-    if (previewed.code !== 0) return fail(previewed)
-    const previewText = previewed.stderr.trim() || describePreview(one(previewed, 'preview'))
+    if (previewed.code !== 0) return { kind: 'error', text: errorText(previewed) }
+    const previewText = renderPreview(one(previewed, 'preview'), point, exact)
+    if (verb === 'preview') return { kind: 'success', text: `${warning}${previewText}` }
+
+    // /rewind <point> [--exact] [--yes] [--into <session>]
+    let intoSession
+    if (into !== undefined) {
+      intoSession = ctx.get?.('sessions')?.get?.(into)
+      if (!intoSession) return { kind: 'error', text: `no live session ${into} to rewind into` }
+      if (String(intoSession.header?.parentSession ?? '') !== sid) return { kind: 'error', text: `session ${into} is not a fork of this session; nothing was changed` }
+    }
     if (!flags.has('--yes') && !(await confirm(agent, `${previewText}\n\nRestore these files?`, signal))) {
       return { kind: 'error', text: `not confirmed; nothing was changed.\n${previewText}` }
     }
-    const restoreArgs = ['restore', target(verb), '--session', sid, '--yes']
+    // --session files the guard checkpoint under this session (its retention, and /rewind status).
+    const restoreArgs = ['restore', point.id, '--session', sid, '--yes']
     if (exact) restoreArgs.push('--exact')
     const restored = await ckpt(cwd, restoreArgs, signal)
     const report = one(restored, 'restore')
-    if (!report) return fail(restored)
-    lastGuard.set(sid, report.guard)
-    let text = `${restored.stderr.trim()}\nundo with /${config.commandName} undo`
-    if (restored.code === 3) text = `PARTIAL: ${text}`
-    const turn = /^\d+$/.test(verb) ? Number(verb) : undefined
-    const forked = await fork(session, turn, cwd).catch((error) => ({ error }))
-    if (forked?.error) text += `\nthe files stay restored, but the conversation could not be forked: ${forked.error.message}`
-    else if (forked) text += `\nconversation forked before turn ${turn} as ${forked}`
-    return { kind: restored.code === 0 ? 'success' : 'error', text }
+    if (!report) return { kind: 'error', text: errorText(restored) }
+    const guardSessions = [sid]
+    let text = renderRestore(report, point, name, restored.code === 3)
+    // The conversation is cut only at whole turns: `/rewind 2` forks at the turn/end before turn 2.
+    const boundary = target.kind === 'turn' && into === undefined ? turnBoundary(session, point.turn) : undefined
+    let forked
+    if (into !== undefined) {
+      forked = { id: into }
+      text += `\nrewound into ${into}, the fork made for it; this conversation is unchanged`
+      notify(into, restoreNotice(report, point, cwd, { forked: true }))
+      guardSessions.push(into)
+    } else if (boundary) {
+      forked = await forkConversation(session, boundary, cwd).catch((error) => ({ error }))
+      if (forked?.error) text += `\nthe files stay restored, but the conversation could not be forked: ${forked.error.message}`
+      else {
+        text += `\nconversation forked before turn ${point.turn} as ${forked.id}${forked.how ? ` (${forked.how})` : ''}; this conversation is unchanged`
+        notify(forked.id, restoreNotice(report, point, cwd, { forked: true }))
+        guardSessions.push(forked.id)
+      }
+    }
+    if (!forked?.id) notify(sid, restoreNotice(report, point, cwd, { forked: false }))
+    if (report.guard) for (const id of guardSessions) lastGuard.set(id, { id: report.guard, sessions: guardSessions })
+    return { kind: restored.code === 0 ? 'success' : 'error', text: `${warning}${text}` }
   }
 
   async function confirm(agent, question, signal) {
@@ -192,46 +326,65 @@ export function apply(ctx, rawConfig) {
     }
   }
 
-  /** Forks the conversation at the turn/end before `turn`; the files are already restored. */
-  async function fork(session, turn, cwd) {
-    if (turn === undefined) return undefined
+  /**
+   * Forks the conversation at `boundary` (the turn/end before the rewound turn) the way dsh's own
+   * session fork does: through the host's fork service when it has one (the web app's
+   * `apiProxy.sessions.fork`: agent preset, setup, model selection, workspace), else with the same
+   * composition by hand (agent preset mounted in setup, the default model, the workspace attached).
+   * The files are already restored.
+   */
+  async function forkConversation(session, boundary, cwd) {
+    const api = ctx.get?.('apiProxy')
+    if (typeof api?.sessions?.fork === 'function') {
+      const answer = await api.sessions.fork({ rpcId: `ckpt-fork-${randomUUID()}`, payload: { sessionId: String(session.id), atSeq: boundary.seq } })
+      if (answer?.result?.ok && answer.result.value?.sessionId) return { id: String(answer.result.value.sessionId) }
+      throw new Error(answer?.result?.error?.message ?? `the host's fork service refused: ${JSON.stringify(answer?.result ?? answer)}`)
+    }
     const events = session.events ?? []
-    const boundary = events.findLast?.((e) => e?.type === 'turn/end' && e?.data?.turn !== undefined && e.data.turn < turn)
-    if (!boundary) return undefined
-    const cut = events.indexOf(boundary) + 1
-    const notice = `Files in ${cwd} were restored by ckpt to how they were before turn ${turn}.`
+    let cut = events.indexOf(boundary) + 1
+    while (cut < events.length && events[cut]?.type !== 'turn/start') cut++
     const agents = ctx.get?.('agents')
-    if (agents?.create) {
+    if (typeof agents?.create === 'function') {
       const sessionId = `session-${randomUUID()}`
-      pendingNotices.set(sessionId, notice)
-      try {
-        await agents.create({ sessionId, seed: events.slice(0, cut), meta: { cwd, parentSession: session.id, seedLength: cut } })
-      } catch (error) {
-        pendingNotices.delete(sessionId)
-        throw error
+      const presets = ctx.get?.('agentPresets')
+      let agentPreset
+      let setup
+      if (typeof presets?.resolve === 'function' && typeof presets?.mount === 'function') {
+        agentPreset = (await presets.resolve(sessionPreset(session)))?.id
+        if (agentPreset !== undefined) setup = async (agentCtx) => presets.mount(agentCtx, agentPreset)
       }
-      return sessionId
+      const selection = ctx.get?.('agentDefaultModel')?.currentSelection?.()
+      await agents.create({
+        sessionId,
+        seed: events.slice(0, cut),
+        meta: { cwd, parentSession: session.id, seedLength: cut, ...(agentPreset === undefined ? {} : { agentPreset }) },
+        ...(selection ? { agentOptions: { provider: selection.provider, model: selection.model } } : {}),
+        ...(setup ? { setup } : {}),
+      })
+      const workspace = ctx.get?.('workspaceRegistry')?.list?.()?.find((w) => w?.sessionIds?.includes?.(session.id))
+      if (workspace?.attachSession) await workspace.attachSession(sessionId)
+      return { id: sessionId }
     }
     const sessions = ctx.get?.('sessions')
     if (sessions?.fork) {
       const child = sessions.fork(session, boundary.seq)
-      return child?.id
+      return { id: String(child?.id), how: 'a bare session: this host has no agents service, so nothing will answer in it' }
     }
-    throw new Error('no agents or sessions service to fork with')
+    throw new Error('no fork service, agents or sessions service to fork with')
   }
 
-  // The model in a forked conversation learns that the files were restored: the notice is
-  // prepended, as a user message, to the messages of that session's next step.
+  // The notices owed to a session join, as one user message, the messages of its next step.
   ctx.on('agent/pre-step', async (payload, next) => {
     const decision = await next()
     const id = String(payload?.agent?.session?.id ?? payload?.agent?.id ?? '')
-    const notice = pendingNotices.get(id)
-    if (notice === undefined || decision?.kind !== 'enter') return decision
+    const notices = pendingNotices.get(id)
+    if (notices === undefined || decision?.kind !== 'enter') return decision
     pendingNotices.delete(id)
     const message = Object.freeze({
       id: randomUUID(),
       role: 'user',
-      content: Object.freeze([Object.freeze({ type: 'text', text: `[ckpt] ${notice}` })]),
+      // One text block: providers may concatenate blocks without a separator.
+      content: Object.freeze([Object.freeze({ type: 'text', text: notices.map((text) => `${NOTICE_TAG}${text}`).join('\n') })]),
       source: Object.freeze({ kind: 'user' }),
     })
     return { ...decision, messages: [message, ...decision.messages] }
@@ -239,10 +392,32 @@ export function apply(ctx, rawConfig) {
 
   if (typeof ctx.inject === 'function') {
     ctx.inject(['commands'], (c) => c.commands.register(command))
+    // The checkpoint strip for the web shell, where the host has session projections. Folded
+    // from events the log already holds: the plugin appends no session event of its own.
+    ctx.inject(['sessionProjections'], (c) => {
+      try {
+        c.sessionProjections.register(checkpointsProjection({ shellTools: config.shellTools, commandName: name }))
+      } catch (error) {
+        log.warn('ckpt: no checkpoints projection: %s', error.message)
+      }
+    })
   } else {
     ctx.get?.('commands')?.register(command)
   }
   return { command, capture }
+}
+
+/** The turn/end event that closes the last turn before `turn`, if any. */
+function turnBoundary(session, turn) {
+  const events = session.events ?? []
+  return [...events].reverse().find((e) => e?.type === 'turn/end' && Number.isInteger(e?.data?.turn) && e.data.turn < turn)
+}
+
+/** The agent preset a session runs: its last selection, else its header's (as dsh resolves it). */
+function sessionPreset(session) {
+  const events = session.events ?? []
+  for (let i = events.length - 1; i >= 0; i--) if (events[i]?.type === 'agent-preset/selected') return events[i].data?.agentPreset
+  return session.header?.agentPreset
 }
 
 /** The first words of the user message that opened `turn`. */
@@ -252,18 +427,11 @@ function turnText(session, turn) {
   if (start < 0) return ''
   let text = events[start]?.data?.text
   if (typeof text !== 'string') {
-    const message = events.slice(start).find((e) => e?.type === 'user/message')
-    const blocks = message?.data?.content ?? []
-    text = blocks.filter((b) => b?.type === 'text').map((b) => b.text).join(' ')
+    // The person's words: not dsh's injected context, not this plugin's own [ckpt] notice.
+    const textOf = (e) => (e?.data?.content ?? []).filter((b) => b?.type === 'text').map((b) => b.text).join(' ')
+    const message = events.slice(start).find((e) => e?.type === 'user/message' && (e.data?.source?.kind ?? 'user') === 'user' && !textOf(e).startsWith(NOTICE_TAG))
+    text = textOf(message)
   }
   return typeof text === 'string' ? text.split(/\s+/u).filter(Boolean).slice(0, 8).join(' ') : ''
 }
 
-function describePreview(preview) {
-  if (!preview) return ''
-  return `would overwrite ${preview.overwrite.length}, delete ${preview.delete.length}, keep ${preview.created_after.length} created after; ${preview.unchanged} already match; ${preview.conflicts.length} conflict(s)`
-}
-
-function summary(diff) {
-  return diff ? `${diff.files} file(s), +${diff.added} -${diff.removed}` : ''
-}

@@ -1,5 +1,6 @@
-// Driving the ckpt binary: resolution (config, CKPT_BIN, PATH), one subprocess per call with a
-// timeout, and its JSON Lines answer parsed. No engine logic lives here.
+// Driving the ckpt binary: resolution (config `binary` if the user set it, else CKPT_BIN, else
+// `ckpt` on PATH), one subprocess per call with a timeout, and its JSON Lines answer parsed.
+// No engine logic lives here.
 
 import { execFile } from 'node:child_process'
 import { access, constants } from 'node:fs/promises'
@@ -10,17 +11,32 @@ function onPath(name, env) {
   return (env.PATH ?? '').split(delimiter).filter(Boolean).map((dir) => join(dir, name))
 }
 
-/** The first working binary of: config `binary`, `CKPT_BIN`, `ckpt` on PATH; else undefined. */
+/**
+ * The binary to use: exactly one source decides, in this order: the config `binary` when the user
+ * set it, else `CKPT_BIN` when set, else `ckpt` on PATH. A source that is set but broken is not
+ * silently replaced by a later one (a stale `ckpt` on PATH must not win over CKPT_BIN).
+ * Resolves to { binary } or { error } saying what was tried.
+ */
 export async function resolveBinary(configured, env = process.env) {
-  const names = [configured, env.CKPT_BIN, 'ckpt'].filter(Boolean)
-  for (const candidate of names.flatMap((name) => onPath(name, env))) {
+  const [source, name] = configured ? ['the plugin config "binary"', configured] : env.CKPT_BIN ? ['CKPT_BIN', env.CKPT_BIN] : ['PATH', 'ckpt']
+  const tried = []
+  for (const candidate of onPath(name, env)) {
     try {
       await access(candidate, constants.X_OK)
+    } catch {
+      if (name.includes('/')) tried.push(`${candidate}: not found or not executable`)
+      continue
+    }
+    try {
       const version = await run(candidate, ['--version'], { timeoutMs: 10000 })
-      if (version.code === 0) return candidate
-    } catch {}
+      if (version.code === 0) return { binary: candidate, source }
+      tried.push(`${candidate}: --version exited ${version.code}`)
+    } catch (error) {
+      tried.push(`${candidate}: ${error.message}`)
+    }
   }
-  return undefined
+  const where = source === 'PATH' ? `no runnable ckpt on PATH (${env.PATH ?? ''})` : `${source} = ${name}`
+  return { error: `ckpt binary not usable: ${where}${tried.length ? ` (${tried.join('; ')})` : ''}`, source }
 }
 
 /** Runs ckpt with `args`; resolves to { code, records, stderr } (never rejects on exit codes). */
@@ -47,7 +63,10 @@ export function one(result, type) {
   return result.records.find((r) => r.type === type)
 }
 
+/** The error record's code and message; without one (a crash), the exit code and stderr's last line. */
 export function errorText(result) {
   const error = one(result, 'error')
-  return error ? `${error.code}: ${error.message}` : result.stderr.trim() || `exit ${result.code}`
+  if (error) return `${error.code}: ${error.message}`
+  const last = result.stderr.trim().split('\n').at(-1)
+  return `ckpt exited ${result.code} without a JSON answer${last ? ` (${last})` : ''}`
 }

@@ -25,7 +25,12 @@ export function validate(input) {
     return { issues: [{ message: 'config must be an object' }] }
   }
   const issues = []
+  const given = {}
   for (const [key, value] of Object.entries(input)) {
+    // An absent key and one set to undefined are the same: the loader hands back the validated
+    // config (with `binary: undefined`) when it applies the plugin.
+    if (value === undefined) continue
+    given[key] = value
     const check = CHECKS[key]
     if (!check) {
       issues.push({ message: `unknown key "${key}"`, path: [key] })
@@ -35,7 +40,7 @@ export function validate(input) {
     if (ok !== true) issues.push({ message: `${key} ${ok}`, path: [key] })
   }
   if (issues.length) return { issues }
-  return { value: { ...DEFAULTS, ...input } }
+  return { value: { ...DEFAULTS, ...given } }
 }
 
 export const Config = { '~standard': { version: 1, vendor: 'ckpt', validate } }

@@ -174,7 +174,7 @@ test('three scripted turns, /rewind 2 with fork, and /rewind undo, byte-exact', 
   const userTexts = child.session.events
     .filter((e) => e.type === 'user/message')
     .flatMap((e) => e.data.content.map((block) => block.text))
-  assert.ok(userTexts.some((t) => /\[ckpt\] Files in .* were restored/.test(t)), `the notice reached the fork: ${JSON.stringify(userTexts)}`)
+  assert.ok(userTexts.some((t) => /\[ckpt\] The user rewound this conversation and the files in .* to before turn 2 \(checkpoint [0-9a-f]{8}\)\. Written back: a\.txt\. Deleted: b\.txt, c\.txt\. Re-read/.test(t)), `the notice reached the fork: ${JSON.stringify(userTexts)}`)
 
   const undone = await ctx.commands.execute(agent, '/rewind undo', [], signal)
   assert.ok(undone)

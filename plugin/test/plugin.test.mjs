@@ -221,9 +221,66 @@ test('a missing binary: the plugin loads, and /rewind says how to install', asyn
     const { command } = apply(ctx, { binary: '/nonexistent/ckpt' })
     const answer = await command.handler({ agent: { session: session(dir), status: 'idle' }, rawInput: '' })
     assert.equal(answer.kind, 'error')
-    assert.match(answer.text, /not installed/)
+    assert.match(answer.text, /ckpt cannot run/)
+    assert.match(answer.text, /\/nonexistent\/ckpt/)
   } finally {
     process.env.PATH = savedPath
     if (env !== undefined) process.env.CKPT_BIN = env
   }
+})
+
+test('the fork is composed as dsh composes its own: the host fork service first, else preset, setup, model and workspace', async () => {
+  const dir = repo()
+  const events = [
+    { type: 'turn/start', seq: 0, data: { turn: 1, text: 'one' } },
+    toolCall(1, 'c1', 1, 1),
+    { type: 'turn/end', seq: 2, data: { turn: 1 } },
+    { type: 'command/run', seq: 3, data: {} },
+    { type: 'turn/start', seq: 4, data: { turn: 2, text: 'two' } },
+    toolCall(5, 'c2', 2, 1),
+    { type: 'turn/end', seq: 6, data: { turn: 2 } },
+  ]
+  const s = { id: 's1', header: { cwd: dir, agentPreset: 'code' }, events }
+  const agent = { session: s, status: 'idle' }
+  const prepare = async (ctx) => {
+    const { command, capture } = apply(ctx, { binary: CKPT })
+    await capture({ agent, callId: 'c1' }, 'write')
+    writeFileSync(join(dir, 'a.txt'), 'after turn 1\n')
+    await capture({ agent, callId: 'c2' }, 'bash')
+    writeFileSync(join(dir, 'a.txt'), 'after turn 2\n')
+    return command
+  }
+
+  // 1. The host's own fork service (the web app's apiProxy): asked at the turn/end before turn 2.
+  const asked = []
+  const viaHost = fakeContext({ apiProxy: { sessions: { fork: async (request) => (asked.push(request), { rpcId: request.rpcId, result: { ok: true, value: { sessionId: 'session-from-host' } } }) } } })
+  const hostCommand = await prepare(viaHost)
+  const viaHostAnswer = await hostCommand.handler({ agent, rawInput: ' 2 --yes' })
+  assert.equal(viaHostAnswer.kind, 'success', viaHostAnswer.text)
+  assert.deepEqual(asked.map((r) => r.payload), [{ sessionId: 's1', atSeq: 2 }])
+  assert.match(viaHostAnswer.text, /conversation forked before turn 2 as session-from-host; this conversation is unchanged/)
+
+  // 2. No fork service: agents.create with the preset mounted in setup, the default model, and the
+  //    workspace attached, seeded through the out-of-band events up to turn 2's start.
+  writeFileSync(join(dir, 'a.txt'), 'after turn 2\n')
+  const created = []
+  const mounted = []
+  const attached = []
+  const byHand = fakeContext({
+    agents: { create: async (options) => created.push(options) },
+    agentPresets: { resolve: async (id) => ({ id }), mount: async (agentCtx, id) => mounted.push([agentCtx, id]) },
+    agentDefaultModel: { currentSelection: () => ({ provider: 'deepseek-official', model: 'deepseek-v4-flash' }) },
+    workspaceRegistry: { list: () => [{ sessionIds: ['other'] }, { sessionIds: ['s1'], attachSession: async (id) => attached.push(id) }] },
+  })
+  const handCommand = await prepare(byHand)
+  const byHandAnswer = await handCommand.handler({ agent, rawInput: ' 2 --yes' })
+  assert.equal(byHandAnswer.kind, 'success', byHandAnswer.text)
+  assert.equal(created.length, 1)
+  const [options] = created
+  assert.equal(options.seed.length, 4, 'through the command event after turn 1, up to turn 2')
+  assert.deepEqual(options.meta, { cwd: dir, parentSession: 's1', seedLength: 4, agentPreset: 'code' })
+  assert.deepEqual(options.agentOptions, { provider: 'deepseek-official', model: 'deepseek-v4-flash' })
+  await options.setup('agent-ctx')
+  assert.deepEqual(mounted, [['agent-ctx', 'code']], 'setup joins the parent preset')
+  assert.deepEqual(attached, [options.sessionId], 'the child is attached to the parent workspace')
 })
