@@ -103,6 +103,9 @@ export function apply(ctx, rawConfig) {
     const key = known ? `${pos.id}\u0000${pos.turn}\u0000${pos.step}` : `${pos.id}\u0000call\u0000${pos.callId}`
     if (!inflight.has(key)) {
       const args = ['snapshot', '--kind', 'auto', '--session', pos.id, '--trigger', trigger]
+      // The workspace's watch daemon (started by the first such snapshot) answers an unchanged
+      // worktree without a walk; ckpt falls back to a full scan whenever it cannot vouch.
+      if (config.watch) args.push('--watch')
       if (pos.turn !== undefined) args.push('--turn', String(pos.turn))
       if (pos.step !== undefined) args.push('--step', String(pos.step))
       const pending = ckpt(pos.cwd, args).then((result) => {

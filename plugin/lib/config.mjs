@@ -8,6 +8,7 @@ export const DEFAULTS = Object.freeze({
   shellTools: ['bash', 'pwsh', 'terminal_send'],
   exact: false,
   failurePolicy: 'open',
+  watch: true,
 })
 
 const CHECKS = {
@@ -17,6 +18,7 @@ const CHECKS = {
   shellTools: (v) => (Array.isArray(v) && v.every((t) => typeof t === 'string' && t.length > 0)) || 'must be a list of tool names',
   exact: (v) => typeof v === 'boolean' || 'must be true or false',
   failurePolicy: (v) => v === 'open' || v === 'closed' || 'must be "open" or "closed"',
+  watch: (v) => typeof v === 'boolean' || 'must be true or false',
 }
 
 export function validate(input) {

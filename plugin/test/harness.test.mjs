@@ -8,11 +8,12 @@ import '../test-support/shim.mjs'
 
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { test } from 'node:test'
 import { fileURLToPath } from 'node:url'
+
+import { tempDir } from '../test-support/tmp.mjs'
 
 import { Context } from '@deepseek-ai/cordis'
 import AgentRegistry from '@deepseek-ai/dsh-agent'
@@ -77,7 +78,7 @@ function idle(ctx, agent) {
 }
 
 test('three scripted turns, /rewind 2 with fork, and /rewind undo, byte-exact', { timeout: 60000 }, async () => {
-  const cwd = mkdtempSync(join(tmpdir(), 'ckpt-harness-'))
+  const cwd = tempDir('ckpt-harness-')
   execFileSync('git', ['init', '-q'], { cwd })
   writeFileSync(join(cwd, 'a.txt'), 'v0\n')
   execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@e', 'commit', '-qam', 'init', '--allow-empty'], { cwd })

@@ -6,12 +6,13 @@ import '../test-support/shim.mjs'
 
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
-import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { test } from 'node:test'
 import { fileURLToPath, pathToFileURL } from 'node:url'
+
+import { tempDir } from '../test-support/tmp.mjs'
 
 import { Context } from '@deepseek-ai/cordis'
 import Include from '@deepseek-ai/cordis-plugin-include'
@@ -25,7 +26,7 @@ const packageRoot = resolve(here, '..')
 const requireHere = createRequire(join(packageRoot, 'package.json'))
 
 test('cordis.patch.yml mounts the adapter through the loader, with the layered config', { timeout: 30000 }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'ckpt-loader-'))
+  const dir = tempDir('ckpt-loader-')
   execFileSync('git', ['init', '-q'], { cwd: dir })
   writeFileSync(join(dir, 'a.txt'), 'a\n')
   execFileSync('git', ['add', '-A'], { cwd: dir })

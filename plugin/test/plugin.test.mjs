@@ -4,11 +4,12 @@
 
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, writeFileSync, mkdirSync, chmodSync, existsSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { readFileSync, writeFileSync, mkdirSync, chmodSync, existsSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { test } from 'node:test'
 import { fileURLToPath } from 'node:url'
+
+import { tempDir } from '../test-support/tmp.mjs'
 
 import { apply, Config } from '../index.mjs'
 
@@ -16,7 +17,7 @@ const here = dirname(fileURLToPath(import.meta.url))
 const CKPT = process.env.CKPT_BIN ?? resolve(here, '../../target/debug/ckpt')
 
 function repo() {
-  const dir = mkdtempSync(join(tmpdir(), 'ckpt-plugin-'))
+  const dir = tempDir('ckpt-plugin-')
   const git = (...args) => execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@e', ...args], { cwd: dir, env: { ...process.env, HOME: dir } })
   git('init', '-q')
   writeFileSync(join(dir, 'a.txt'), 'original\n')
@@ -97,8 +98,9 @@ test('every hook path takes a checkpoint before the mutation and passes next() t
 
 test('concurrent intents in one step share the capture in flight', async () => {
   const dir = repo()
-  const counter = join(dir, '..', `calls-${Date.now()}`)
-  const wrapper = join(dir, '..', `ckpt-wrapper-${Date.now()}.sh`)
+  const tools = tempDir('ckpt-wrapper-')
+  const counter = join(tools, 'calls')
+  const wrapper = join(tools, 'ckpt-wrapper.sh')
   writeFileSync(wrapper, `#!/bin/sh\necho x >> "${counter}"\nexec "${CKPT}" "$@"\n`)
   chmodSync(wrapper, 0o755)
   const ctx = fakeContext()

@@ -4,11 +4,12 @@
 
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
-import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { chmodSync, writeFileSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { test } from 'node:test'
 import { fileURLToPath } from 'node:url'
+
+import { tempDir } from '../test-support/tmp.mjs'
 
 import { Context } from '@deepseek-ai/cordis'
 
@@ -19,7 +20,7 @@ const here = dirname(fileURLToPath(import.meta.url))
 const CKPT = process.env.CKPT_BIN ?? resolve(here, '../../target/debug/ckpt')
 
 test('prepended capture runs before a policy that never calls next(), and its decision passes through', async () => {
-  const cwd = mkdtempSync(join(tmpdir(), 'ckpt-unit-'))
+  const cwd = tempDir('ckpt-unit-')
   execFileSync('git', ['init', '-q'], { cwd })
   writeFileSync(join(cwd, 'a.txt'), 'before\n')
   execFileSync('git', ['add', '-A'], { cwd })
@@ -45,7 +46,7 @@ test('prepended capture runs before a policy that never calls next(), and its de
 })
 
 test('JSON Lines parsing tolerates unknown fields and bad lines; exit codes are kept', async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'ckpt-fake-'))
+  const dir = tempDir('ckpt-fake-')
   const fake = join(dir, 'fake-ckpt')
   writeFileSync(
     fake,
