@@ -35,7 +35,7 @@ pub(super) fn snapshot(
     if request.watch && outcome.scan_mode != provider::ScanMode::Watch {
         // The next snapshot gets a daemon; a failure to start one only costs speed.
         if let Err(e) = super::watch::start(provider.workdir(), &provider.watch_files()) {
-            eprintln!("ckpt: warning: could not start the watch daemon: {e}");
+            sayln!("ckpt: warning: could not start the watch daemon: {e}");
         }
     }
     let auto_prune = config.retention.as_ref().and_then(|r| r.auto_prune).unwrap_or(false);
@@ -46,7 +46,7 @@ pub(super) fn snapshot(
         Vec::new()
     };
     for warning in &outcome.warnings {
-        eprintln!("ckpt: warning: {warning}");
+        sayln!("ckpt: warning: {warning}");
     }
     out.record(&SnapshotRecord::new(&outcome, &pruned));
     let record = &outcome.record;
@@ -64,7 +64,7 @@ pub(super) fn snapshot(
             record.short()
         ));
     }
-    for skipped in &record.skipped {
+    for skipped in &outcome.not_protected {
         out.human(&not_protected_line(skipped));
     }
     Ok(Exit::Ok)
@@ -83,7 +83,7 @@ pub(super) fn list(provider: &dyn Provider, session: Option<&str>, all: bool, ou
     if records.is_empty() && total > 0 {
         if let Some(session) = session {
             // Said even with --json (on stderr): an empty list is not "no checkpoints".
-            eprintln!(
+            sayln!(
                 "ckpt: no checkpoint belongs to session {session:?} ({total} checkpoint(s) in other sessions; `ckpt status` lists the sessions)"
             );
             return Ok(Exit::Ok);

@@ -3,6 +3,25 @@
 //! codes (0 ok, 1 failed, 2 usage, 3 partial, 4 refused). It holds no engine logic and never
 //! touches a repository itself.
 
+/// Writes to stderr without the panic `eprint!` has when stderr cannot be written (a full disk,
+/// a closed descriptor): what cannot be said is dropped, the command's outcome still stands.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stderr = std::io::stderr().lock();
+        let _ = write!(stderr, $($arg)*);
+        let _ = stderr.flush();
+    }};
+}
+
+/// [`say!`] with a newline.
+macro_rules! sayln {
+    ($($arg:tt)*) => {{
+        say!($($arg)*);
+        say!("\n");
+    }};
+}
+
 mod args;
 mod checkpoints;
 mod demo;
@@ -82,7 +101,7 @@ pub fn run_with(args: Vec<OsString>) -> i32 {
                 code: error.code(),
                 message: &error.to_string(),
             });
-            eprintln!("ckpt: error: {error}");
+            sayln!("ckpt: error: {error}");
             Exit::of_error(&error).code()
         }
     }
@@ -266,7 +285,7 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
 /// The one confirmation prompt: asks `question [y/N]` on stderr; `y` or `yes` in any case is a
 /// yes, anything else (or no answer) a no.
 fn ask_yes(question: &str) -> bool {
-    eprint!("{question} [y/N] ");
+    say!("{question} [y/N] ");
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
     if std::io::stdin().lock().read_line(&mut answer).is_err() {

@@ -36,7 +36,7 @@ impl Output {
     /// Human text: stdout normally, stderr in JSON mode.
     pub fn human(&self, text: &str) {
         if self.json {
-            eprintln!("{text}");
+            sayln!("{text}");
         } else {
             to_stdout(&format!("{text}\n"));
         }
@@ -51,11 +51,11 @@ pub struct StderrReport {
 
 impl crate::provider::report::Report for StderrReport {
     fn warning(&self, text: &str) {
-        eprintln!("ckpt: warning: {text}");
+        sayln!("ckpt: warning: {text}");
     }
 
     fn waiting_for_lock(&self, lock: &std::path::Path) {
-        eprintln!(
+        sayln!(
             "ckpt: waiting for another ckpt process to finish (lock {})",
             lock.display()
         );
@@ -64,9 +64,9 @@ impl crate::provider::report::Report for StderrReport {
     fn timing(&self, phase: &str, elapsed: std::time::Duration, detail: &str) {
         let ms = elapsed.as_secs_f64() * 1000.0;
         if detail.is_empty() {
-            eprintln!("ckpt: {phase}: {ms:.1} ms");
+            sayln!("ckpt: {phase}: {ms:.1} ms");
         } else {
-            eprintln!("ckpt: {phase}: {ms:.1} ms ({detail})");
+            sayln!("ckpt: {phase}: {ms:.1} ms ({detail})");
         }
     }
 
@@ -95,7 +95,11 @@ pub fn to_stdout(text: &str) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             std::process::exit(super::exit::Exit::ClosedPipe.code())
         }
-        Err(e) => eprintln!("ckpt: cannot write to standard output: {e}"),
+        Err(e) => {
+            // Whoever reads stdout gets nothing more: say so once and end as failed, as git does.
+            sayln!("ckpt: error: cannot write to standard output: {e}");
+            std::process::exit(super::exit::Exit::Failed.code())
+        }
     }
 }
 

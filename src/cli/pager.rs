@@ -67,7 +67,7 @@ fn through_pager(text: &str) -> bool {
         // A closed pipe means the reader quit; anything else is said, and the pager still awaited.
         if let Err(e) = stdin.write_all(text.as_bytes()) {
             if e.kind() != std::io::ErrorKind::BrokenPipe {
-                eprintln!("ckpt: cannot write to the pager {command:?}: {e}");
+                sayln!("ckpt: cannot write to the pager {command:?}: {e}");
             }
         }
     }

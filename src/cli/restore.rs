@@ -41,7 +41,7 @@ pub(super) fn preview(
 
 pub(super) fn ask_on_terminal(record: &Record) -> impl FnMut(&provider::Preview) -> bool + '_ {
     move |preview| {
-        eprint!("{}", output::preview_text(preview, record));
+        say!("{}", output::preview_text(preview, record));
         ask_yes("Restore these paths? A guard checkpoint is taken first.")
     }
 }

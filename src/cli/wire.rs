@@ -129,7 +129,7 @@ impl<'a> SnapshotRecord<'a> {
             files: if outcome.created { record.files } else { 0 },
             total_files: record.total_files,
             bytes: if outcome.created { record.bytes } else { 0 },
-            skipped: skipped(&record.skipped),
+            skipped: skipped(&outcome.not_protected),
             scan: ScanCounts {
                 mode: match outcome.scan_mode {
                     ScanMode::Watch => "watch",

@@ -117,6 +117,15 @@ impl Engine {
     /// The copy provider for the workspace containing `dir`: the enclosing repository's worktree
     /// if there is one (an unborn repository), else `dir` itself.
     pub fn open_copy(dir: &Path, reporter: Reporter, excludes: Option<&[String]>) -> Result<Self, CkptError> {
+        if let Some(git_dir) = crate::verbs::enclosing_bare_repository(dir) {
+            // Its files are git's own (config, hooks, refs): never a workspace to capture or
+            // restore over.
+            return Err(CkptError::NoProvider(format!(
+                "{} is inside the bare git repository {}, which has no worktree to protect; run ckpt in a worktree (git worktree add) or a plain directory",
+                dir.display(),
+                git_dir.display()
+            )));
+        }
         let root = crate::verbs::enclosing_worktree(dir).unwrap_or_else(|| dir.to_path_buf());
         let root = root.canonicalize().map_err(|source| CkptError::Io {
             path: root.clone(),

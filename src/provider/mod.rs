@@ -17,7 +17,7 @@ pub mod watch;
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::records::{Kind, Record, RecordsError};
+use crate::records::{Kind, Record, RecordsError, Skipped};
 use crate::verbs::{InvalidInput, RepoPath, VerbError};
 
 /// Every failure a command can report, with its JSON `code` and exit status.
@@ -112,6 +112,8 @@ pub enum ScanMode {
 pub struct SnapshotOutcome {
     pub record: Record,
     pub created: bool,
+    /// What is not protected now (for a no-op, the record's list may be older).
+    pub not_protected: Vec<Skipped>,
     pub warnings: Vec<String>,
     pub scan_mode: ScanMode,
     /// How the capture was served: from the stat cache, the index, or by reading files.

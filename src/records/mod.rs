@@ -38,7 +38,9 @@ pub enum RecordsError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path} is corrupt: {why} (it was left as it is; nothing was reset)")]
+    #[error(
+        "{path} is corrupt: {why} (it was left as it is; `ckpt doctor --fix` sets it aside and rebuilds what it can)"
+    )]
     Corrupt { path: PathBuf, why: String },
     #[error("{path} has format version {found}; this ckpt reads version {FORMAT_VERSION}")]
     UnsupportedVersion { path: PathBuf, found: u64 },
@@ -295,9 +297,11 @@ impl Registry {
         refuse_linked_state_dir(dir)
     }
 
-    /// Opens without creating anything; `None` if no state exists yet.
-    pub fn open_existing(dir: &Path) -> Option<Self> {
-        dir.is_dir().then(|| Registry { dir: dir.to_path_buf() })
+    /// Opens without creating anything; `None` if no state exists yet. A state directory that
+    /// is (or sits below) a symlink ckpt did not make is refused, for reads as for writes.
+    pub fn open_existing(dir: &Path) -> Result<Option<Self>, RecordsError> {
+        refuse_linked_state_dir(dir)?;
+        Ok(dir.is_dir().then(|| Registry { dir: dir.to_path_buf() }))
     }
 
     pub fn dir(&self) -> &Path {
@@ -320,12 +324,7 @@ impl Registry {
         if !path.exists() {
             return Ok(None);
         }
-        let aside = self.dir.join(format!(
-            "records.json.corrupt-{}",
-            chrono::Utc::now().format("%Y%m%dT%H%M%S")
-        ));
-        fs::rename(&path, &aside).map_err(io_error(&path))?;
-        Ok(Some(aside))
+        Ok(Some(set_aside(&path)?))
     }
 
     fn records_path(&self) -> PathBuf {
@@ -380,6 +379,15 @@ impl Registry {
     /// The journal of an interrupted restore, if one is present, validated.
     pub fn read_journal(&self) -> Result<Option<RestoreJournal>, RecordsError> {
         RestoreJournal::read(&self.journal_path())
+    }
+
+    /// Moves an unreadable restore journal aside (never deletes it); `None` if there is none.
+    pub fn set_aside_journal(&self, _lock: &RegistryLock) -> Result<Option<PathBuf>, RecordsError> {
+        let path = self.journal_path();
+        if !path.exists() {
+            return Ok(None);
+        }
+        set_aside(&path).map(Some)
     }
 
     pub fn clear_journal(&self, _lock: &RegistryLock) -> Result<(), RecordsError> {
@@ -454,6 +462,33 @@ pub fn write_state_file(path: &Path, content: &[u8]) -> Result<(), RecordsError>
         create_state_dir(dir)?;
     }
     write_atomically(path, content)
+}
+
+/// Moves `path` to `<name>.corrupt-<UTC time to the nanosecond>[-N]` beside it, never over an
+/// earlier one: what was set aside is never lost.
+fn set_aside(path: &Path) -> Result<PathBuf, RecordsError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.9f");
+    for n in 0..1000 {
+        let suffix = if n == 0 { String::new() } else { format!("-{n}") };
+        let aside = path.with_file_name(format!("{name}.corrupt-{stamp}{suffix}"));
+        // A hard link claims the name only if it is free; then the original goes.
+        match fs::hard_link(path, &aside) {
+            Ok(()) => {
+                fs::remove_file(path).map_err(io_error(path))?;
+                return Ok(aside);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io_error(&aside)(e)),
+        }
+    }
+    Err(RecordsError::Corrupt {
+        path: path.to_path_buf(),
+        why: "could not find a free name to set it aside under".into(),
+    })
 }
 
 /// How many trailing components of a state directory ckpt made itself and so must be real

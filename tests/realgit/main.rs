@@ -13,6 +13,7 @@ mod plugin;
 mod props;
 mod restore;
 mod retention;
+mod review;
 mod safety;
 mod sandbox;
 mod snapshot;

@@ -38,7 +38,7 @@ impl Engine {
     }
 
     fn pending_journal(&self) -> Result<Option<RestoreJournal>, CkptError> {
-        match crate::records::Registry::open_existing(&self.state_dir) {
+        match crate::records::Registry::open_existing(&self.state_dir)? {
             Some(registry) => Ok(registry.read_journal()?),
             None => Ok(None),
         }
@@ -177,7 +177,20 @@ impl Engine {
                 ));
             }
         }
-        let journal = self.pending_journal()?;
+        let journal = match self.pending_journal() {
+            Ok(journal) => journal,
+            Err(CkptError::Records(
+                error @ (RecordsError::Corrupt { .. } | RecordsError::UnsupportedVersion { .. }),
+            )) => {
+                report.problems.push(problem(
+                    "corrupt_journal",
+                    format!("{error}; the restore it describes cannot be settled from it (doctor --fix sets it aside; the worktree is left as it is)"),
+                    None,
+                ));
+                None
+            }
+            Err(error) => return Err(error),
+        };
         for path in self.stale_temp_files(journal.as_ref())? {
             report.problems.push(problem(
                 "temp_file",
@@ -328,6 +341,9 @@ impl Engine {
                         p.id.as_deref().unwrap_or("?")
                     ),
                     "corrupt_registry" => "set the registry aside and rebuild it from refs/ckpt/".into(),
+                    "corrupt_journal" => {
+                        "set the unreadable restore journal aside (nothing in the worktree is touched)".into()
+                    }
                     "pending_journal" => "roll the interrupted restore back to its guard (or --complete it)".into(),
                     "temp_file" => format!("remove the {}", p.message),
                     _ => format!("nothing automatic for: {}", p.message),
@@ -336,6 +352,16 @@ impl Engine {
             return Ok(report);
         };
 
+        if has("corrupt_journal") {
+            let registry = self.registry()?;
+            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
+            if let Some(aside) = registry.set_aside_journal(&lock)? {
+                report.actions.push(format!(
+                    "moved the unreadable restore journal to {} (the worktree was left as it is)",
+                    aside.display()
+                ));
+            }
+        }
         for path in self.stale_temp_files(self.pending_journal()?.as_ref())? {
             if self.vault.remove_stale_temp(&path)? {
                 report

@@ -48,7 +48,7 @@ impl Engine {
         let new = match to {
             Some(to) => self.checkpoint_tree(to)?,
             None => {
-                let cache = Registry::open_existing(&self.state_dir).and_then(|r| self.trusted_stat_cache(&r));
+                let cache = Registry::open_existing(&self.state_dir)?.and_then(|r| self.trusted_stat_cache(&r));
                 scan::capture(
                     &self.vault,
                     max_file_size,
@@ -192,7 +192,7 @@ impl Engine {
             if WorkspaceKey::new(&name.to_string_lossy()).is_err() {
                 continue;
             }
-            if let Some(registry) = Registry::open_existing(&entry.path()) {
+            if let Some(registry) = Registry::open_existing(&entry.path())? {
                 all.extend(registry.load()?);
             }
         }

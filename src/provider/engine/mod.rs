@@ -134,7 +134,7 @@ impl Engine {
 
     /// The registry as stored, without creating anything.
     fn stored_records(&self) -> Result<Vec<Record>, CkptError> {
-        match Registry::open_existing(&self.state_dir) {
+        match Registry::open_existing(&self.state_dir)? {
             Some(registry) => Ok(registry.load()?),
             None => Ok(Vec::new()),
         }

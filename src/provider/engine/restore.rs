@@ -190,7 +190,7 @@ impl Engine {
         max_file_size: u64,
     ) -> Result<Preview, CkptError> {
         let target = self.checkpoint_tree(record)?;
-        let cache = Registry::open_existing(&self.state_dir).and_then(|registry| self.trusted_stat_cache(&registry));
+        let cache = Registry::open_existing(&self.state_dir)?.and_then(|registry| self.trusted_stat_cache(&registry));
         let capture = scan::capture(
             &self.vault,
             max_file_size,

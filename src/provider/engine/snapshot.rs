@@ -25,6 +25,18 @@ struct Within {
     carried: Vec<(RepoPath, String)>,
 }
 
+/// What a capture did not protect, as records keep it.
+fn skipped_of(capture: &Capture) -> Vec<Skipped> {
+    capture
+        .skipped
+        .iter()
+        .map(|(path, reason)| Skipped {
+            path: WirePath::from_repo_path(path),
+            reason: reason.clone(),
+        })
+        .collect()
+}
+
 /// The daemon's changed paths as a scope; `None` if one is not a valid repository path.
 fn scope_of(paths: &[WirePath]) -> Option<PathScope> {
     let paths: Option<Vec<RepoPath>> = paths.iter().map(|p| p.to_repo_path().ok()).collect();
@@ -156,6 +168,7 @@ impl Engine {
                 let outcome = SnapshotOutcome {
                     record: previous.clone(),
                     created: false,
+                    not_protected: skipped_of(&capture),
                     warnings,
                     scan_mode,
                     scan: capture.stats,
@@ -200,14 +213,7 @@ impl Engine {
             .map(|f| f.size)
             .sum();
         let files = changes.len() as u64;
-        let skipped: Vec<Skipped> = capture
-            .skipped
-            .iter()
-            .map(|(path, reason)| Skipped {
-                path: WirePath::from_repo_path(path),
-                reason: reason.clone(),
-            })
-            .collect();
+        let skipped = skipped_of(&capture);
 
         let (unix, time) = now_rfc3339();
         let trailers = Trailers {
@@ -244,6 +250,7 @@ impl Engine {
         self.phase_time("stat cache save", t5);
         Ok((
             SnapshotOutcome {
+                not_protected: record.skipped.clone(),
                 record,
                 created: true,
                 warnings,
@@ -348,6 +355,8 @@ impl Engine {
                             &lock,
                         )?;
                         return Ok(SnapshotOutcome {
+                            // Nothing changed since that checkpoint's capture.
+                            not_protected: record.skipped.clone(),
                             record,
                             created: false,
                             warnings: Vec::new(),

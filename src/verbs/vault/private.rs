@@ -73,6 +73,14 @@ pub fn enclosing_exclude_files(dir: &Path) -> Vec<PathBuf> {
 
 /// Where the repository containing `dir` has its worktree, even when HEAD is unborn; `None`
 /// outside any repository.
+/// The git directory of the bare repository `dir` is in (or is), if it is in one. Read-only.
+pub fn enclosing_bare_repository(dir: &Path) -> Option<PathBuf> {
+    gix::discover(dir)
+        .ok()
+        .filter(|repo| repo.is_bare())
+        .map(|repo| repo.git_dir().to_path_buf())
+}
+
 pub fn enclosing_worktree(dir: &Path) -> Option<PathBuf> {
     gix::discover(dir)
         .ok()
