@@ -153,6 +153,22 @@ def main():
     results["ckpt snapshot: after dirty.sh 100"] = median_of(snapshot_after_dirty, args.runs)
     rss_dirty = peak_rss_kib([ckpt, "snapshot"], repo)
 
+    # The same with the watch daemon: only the changed paths are listed and read.
+    subprocess.run([ckpt, "watch", "start"], cwd=repo, check=True, stdout=subprocess.DEVNULL)
+    for _ in range(2):
+        run([ckpt, "snapshot", "--watch"], repo)
+
+    def watched_after_dirty():
+        seed = str(3000 + len(samples))
+        samples.append(seed)
+        subprocess.run(["bash", os.path.join(shared, "dirty.sh"), repo, "100", seed], check=True, stdout=subprocess.DEVNULL)
+        return run([ckpt, "snapshot", "--watch"], repo)[0]
+    results["ckpt snapshot --watch: after dirty.sh 100"] = median_of(watched_after_dirty, args.runs)
+    mode = json.loads(subprocess.run([ckpt, "--json", "snapshot", "--watch"], cwd=repo, capture_output=True, text=True).stdout.strip().splitlines()[-1])["scan"]["mode"]
+    if mode != "watch":
+        print(f"warning: the watched snapshots were not served by the daemon (mode {mode})", file=sys.stderr)
+    subprocess.run([ckpt, "watch", "stop"], cwd=repo, stdout=subprocess.DEVNULL)
+
     def restore_sample():
         seed = str(2000 + len(samples))
         samples.append(seed)
@@ -168,6 +184,7 @@ def main():
         "ckpt snapshot: no-op": 0.5,
         "ckpt snapshot --watch: no-op": 0.1,
         "ckpt snapshot: after dirty.sh 100": 1.0,
+        "ckpt snapshot --watch: after dirty.sh 100": 0.3,
         "ckpt snapshot: first in a fresh clone": 2.0,
         "ckpt restore: ~210 changed paths incl. guard + verify": 1.5,
         "ckpt status": 2.0,

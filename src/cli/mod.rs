@@ -222,6 +222,12 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
     };
     let excludes = config.copy.as_ref().and_then(|c| c.excludes.clone());
     let provider = provider::open(&cwd, choice, output::reporter(show_progress), excludes)?;
+    if let WorkspaceCommand::Watch {
+        action: WatchAction::Run { idle_seconds },
+    } = command
+    {
+        return watch::run_daemon(provider, *idle_seconds);
+    }
     let limit = |arg: &Option<u64>| arg.or(config.max_file_size).unwrap_or(DEFAULT_MAX_FILE_SIZE);
     match command {
         WorkspaceCommand::Snapshot(args) => snapshot(provider.as_ref(), args, limit(&args.max_file_size), &config, out),

@@ -71,6 +71,10 @@ fn through_pager(text: &str) -> bool {
             }
         }
     }
-    child.wait().ok();
+    // 127: the shell could not find the pager. The text is still owed to the reader.
+    if child.wait().is_ok_and(|status| status.code() == Some(127)) {
+        sayln!("ckpt: cannot run the pager {command:?}; showing the text directly");
+        return false;
+    }
     true
 }

@@ -19,10 +19,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub(super) fn watch(provider: &dyn Provider, action: &WatchAction, out: &Output) -> Result<Exit, CkptError> {
     let files = provider.watch_files();
     match action {
-        WatchAction::Run { idle_seconds } => {
-            watch::run(provider.workdir(), &files, Duration::from_secs(*idle_seconds))?;
-            Ok(Exit::Ok)
-        }
+        // Run by `run_daemon`, after the provider (and the store lock it holds) is dropped.
+        WatchAction::Run { .. } => Ok(Exit::Usage),
         WatchAction::Start => {
             let started = start(provider.workdir(), &files)?;
             let status = daemon_status(&files)?;
@@ -82,6 +80,19 @@ fn daemon_error(why: String) -> CkptError {
 
 fn daemon_status(files: &WatchFiles) -> Result<Option<watch::StatusAnswer>, CkptError> {
     watch::status(files).map_err(daemon_error)
+}
+
+/// Runs the daemon for the workspace `provider` opened, after dropping the provider: the daemon
+/// lives for minutes and must not hold the copy store's lock (`ckpt gc` waits for it).
+pub(super) fn run_daemon(provider: Box<dyn Provider>, idle_seconds: u64) -> Result<Exit, CkptError> {
+    let (root, files, own) = (
+        provider.workdir().to_path_buf(),
+        provider.watch_files(),
+        provider.own_dirs(),
+    );
+    drop(provider);
+    watch::run(&root, &files, &own, Duration::from_secs(idle_seconds))?;
+    Ok(Exit::Ok)
 }
 
 /// Starts the daemon for `root` unless one answers already; true if this call started it.

@@ -224,6 +224,8 @@ pub trait Provider {
     fn workdir(&self) -> &Path;
     /// Where this workspace's watch daemon keeps its lock, socket and cookies.
     fn watch_files(&self) -> crate::records::watch::WatchFiles;
+    /// ckpt's own directories inside the worktree (a store kept there), absolute.
+    fn own_dirs(&self) -> Vec<PathBuf>;
     fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError>;
     /// This workspace's checkpoints (or every workspace's), oldest first.
     fn checkpoints(&self, all_workspaces: bool) -> Result<Vec<Record>, CkptError>;
@@ -330,6 +332,11 @@ impl Provider for CopyThenGit {
     }
     fn watch_files(&self) -> crate::records::watch::WatchFiles {
         self.primary.watch_files()
+    }
+    fn own_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = self.primary.own_dirs();
+        dirs.extend(self.earlier.own_dirs());
+        dirs
     }
     fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {
         self.primary.snapshot(request)

@@ -66,11 +66,14 @@ fn describe(record: &Record) -> String {
 pub fn resolve<'a>(records: &'a [Record], target: &Target, session: Option<&str>) -> Result<&'a Record, ResolveError> {
     let in_session = |r: &&Record| session.is_none_or(|s| r.session.as_deref() == Some(s));
     match target {
-        Target::Latest => records
-            .iter()
-            .rev()
-            .find(in_session)
-            .ok_or_else(|| ResolveError::NotFound("there are no checkpoints yet".into())),
+        Target::Latest => records.iter().rev().find(in_session).ok_or_else(|| {
+            ResolveError::NotFound(match session {
+                Some(session) if !records.is_empty() => {
+                    format!("no checkpoint belongs to session {session:?} (`ckpt status` lists the sessions)")
+                }
+                _ => "there are no checkpoints yet".into(),
+            })
+        }),
         Target::IdPrefix(prefix) => {
             let matches: Vec<&Record> = records.iter().filter(|r| r.id.starts_with(prefix.as_str())).collect();
             match matches.as_slice() {

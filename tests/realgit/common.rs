@@ -376,6 +376,9 @@ pub fn worktree_state(root: &Path) -> BTreeMap<Vec<u8>, Entry> {
                 continue;
             }
             let meta = std::fs::symlink_metadata(&path).expect("lstat");
+            if !(meta.is_file() || meta.is_dir() || meta.file_type().is_symlink()) {
+                continue; // sockets, fifos, devices: never captured, not content
+            }
             let value = if meta.file_type().is_symlink() {
                 Entry::Link(
                     std::fs::read_link(&path)

@@ -171,6 +171,12 @@ fn diff_is_paged_only_on_a_terminal_and_never_with_json_or_no_pager() {
         "an empty pager is none: {shown}"
     );
 
+    let shown = on_terminal(&repo, &diff, &[("CKPT_PAGER", "/nonexistent/pager")]);
+    assert!(
+        shown.contains("cannot run the pager") && shown.contains("diff --ckpt"),
+        "a pager that cannot run loses nothing: {shown}"
+    );
+
     let mut cmd = repo.ckpt_command();
     cmd.args(["diff", &id[..8]]).env("CKPT_PAGER", &pager);
     let piped = run_ckpt(cmd);

@@ -664,7 +664,9 @@ impl World {
     fn snapshot(&mut self) {
         let expected = self.oracle();
         let before = self.fingerprint();
-        let run = self.ckpt(&["snapshot".as_ref()]);
+        // Every snapshot asks the watch daemon (started by the first), then a full walk must find
+        // exactly the same checkpoint: the daemon may only make a snapshot faster.
+        let run = self.ckpt(&["snapshot".as_ref(), "--watch".as_ref()]);
         self.check(run.code == 0, || format!("snapshot failed: {}", run.stderr));
         let after = self.fingerprint();
         self.check(after == before, || {
@@ -715,7 +717,16 @@ impl World {
         } else {
             self.checkpoints.push((id.clone(), expected));
         }
-        self.log.push(format!("snapshot {}", &id[..8]));
+        let walk = self.ckpt(&["snapshot".as_ref(), "--no-watch".as_ref()]);
+        let walked = walk.one("snapshot");
+        self.check(walked["id"] == snap["id"] && walked["created"] == false, || {
+            format!(
+                "a full walk disagrees with the watched snapshot ({}): {walked}",
+                snap["scan"]
+            )
+        });
+        self.log
+            .push(format!("snapshot {} (scan {})", &id[..8], snap["scan"]["mode"]));
     }
 
     fn preview(&mut self, rng: &mut Rng) {

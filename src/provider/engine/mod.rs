@@ -214,7 +214,7 @@ impl Engine {
         let pin = PinRef::for_checkpoint(&self.workspace, &commit);
         if self.vault.read_pin(&pin)? != Some(commit) {
             return Err(CkptError::NotFound(format!(
-                "checkpoint {} is not pinned at {} (pruned or tampered); refusing to use it",
+                "checkpoint {} is not pinned at {} (pruned or tampered); refusing to use it (`ckpt doctor --fix` re-pins it if its commit is intact)",
                 record.short(),
                 pin.as_str()
             )));
@@ -247,6 +247,10 @@ impl Provider for Engine {
 
     fn watch_files(&self) -> crate::records::watch::WatchFiles {
         crate::records::watch::WatchFiles::new(&self.state_dir)
+    }
+
+    fn own_dirs(&self) -> Vec<PathBuf> {
+        self.vault.reserved_dirs()
     }
 
     fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {

@@ -29,6 +29,7 @@ const IGNORE_FILES: [&[u8]; 2] = [b".gitignore", b".ckptignore"];
 
 struct State {
     root: PathBuf,
+    own: Vec<PathBuf>,
     idle: Duration,
     max_changes: usize,
     instance: u64,
@@ -154,7 +155,16 @@ fn watch_tree(watcher: &mut impl Watcher, dir: &Path, state: &Mutex<State>) -> b
         if !is_dir || entry.file_name() == ".git" {
             continue;
         }
-        if !watch_tree(watcher, &entry.path(), state) {
+        let path = entry.path();
+        let own = state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .own
+            .contains(&path);
+        if own {
+            continue;
+        }
+        if !watch_tree(watcher, &path, state) {
             return false;
         }
     }
@@ -180,7 +190,8 @@ fn unwatch_tree(watcher: &mut impl Watcher, dir: &Path, state: &Mutex<State>) {
 
 /// Runs the daemon for the workspace at `root` until it is stopped, idle, or the workspace is
 /// gone. `files` are its state files; one daemon per workspace (a second one refuses to start).
-pub fn run(root: &Path, files: &WatchFiles, idle: Duration) -> Result<(), CkptError> {
+/// `own` are ckpt's own directories inside the worktree (a store kept there): never watched.
+pub fn run(root: &Path, files: &WatchFiles, own: &[PathBuf], idle: Duration) -> Result<(), CkptError> {
     // A daemon that was just asked to stop may still be on its way out: give it a moment.
     let deadline = Instant::now() + Duration::from_secs(2);
     let lock = loop {
@@ -199,6 +210,7 @@ pub fn run(root: &Path, files: &WatchFiles, idle: Duration) -> Result<(), CkptEr
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             root: root.to_path_buf(),
+            own: own.to_vec(),
             idle,
             // A smaller bound, for tests that must see the log dropped.
             max_changes: std::env::var("CKPT_WATCH_MAX_CHANGES")
@@ -288,6 +300,9 @@ fn handle(
             let mut state = shared.lock();
             state.cookies.insert(name.to_string_lossy().into_owned());
             shared.seen.notify_all();
+            continue;
+        }
+        if shared.lock().own.iter().any(|own| path.starts_with(own)) {
             continue;
         }
         let Ok(rel) = path.strip_prefix(root) else { continue };

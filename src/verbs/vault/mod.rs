@@ -263,6 +263,14 @@ impl Vault {
         text
     }
 
+    /// The directories [`Self::reserve`] keeps out of listings, as absolute paths.
+    pub fn reserved_dirs(&self) -> Vec<PathBuf> {
+        self.reserved
+            .iter()
+            .map(|dir| self.workdir.join(dir.to_os_path()))
+            .collect()
+    }
+
     /// Keeps `dir` out of every listing when it lies below the worktree: ckpt's own store
     /// (e.g. a workspace that is the home directory holding `~/.local/share/ckpt`). Its content
     /// is then never captured, and a restore never writes or removes anything inside it.

@@ -89,13 +89,20 @@ impl Vault {
             name,
             deref: false,
         };
-        self.repo
-            .edit_references_as(Some(edit), None)
-            .map(|_| ())
-            .map_err(|e| VerbError::RefConflict {
+        self.repo.edit_references_as(Some(edit), None).map(|_| ()).map_err(|e| {
+            // A failed write (full disk, no permission) is not a concurrent change.
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+            while let Some(error) = cause {
+                if error.downcast_ref::<std::io::Error>().is_some() {
+                    return VerbError::git(format!("writing {}", pin.as_str()), e);
+                }
+                cause = error.source();
+            }
+            VerbError::RefConflict {
                 name: pin.as_str().to_owned(),
-                message: e.to_string(),
-            })
+                message: crate::verbs::error_chain(&e),
+            }
+        })
     }
 
     /// Every ref under `refs/ckpt/`, with the object it points at. Names that are not valid pin
