@@ -67,13 +67,24 @@ pub fn run() -> i32 {
 
 /// Runs `args` (the program name first) as a `ckpt` command line; the exit code it ends with.
 pub fn run_with(args: Vec<OsString>) -> i32 {
-    let wants_json = args.iter().any(|a| a == "--json");
+    // Only an option counts: a path after `--` may well be named `--json`.
+    let wants_json = args.iter().take_while(|a| *a != "--").any(|a| a == "--json");
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(error) => {
             use clap::error::ErrorKind;
             if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                let _ = error.print();
+                if wants_json {
+                    let out = Output {
+                        json: true,
+                        paging: pager::Paging::decide(true, true),
+                    };
+                    out.record(&wire::HelpRecord {
+                        text: error.to_string().trim_end(),
+                    });
+                } else {
+                    let _ = error.print();
+                }
                 return Exit::Ok.code();
             }
             if wants_json {

@@ -562,6 +562,13 @@ impl<'a> WatchStatusRecord<'a> {
     }
 }
 
+/// `help`: `--help` or `--version` asked with `--json`: the text clap would print.
+#[derive(Serialize)]
+pub struct HelpRecord<'a> {
+    pub text: &'a str,
+}
+record_type!(HelpRecord, "help");
+
 /// `error`: any failure; `code` is one of README's error codes.
 #[derive(Serialize)]
 pub struct ErrorRecord<'a> {

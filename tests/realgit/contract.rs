@@ -144,6 +144,9 @@ fn every_command_speaks_only_json_lines_and_matches_the_readme() {
     run(&["demo"], 0);
     run(&["preview", "ffffffff"], 1);
     run(&["no-such-command"], 2);
+    run(&["--help"], 0);
+    run(&["list", "--help"], 0);
+    run(&["--version"], 0);
     run(&["restore", "latest"], 4);
 
     // A checkpoint whose pin is gone: audit and doctor have a problem to report.
