@@ -99,7 +99,7 @@ window.__ModuleLoader__.load({
         }
       }
       return h('span', { style: { position: 'relative', display: 'inline-flex', gap: 2 } },
-        h('button', { type: 'button', style: BUTTON, title: 'Put the files back as they were before the last rewind of this conversation', 'data-ckpt-undo': '', onClick: ask('undo') }, 'Undo rewind'),
+        h('button', { type: 'button', style: BUTTON, title: 'Put the files back as they were before the last rewind of this conversation', 'data-ckpt-undo': '', onClick: () => window.confirm('Put back the files the last rewind of this conversation wrote or deleted? (files made since stay; a guard checkpoint is taken first)') && ask('undo --yes')() }, 'Undo rewind'),
         h('button', { type: 'button', style: BUTTON, title: 'What ckpt protects, what it does not and why, and its disk use', 'data-ckpt-status': '', onClick: ask('status') }, 'Checkpoints'),
         panel)
     }

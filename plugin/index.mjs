@@ -41,6 +41,21 @@ function position(exec) {
   return { session, id: String(session.id), cwd: session.header?.cwd, turn: call?.data?.turn, step: call?.data?.step, callId }
 }
 
+/**
+ * The paths a restore wrote or deleted, as arguments for an undo limited to them; undefined (the
+ * whole guard) when one is not UTF-8 or there are too many for a command line.
+ */
+function touchedPaths(report) {
+  const paths = [...(report.written ?? []), ...(report.deleted ?? [])]
+  if (paths.length > 2000 || paths.some((p) => typeof p !== 'string')) return undefined
+  return paths
+}
+
+/** A restore is never cut short by the per-call timeout: killing it mid-way leaves a mix. */
+const RESTORE_TIMEOUT_MS = 30 * 60 * 1000
+/** How long a confirmation question waits for an answer before it counts as Cancel. */
+const CONFIRM_TIMEOUT_MS = 5 * 60 * 1000
+
 export function apply(ctx, rawConfig) {
   const checked = ConfigSchema['~standard'].validate(rawConfig)
   if (checked.issues) throw new Error(`invalid ckpt config: ${checked.issues.map((i) => i.message).join('; ')}`)
@@ -53,6 +68,9 @@ export function apply(ctx, rawConfig) {
   const pendingNotices = new Map()
   // Per session: how many mutations ran without a checkpoint, the first and last reason.
   const failures = new Map()
+  // Per workspace: the rewind under way. Mutations wait for it (a tool call never races a
+  // restore), and a second rewind of the same workspace is refused meanwhile.
+  const rewinding = new Map()
   const name = config.commandName
 
   // Resolved on first use and kept while it works; an unusable binary is looked for again on the
@@ -64,11 +82,11 @@ export function apply(ctx, rawConfig) {
     return resolved
   }
 
-  const ckpt = async (cwd, args, signal) => {
+  const ckpt = async (cwd, args, signal, timeoutMs = config.timeoutMs) => {
     const found = await binaryReady()
     if (!found.binary) throw new Error(`${found.error}; ${INSTALL_HINT}`)
     try {
-      return await run(found.binary, ['-C', cwd, '--json', ...args], { timeoutMs: config.timeoutMs, signal })
+      return await run(found.binary, ['-C', cwd, '--json', ...args], { timeoutMs, signal })
     } catch (error) {
       if (/ENOENT|EACCES/.test(error.message)) resolved = undefined // gone since: look again next time
       throw error
@@ -97,6 +115,7 @@ export function apply(ctx, rawConfig) {
   const capture = async (exec, trigger) => {
     const pos = position(exec)
     if (!pos?.cwd) return
+    await rewinding.get(pos.cwd)?.catch(() => {})
     // Without a position in the log, a call is its own step: sharing by an unknown (turn, step)
     // would silently skip every later mutation of the session.
     const known = pos.turn !== undefined && pos.step !== undefined
@@ -110,7 +129,10 @@ export function apply(ctx, rawConfig) {
       if (pos.step !== undefined) args.push('--step', String(pos.step))
       const pending = ckpt(pos.cwd, args).then((result) => {
         if (result.code !== 0) throw new Error(errorText(result))
-        return one(result, 'snapshot')
+        const snapshot = one(result, 'snapshot')
+        // Exit 0 without the record is no checkpoint either (a broken or foreign binary).
+        if (!snapshot) throw new Error(`ckpt answered without a snapshot record (exit 0): ${result.stdout.slice(0, 200).trim() || 'no output'}`)
+        return snapshot
       })
       inflight.set(key, pending)
       if (inflight.size > 256) inflight.delete(inflight.keys().next().value)
@@ -145,11 +167,17 @@ export function apply(ctx, rawConfig) {
     description: 'Rewind the workspace (and the conversation) to before a turn, with preview and undo',
     input: { hint: '[all | preview <point> | <point> [--exact] [--yes] [--into <fork>] | undo | diff <point> | status | clear]   point: 2, 2.1, turn 2.1, an id, latest' },
     handler: async (invocation) => {
+      const cwd = invocation?.agent?.session?.header?.cwd
+      if (cwd && rewinding.has(cwd)) return { kind: 'error', text: `another /${name} is still running on ${cwd}; nothing was changed` }
+      const done = rewind(invocation)
+      if (cwd) rewinding.set(cwd, done)
       try {
-        return await rewind(invocation)
+        return await done
       } catch (error) {
         const failure = failures.get(String(invocation?.agent?.session?.id ?? ''))
         return { kind: 'error', text: `${failure ? `${failureText(failure)}\n` : ''}/${name} failed: ${error.message}` }
+      } finally {
+        if (cwd && rewinding.get(cwd) === done) rewinding.delete(cwd)
       }
     },
   }
@@ -200,6 +228,8 @@ export function apply(ctx, rawConfig) {
     if (intoAt >= 0) words.splice(intoAt, 2)
     if (intoAt >= 0 && (!into || into.startsWith('--'))) return { kind: 'error', text: `usage: /${name} <point> --into <session id> [--yes]` }
     const flags = new Set(words.filter((w) => w.startsWith('--')))
+    const unknown = [...flags].filter((f) => f !== '--exact' && f !== '--yes')
+    if (unknown.length) return { kind: 'error', text: `unknown option ${unknown.join(' ')} (known: --exact, --yes, --into <fork>); nothing was changed` }
     const positional = words.filter((w) => !w.startsWith('--'))
     const verb = positional[0]
     const rest = positional.slice(1)
@@ -231,11 +261,23 @@ export function apply(ctx, rawConfig) {
     if (verb === 'undo') {
       const guard = lastGuard.get(sid)
       if (!guard) return { kind: 'error', text: 'nothing to undo in this session' }
-      const undone = await ckpt(cwd, ['restore', guard.id, '--session', sid, '--exact', '--yes'], signal)
+      const point = { id: guard.id, short: guard.id.slice(0, 8), turn: null }
+      // Only the paths the rewind wrote or deleted go back (files made since are the user's and
+      // stay), after a preview and a confirmation: what the user did since is shown first.
+      const only = guard.paths ? ['--', ...guard.paths] : []
+      const previewed = await ckpt(cwd, ['preview', guard.id, '--exact', ...only], signal)
+      if (previewed.code !== 0) return { kind: 'error', text: `${errorText(previewed)} (the guard checkpoint ${point.short} of the last rewind; \`ckpt list\` shows it)` }
+      const previewText = renderPreview(one(previewed, 'preview'), point, true)
+      if (!flags.has('--yes') && !(await confirm(agent, `${previewText}\n\nUndo the last rewind?`, signal))) {
+        return { kind: 'error', text: `not confirmed; nothing was changed.\n${previewText}` }
+      }
+      if (agent.status === 'running') return { kind: 'error', text: 'the agent started a turn meanwhile; nothing was changed' }
+      const undone = await ckpt(cwd, ['restore', guard.id, '--session', sid, '--exact', '--yes', ...only], signal, RESTORE_TIMEOUT_MS)
       const report = one(undone, 'restore')
       if (!report) return { kind: 'error', text: errorText(undone) }
       for (const id of guard.sessions) lastGuard.delete(id)
-      const point = { id: guard.id, short: guard.id.slice(0, 8), turn: null }
+      // The undo took a guard of its own: undoing the undo is the next /rewind undo.
+      if (report.guard) for (const id of guard.sessions) lastGuard.set(id, { id: report.guard, sessions: guard.sessions, paths: touchedPaths(report) })
       const text = renderRestore(report, point, name, undone.code === 3, `Undid the last rewind: the files are back to guard checkpoint ${point.short}`)
       for (const id of guard.sessions) notify(id, restoreNotice(report, point, cwd, { undo: true }))
       return { kind: undone.code === 0 ? 'success' : 'error', text: `${warning}${text}` }
@@ -280,20 +322,37 @@ export function apply(ctx, rawConfig) {
       intoSession = ctx.get?.('sessions')?.get?.(into)
       if (!intoSession) return { kind: 'error', text: `no live session ${into} to rewind into` }
       if (String(intoSession.header?.parentSession ?? '') !== sid) return { kind: 'error', text: `session ${into} is not a fork of this session; nothing was changed` }
+      // The fork must hold only the turns before the point, or its conversation would not match
+      // the files it is told were rewound.
+      const held = (intoSession.events ?? []).filter((e) => e?.type === 'turn/end' && Number.isInteger(e?.data?.turn)).map((e) => e.data.turn)
+      if (!Number.isInteger(point.turn) || held.some((t) => t >= point.turn)) {
+        return { kind: 'error', text: `session ${into} was not forked before turn ${point.turn ?? '?'} (it holds turn ${Math.max(...held)}); fork at the end of the turn before the point, or rewind without --into. Nothing was changed` }
+      }
     }
     if (!flags.has('--yes') && !(await confirm(agent, `${previewText}\n\nRestore these files?`, signal))) {
       return { kind: 'error', text: `not confirmed; nothing was changed.\n${previewText}` }
     }
+    // The question may have waited through a turn: what it showed is no longer what is there.
+    if (agent.status === 'running') return { kind: 'error', text: 'the agent started a turn while the question was open; nothing was changed (ask again between turns)' }
     // --session files the guard checkpoint under this session (its retention, and /rewind status).
     const restoreArgs = ['restore', point.id, '--session', sid, '--yes']
     if (exact) restoreArgs.push('--exact')
-    const restored = await ckpt(cwd, restoreArgs, signal)
+    const restored = await ckpt(cwd, restoreArgs, signal, RESTORE_TIMEOUT_MS).catch((error) => ({ error }))
+    if (restored.error) {
+      return {
+        kind: 'error',
+        text: `${restored.error.message}\nThe files may be partly restored: \`ckpt -C ${cwd} doctor\` shows what the interrupted restore left and settles it; its guard checkpoint (\`ckpt -C ${cwd} list\`) holds the state before it. The conversation was not forked.`,
+      }
+    }
     const report = one(restored, 'restore')
     if (!report) return { kind: 'error', text: errorText(restored) }
+    const nothingLanded = !report.written?.length && !report.deleted?.length && report.failed?.length > 0
     const guardSessions = [sid]
     let text = renderRestore(report, point, name, restored.code === 3)
     // The conversation is cut only at whole turns: `/rewind 2` forks at the turn/end before turn 2.
-    const boundary = target.kind === 'turn' && into === undefined ? turnBoundary(session, point.turn) : undefined
+    // A restore that changed nothing and failed somewhere forks nothing: the fork would be told
+    // about files that were not rewound.
+    const boundary = target.kind === 'turn' && into === undefined && !nothingLanded ? turnBoundary(session, point.turn) : undefined
     let forked
     if (into !== undefined) {
       forked = { id: into }
@@ -310,18 +369,20 @@ export function apply(ctx, rawConfig) {
       }
     }
     if (!forked?.id) notify(sid, restoreNotice(report, point, cwd, { forked: false }))
-    if (report.guard) for (const id of guardSessions) lastGuard.set(id, { id: report.guard, sessions: guardSessions })
+    if (report.guard) for (const id of guardSessions) lastGuard.set(id, { id: report.guard, sessions: guardSessions, paths: touchedPaths(report) })
     return { kind: restored.code === 0 ? 'success' : 'error', text: `${warning}${text}` }
   }
 
   async function confirm(agent, question, signal) {
     const questions = ctx.get?.('userQuestions')
     if (!questions?.ask) return false
+    // A question nobody answers is a "no" after a while, not a command that never ends.
+    const timeout = AbortSignal.timeout(CONFIRM_TIMEOUT_MS)
     try {
       const answer = await questions.ask({
         questions: [{ id: 'ckpt-rewind', question, options: [{ label: 'Restore' }, { label: 'Cancel' }] }],
         agent,
-        signal,
+        signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
       })
       return answer?.answers?.[0]?.selected?.includes('Restore') === true
     } catch {

@@ -425,7 +425,7 @@ async function main() {
 
   // Undo: byte-exact back to before the rewind (the fork's child.txt was made after it).
   rmSync(join(ws, 'child.txt'), { force: true })
-  const undone = await command(s, '/rewind undo')
+  const undone = await command(s, '/rewind undo --yes')
   check.equal(undone.kind, 'success', undone.text)
   check.deepEqual(snapshotFiles(ws), afterTurns, 'undo is byte-exact')
   check.match(undone.text, /^Undid the last rewind: the files are back to guard checkpoint [0-9a-f]{8}:\n {2}written \(1\):\n {4}notes\.txt/, undone.text)
@@ -530,14 +530,14 @@ async function main() {
   check.deepEqual([...(child2First?.tools ?? [])].sort(), [...parentTools].sort(), 'the shell-made fork offers the same tools')
   check.ok(child2First?.messages.some((x) => /^\[ckpt\] The user rewound this conversation and the files in .*work to before turn 2 \(checkpoint [0-9a-f]{8}\)\./m.test(x.text)), 'the child was told')
   rmSync(join(ws, 'child.txt'), { force: true })
-  const undoInChild = await command(child2, '/rewind undo')
+  const undoInChild = await command(child2, '/rewind undo --yes')
   check.equal(undoInChild.kind, 'success', undoInChild.text)
   check.deepEqual(snapshotFiles(ws), filesBeforeInto, 'undo from the child puts back the files as they were before the rewind')
 
   step('[9] web: the projection lists every /rewind of the session with its outcome')
   const strip2 = (await call('session.history', { sessionId: s })).projections?.values?.checkpoints
   const runs = (strip2?.rewinds ?? []).map((r) => `${r.args}:${r.kind}`)
-  for (const expected of [':success', 'all:success', 'preview 9.9:error', 'diff 2:success', 'status:success', '2 --yes:success', 'undo:success', '1.3 --exact --yes:success', 'latest:error', 'latest:success', `2 --into ${child2} --yes:success`]) {
+  for (const expected of [':success', 'all:success', 'preview 9.9:error', 'diff 2:success', 'status:success', '2 --yes:success', 'undo --yes:success', '1.3 --exact --yes:success', 'latest:error', 'latest:success', `2 --into ${child2} --yes:success`]) {
     check.ok(runs.includes(expected), `${expected} in ${JSON.stringify(runs)}`)
   }
   check.match(strip2?.rewinds?.find((r) => r.args === '2 --yes')?.summary ?? '', /^Rewound the files to before turn 2 \(checkpoint [0-9a-f]{8}\):$/)

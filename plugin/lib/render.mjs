@@ -150,7 +150,8 @@ export function restoreNotice(restore, point, cwd, { forked, undo }) {
       ? `The user rewound this conversation and the files in ${cwd} to ${describePoint(point)}.`
       : `The user restored the files in ${cwd} to ${describePoint(point)}; this conversation was not rewound, so earlier messages may describe file contents that no longer hold.`,
   ]
-  if (!written.length && !deleted.length) parts.push('No file needed changing.')
+  const failed = restore?.failed ?? []
+  if (!written.length && !deleted.length) parts.push(failed.length ? 'No file was changed.' : 'No file needed changing.')
   else parts.push(`Written back: ${list(written)}. Deleted: ${list(deleted)}.`)
   if (restore?.left?.length) parts.push(`Left in place (created after that point, not removed): ${list(restore.left)}.`)
   if (restore?.failed?.length) parts.push(`Could not be restored: ${list(restore.failed.map((f) => f.path))}.`)

@@ -177,7 +177,7 @@ test('three scripted turns, /rewind 2 with fork, and /rewind undo, byte-exact', 
     .flatMap((e) => e.data.content.map((block) => block.text))
   assert.ok(userTexts.some((t) => /\[ckpt\] The user rewound this conversation and the files in .* to before turn 2 \(checkpoint [0-9a-f]{8}\)\. Written back: a\.txt\. Deleted: b\.txt, c\.txt\. Re-read/.test(t)), `the notice reached the fork: ${JSON.stringify(userTexts)}`)
 
-  const undone = await ctx.commands.execute(agent, '/rewind undo', [], signal)
+  const undone = await ctx.commands.execute(agent, '/rewind undo --yes', [], signal)
   assert.ok(undone)
   assert.equal(readFileSync(a, 'utf8'), before.a, 'undo restores a.txt byte-exact')
   assert.equal(readFileSync(b, 'utf8'), before.b, 'undo restores b.txt byte-exact')

@@ -200,7 +200,7 @@ test('/rewind lists, previews, refuses without confirmation, restores, forks and
   assert.equal(created[0].seed.length, 3, 'at the turn/end before turn 2')
   assert.match(restored.text, /undo/)
 
-  const undone = await command.handler({ agent, rawInput: ' undo' })
+  const undone = await command.handler({ agent, rawInput: ' undo --yes' })
   assert.equal(undone.kind, 'success', undone.text)
   assert.equal(readFileSync(join(dir, 'a.txt'), 'utf8'), 'after turn 2\n')
   assert.equal(readFileSync(join(dir, 'made', 'new.txt'), 'utf8'), 'created in turn 2\n', 'undo is byte-exact')
@@ -210,6 +210,68 @@ test('/rewind lists, previews, refuses without confirmation, restores, forks and
   const failClosed = await bare.command.handler({ agent, rawInput: ' 1' })
   assert.equal(failClosed.kind, 'error', 'no question provider: fail closed')
   assert.equal(readFileSync(join(dir, 'a.txt'), 'utf8'), 'after turn 2\n')
+})
+
+test('/rewind refuses what it cannot do honestly: unknown options, a turn started during the question, a second rewind at once; undo keeps work made since', async () => {
+  const dir = repo()
+  let agent
+  let during = async () => {}
+  const ctx = fakeContext({
+    userQuestions: {
+      ask: async () => {
+        await during()
+        return { answers: [{ id: 'ckpt-rewind', selected: ['Restore'] }] }
+      },
+    },
+    agents: { create: async () => {} },
+  })
+  const { command, capture } = apply(ctx, { binary: CKPT })
+  const events = [
+    { type: 'turn/start', seq: 0, data: { turn: 1, text: 'one' } },
+    toolCall(1, 'c1', 1, 1),
+    { type: 'turn/end', seq: 2, data: { turn: 1 } },
+    { type: 'turn/start', seq: 3, data: { turn: 2, text: 'two' } },
+    toolCall(4, 'c2', 2, 1),
+    { type: 'turn/end', seq: 5, data: { turn: 2 } },
+  ]
+  agent = { session: session(dir, events), status: 'idle' }
+  await capture({ agent, callId: 'c1' }, 'write')
+  writeFileSync(join(dir, 'a.txt'), 'after turn 1\n')
+  await capture({ agent, callId: 'c2' }, 'write')
+  writeFileSync(join(dir, 'a.txt'), 'after turn 2\n')
+
+  const typo = await command.handler({ agent, rawInput: ' 2 --exatc --yes' })
+  assert.equal(typo.kind, 'error')
+  assert.match(typo.text, /unknown option --exatc/)
+  assert.equal(readFileSync(join(dir, 'a.txt'), 'utf8'), 'after turn 2\n')
+
+  // The user answers Restore only after a new turn began: nothing is changed.
+  during = async () => {
+    agent.status = 'running'
+  }
+  const late = await command.handler({ agent, rawInput: ' 2' })
+  assert.equal(late.kind, 'error')
+  assert.match(late.text, /started a turn/)
+  assert.equal(readFileSync(join(dir, 'a.txt'), 'utf8'), 'after turn 2\n')
+  agent.status = 'idle'
+
+  // A second rewind while the first waits for its answer is refused.
+  let second
+  during = async () => {
+    second = await command.handler({ agent, rawInput: ' 1 --yes' })
+  }
+  const first = await command.handler({ agent, rawInput: ' 2' })
+  assert.equal(first.kind, 'success', first.text)
+  assert.equal(second.kind, 'error')
+  assert.match(second.text, /still running/)
+  during = async () => {}
+
+  // Work made after the rewind survives its undo; what the rewind wrote goes back.
+  writeFileSync(join(dir, 'mine.txt'), 'made after the rewind\n')
+  const undone = await command.handler({ agent, rawInput: ' undo --yes' })
+  assert.equal(undone.kind, 'success', undone.text)
+  assert.equal(readFileSync(join(dir, 'a.txt'), 'utf8'), 'after turn 2\n')
+  assert.equal(readFileSync(join(dir, 'mine.txt'), 'utf8'), 'made after the rewind\n', 'undo left the new file alone')
 })
 
 test('a missing binary: the plugin loads, and /rewind says how to install', async () => {
