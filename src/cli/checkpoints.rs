@@ -32,7 +32,10 @@ pub(super) fn snapshot(
         watch: !args.no_watch && (args.watch || config.watch == Some(true)),
     };
     let outcome = provider.snapshot(&request)?;
-    if request.watch && outcome.scan_mode != provider::ScanMode::Watch {
+    // No socket: no daemon; start one for the next snapshot. A daemon that is there but did not
+    // answer is not replaced behind the user's back (the fallback says so).
+    let no_daemon = matches!(&outcome.scan_mode, provider::ScanMode::Full { fallback: Some(why) } if why == provider::watch::NO_DAEMON);
+    if request.watch && no_daemon {
         // The next snapshot gets a daemon; a failure to start one only costs speed.
         if let Err(e) = super::watch::start(provider.workdir(), &provider.watch_files()) {
             sayln!("ckpt: warning: could not start the watch daemon: {e}");

@@ -4,7 +4,8 @@
 //! fingerprint of the git state it saw. Owns only those files; never touches the worktree.
 
 use std::fs::{self, File};
-use std::os::unix::fs::DirBuilderExt;
+use std::io::Write as _;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
@@ -60,6 +61,11 @@ impl WatchFiles {
                 Err(e) => return Err(io_error(&dir)(e)),
             }
             refuse_linked_state_dir(&dir)?;
+            // Made by someone else, or loosened since: only the user may reach the socket.
+            let mode = fs::metadata(&dir).map_err(io_error(&dir))?.permissions().mode() & 0o777;
+            if mode != 0o700 {
+                fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(io_error(&dir))?;
+            }
         }
         Ok(())
     }
@@ -75,7 +81,14 @@ impl WatchFiles {
             .open(&path)
             .map_err(io_error(&path))?;
         match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
-            Ok(true) => Ok(Some(DaemonLock { _file: file })),
+            Ok(true) => {
+                // Who holds it, for `watch stop` when the daemon no longer answers.
+                file.set_len(0).map_err(io_error(&path))?;
+                (&file)
+                    .write_all(std::process::id().to_string().as_bytes())
+                    .map_err(io_error(&path))?;
+                Ok(Some(DaemonLock { _file: file }))
+            }
             Ok(false) => Ok(None),
             Err(e) => Err(io_error(&path)(e)),
         }
@@ -94,9 +107,23 @@ impl WatchFiles {
         UnixListener::bind(&path).map_err(io_error(&path))
     }
 
+    /// Removes the socket of a daemon that was ended from outside.
+    pub fn remove_stale_socket(&self) {
+        fs::remove_file(self.socket()).ok();
+    }
+
     /// Removes the socket when the daemon ends.
     pub fn unbind_socket(&self, _lock: &DaemonLock) {
         fs::remove_file(self.socket()).ok();
+    }
+
+    /// The process id the last daemon wrote into its lock file, if any.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        fs::read_to_string(self.dir.join("daemon.lock"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// Writes an empty cookie file named `name` (a snapshot's sync point with the daemon).

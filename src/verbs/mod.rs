@@ -17,7 +17,9 @@ pub use vault::{
     enclosing_exclude_files, enclosing_worktree, path_key, FileRead, GarbageReport, IndexStat, LevelEntry, LocalBlobs,
     NewTreeEntry, ParallelBlobs, PathScope, PrivateStore, Vault, READ_ATTEMPTS,
 };
-pub use worktree::{open_no_follow, process_is_alive, temp_file_owner, DiskItem, RestoreOp, WorktreeProbe};
+pub use worktree::{
+    end_watch_daemon, open_no_follow, process_is_alive, temp_file_owner, DiskItem, RestoreOp, WorktreeProbe,
+};
 
 /// A value that failed validation before reaching a verb.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

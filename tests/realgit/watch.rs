@@ -61,6 +61,17 @@ fn warm(repo: &TestRepo) -> String {
     third.id
 }
 
+/// The process has ended (a zombie waiting for its reaper counts as ended).
+fn gone(pid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
 fn stop(repo: &TestRepo) {
     repo.ckpt_json(&["watch", "stop"], 0);
 }
@@ -107,7 +118,7 @@ fn an_unchanged_worktree_is_answered_without_a_walk_and_every_change_is_seen() {
         ("delete a file", "watch", true, Box::new(|r| r.remove("dir/other.txt"))),
         (
             "rename a directory",
-            "watch",
+            "full",
             true,
             Box::new(|r| std::fs::rename(r.path("dir"), r.path("moved")).unwrap()),
         ),
@@ -354,5 +365,82 @@ fn edits_racing_watched_snapshots_are_never_missed() {
         let settled = watched(&repo);
         assert_walk_agrees(&repo, &settled.id, &format!("round {round}"));
     }
+    stop(&repo);
+}
+
+/// Cases an adversarial review found where a watched snapshot disagreed with a walk, or the
+/// daemon wedged: each must now agree (or fall back), and a wedged daemon must cost seconds.
+#[test]
+fn what_the_review_found_agrees_with_a_walk() {
+    let repo = TestRepo::new();
+    repo.write("n/f", b"1\n");
+    std::fs::create_dir_all(repo.path("A")).unwrap();
+    repo.write("A/r61", b"1\n");
+    repo.write("B/sub/deep/x", b"3\n");
+    repo.write(".gitignore", b"ign/\n");
+    repo.write("ign/keep", b"k\n");
+    repo.commit_all("layout");
+    warm(&repo);
+    let agree = |what: &str| {
+        let after = watched(&repo);
+        assert_walk_agrees(&repo, &after.id, what);
+    };
+    // A directory becomes a nested repository, and stops being one.
+    repo.git_in(&repo.path("n"), &["init", "-q"]);
+    agree("git init inside a directory");
+    std::fs::remove_dir_all(repo.path("n/.git")).unwrap();
+    agree("its .git removed again");
+    // Two directories swapped in a moment, then an edit deep inside one of them.
+    std::fs::rename(repo.path("A"), repo.path("A.t")).unwrap();
+    std::fs::rename(repo.path("B"), repo.path("A")).unwrap();
+    std::fs::rename(repo.path("A.t"), repo.path("B")).unwrap();
+    agree("directories swapped");
+    repo.write("A/sub/deep/x", b"n\n");
+    agree("an edit inside a swapped directory");
+    repo.write("B/r61", b"edited\n");
+    agree("an edit inside the other one");
+    // A tracked file changed through a hard link under an ignored directory.
+    std::fs::hard_link(repo.path("src/lib.rs"), repo.path("ign/l")).unwrap();
+    agree("a hard link appears under an ignored directory");
+    std::fs::write(repo.path("ign/l"), b"changed through the link\n").unwrap();
+    agree("a write through that link");
+    std::fs::remove_file(repo.path("ign/l")).unwrap();
+    agree("the link removed");
+
+    // The watch directory loosened by someone: made private again.
+    let dir = repo.common_dir().join("ckpt/main/watch");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    watched(&repo);
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&dir).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o700);
+
+    // A frozen daemon costs a snapshot seconds, never a hang, and watch stop still ends it.
+    let pid = repo.ckpt_json(&["watch", "status"], 0).one("watch.status")["pid"]
+        .as_u64()
+        .unwrap();
+    std::process::Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .status()
+        .unwrap();
+    let started = std::time::Instant::now();
+    repo.write("while-frozen.txt", b"f\n");
+    let frozen = watched(&repo);
+    assert_eq!(frozen.mode, "full");
+    assert!(frozen.fallback.contains("did not answer"), "{}", frozen.fallback);
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    assert_walk_agrees(&repo, &frozen.id, "frozen daemon");
+    repo.ckpt_json(&["watch", "stop"], 0);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(gone(pid), "the frozen daemon was ended");
+
+    // A daemon whose socket is gone ends by itself; the next snapshot starts a fresh one.
+    warm(&repo);
+    let pid = repo.ckpt_json(&["watch", "status"], 0).one("watch.status")["pid"]
+        .as_u64()
+        .unwrap();
+    std::fs::remove_file(dir.join("watch.sock")).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(gone(pid), "an unreachable daemon ends");
+    warm(&repo);
     stop(&repo);
 }

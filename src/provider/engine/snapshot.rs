@@ -324,11 +324,18 @@ impl Engine {
             request.max_file_size
         );
         let started = std::time::Instant::now();
-        let answer = watch::changes_since(&files, base.as_ref().map(|b| b.token.as_str()));
+        let mounts = self.vault.mount_points_inside();
+        let answer = match mounts.first() {
+            Some(mount) => Changes::Failed(format!(
+                "a filesystem is mounted inside the worktree at {} (inotify cannot see into it)",
+                mount.display()
+            )),
+            None => watch::changes_since(&files, base.as_ref().map(|b| b.token.as_str())),
+        };
         self.phase_time("watch daemon", started);
         let mut within = None;
         let (token, fallback) = match answer {
-            Changes::NoDaemon => (None, "no watch daemon runs for this workspace".to_owned()),
+            Changes::NoDaemon => (None, watch::NO_DAEMON.to_owned()),
             Changes::Failed(why) => (None, why),
             Changes::Answered {
                 token,

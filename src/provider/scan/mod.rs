@@ -273,12 +273,17 @@ pub fn capture_within(
     progress: &Progress,
 ) -> Result<Option<Capture>, CkptError> {
     let mut capture = capture_seeded(vault, max_file_size, sink, Some(cache), progress, false, Some(scope))?;
-    // A file with other hard links may have changed them too, under names no event named.
-    let linked = capture.files.iter().any(|(path, file)| {
-        file.item.kind != EntryKind::Gitlink
-            && std::fs::symlink_metadata(vault.workdir().join(path.to_os_path()))
-                .is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) > 1)
-    });
+    // A file with other hard links may have changed them too, under names no event named:
+    // captured files, and every changed path itself (an ignored one too).
+    let has_links = |path: &RepoPath| {
+        std::fs::symlink_metadata(vault.workdir().join(path.to_os_path()))
+            .is_ok_and(|m| m.is_file() && std::os::unix::fs::MetadataExt::nlink(&m) > 1)
+    };
+    let linked = capture
+        .files
+        .iter()
+        .any(|(path, file)| file.item.kind != EntryKind::Gitlink && has_links(path))
+        || scope.paths().any(|path| has_links(&path));
     if linked {
         return Ok(None);
     }

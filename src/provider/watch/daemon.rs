@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use notify::event::{CreateKind, EventKind, ModifyKind, RemoveKind, RenameMode};
+use notify::event::{AccessKind, AccessMode, CreateKind, EventKind, ModifyKind, RemoveKind};
 use notify::{RecursiveMode, Watcher};
 
 use super::{rand_u64, Request, SinceAnswer, StatusAnswer, MAX_REQUEST};
@@ -260,7 +260,10 @@ pub fn run(root: &Path, files: &WatchFiles, own: &[PathBuf], idle: Duration) -> 
         }
         let state = shared.lock();
         let idle_for = state.last_request.elapsed();
-        if state.stopping || idle_for > idle || !root.is_dir() {
+        // Without its socket nobody can reach it, without its cookie directory nobody can sync
+        // with it: a daemon that can serve no one ends (the next snapshot starts a fresh one).
+        let unreachable = !files.socket().exists() || !cookies.is_dir();
+        if state.stopping || idle_for > idle || !root.is_dir() || unreachable {
             break;
         }
     }
@@ -292,9 +295,13 @@ fn handle(
         shared.lock().reset("the kernel's event queue overflowed".into());
         return;
     }
-    if matches!(event.kind, EventKind::Access(_)) {
+    // Closing a file written through (also through a memory map) is a change; opening or
+    // reading one is not.
+    if matches!(event.kind, EventKind::Access(kind) if kind != AccessKind::Close(AccessMode::Write)) {
         return;
     }
+    let renamed = matches!(event.kind, EventKind::Modify(ModifyKind::Name(_)));
+    let mut rebuild = false;
     for path in &event.paths {
         if let Ok(name) = path.strip_prefix(cookies) {
             let mut state = shared.lock();
@@ -306,21 +313,39 @@ fn handle(
             continue;
         }
         let Ok(rel) = path.strip_prefix(root) else { continue };
-        let rel_bytes = rel.as_os_str().as_bytes().to_vec();
-        if rel_bytes.is_empty() || rel_bytes.split(|&b| b == b'/').any(|c| c == b".git") {
+        let mut rel_bytes = rel.as_os_str().as_bytes().to_vec();
+        // A `.git` below the root makes (or unmakes) its directory a nested repository: that
+        // directory changed. The worktree's own `.git` is the fingerprint's business.
+        if let Some(at) = rel_bytes.split(|&b| b == b'/').position(|c| c == b".git") {
+            if at == 0 {
+                continue;
+            }
+            let keep: usize = rel_bytes
+                .split(|&b| b == b'/')
+                .take(at)
+                .map(|c| c.len() + 1)
+                .sum::<usize>()
+                - 1;
+            rel_bytes.truncate(keep);
+        }
+        if rel_bytes.is_empty() {
             continue;
         }
-        let became_dir = matches!(event.kind, EventKind::Create(CreateKind::Folder))
-            || (matches!(event.kind, EventKind::Modify(ModifyKind::Name(RenameMode::To)))
-                && std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()));
-        let went_away = matches!(
-            event.kind,
-            EventKind::Remove(RemoveKind::Folder) | EventKind::Modify(ModifyKind::Name(RenameMode::From))
-        );
+        let is_dir_now = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
+        // A renamed directory leaves inotify naming its subdirectories by their old paths: every
+        // watch is renewed instead (renames of directories are rare; a wrong path is not).
+        if renamed && (is_dir_now || shared.lock().watched.contains(path)) {
+            rebuild = true;
+        }
+        let became_dir = matches!(event.kind, EventKind::Create(CreateKind::Folder)) && !renamed;
+        let went_away = matches!(event.kind, EventKind::Remove(RemoveKind::Folder));
         {
             let mut state = shared.lock();
             state.events_seen += 1;
-            if rel.file_name().is_some_and(|n| IGNORE_FILES.contains(&n.as_bytes())) {
+            if Path::new(std::ffi::OsStr::from_bytes(&rel_bytes))
+                .file_name()
+                .is_some_and(|n| IGNORE_FILES.contains(&n.as_bytes()))
+            {
                 state.reset(format!("an ignore file changed: {}", rel.display()));
                 continue;
             }
@@ -333,6 +358,15 @@ fn handle(
             // What landed in the new tree before its watches were in place is covered by this
             // second mark: a token taken after it was taken after the watches.
             shared.lock().changed(rel_bytes);
+        }
+    }
+    if rebuild {
+        unwatch_tree(watcher, root, &shared.state);
+        if watch_tree(watcher, root, &shared.state) {
+            // Tokens from before the watches were renewed cannot be vouched for.
+            shared
+                .lock()
+                .reset("a directory was renamed (every watch was renewed)".into());
         }
     }
 }

@@ -19,6 +19,9 @@ use crate::records::WirePath;
 
 pub use daemon::run;
 
+/// The fallback reason when no daemon listens for the workspace (the CLI then starts one).
+pub const NO_DAEMON: &str = "no watch daemon runs for this workspace";
+
 /// The protocol's version.
 const VERSION: u8 = 1;
 /// A request line longer than this is refused.
@@ -88,8 +91,34 @@ pub enum Changes {
     Failed(String),
 }
 
-fn exchange<T: for<'de> Deserialize<'de>>(files: &WatchFiles, request: &Request) -> Result<Option<T>, String> {
-    let mut stream = match UnixStream::connect(files.socket()) {
+/// The longest answer read (a change list of 20,000 paths is a few MB).
+const MAX_ANSWER: u64 = 32 << 20;
+
+/// One request and its answer, within [`ANSWER_TIMEOUT`] in all: a frozen daemon (stopped, or
+/// with a full backlog that blocks `connect`) costs a snapshot seconds, never a hang.
+fn exchange<T: for<'de> Deserialize<'de> + Send + 'static>(
+    files: &WatchFiles,
+    request: &Request,
+) -> Result<Option<T>, String> {
+    let socket = files.socket();
+    let line = serde_json::to_string(request).map_err(|e| e.to_string())?;
+    let (sender, answer) = std::sync::mpsc::channel();
+    // The thread is left behind if the daemon never answers; the process ends soon after.
+    std::thread::spawn(move || {
+        sender.send(exchange_now::<T>(&socket, line)).ok();
+    });
+    answer
+        .recv_timeout(ANSWER_TIMEOUT + Duration::from_secs(1))
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "the watch daemon did not answer within {} s (frozen? `ckpt watch stop` ends it)",
+                ANSWER_TIMEOUT.as_secs()
+            ))
+        })
+}
+
+fn exchange_now<T: for<'de> Deserialize<'de>>(socket: &std::path::Path, mut line: String) -> Result<Option<T>, String> {
+    let mut stream = match UnixStream::connect(socket) {
         Ok(stream) => stream,
         Err(e)
             if matches!(
@@ -103,13 +132,12 @@ fn exchange<T: for<'de> Deserialize<'de>>(files: &WatchFiles, request: &Request)
     };
     stream.set_read_timeout(Some(ANSWER_TIMEOUT)).ok();
     stream.set_write_timeout(Some(ANSWER_TIMEOUT)).ok();
-    let mut line = serde_json::to_string(request).map_err(|e| e.to_string())?;
     line.push('\n');
     stream
         .write_all(line.as_bytes())
         .map_err(|e| format!("cannot talk to the watch daemon: {e}"))?;
     let mut answer = String::new();
-    BufReader::new(stream)
+    BufReader::new(std::io::Read::take(stream, MAX_ANSWER))
         .read_line(&mut answer)
         .map_err(|e| format!("the watch daemon did not answer: {e}"))?;
     serde_json::from_str(&answer)
@@ -153,7 +181,17 @@ pub fn status(files: &WatchFiles) -> Result<Option<StatusAnswer>, String> {
 /// Asks the daemon to stop and waits (up to 5 s) until its socket is gone; false when none was
 /// running.
 pub fn stop(files: &WatchFiles) -> Result<bool, String> {
-    let was_running = exchange::<serde_json::Value>(files, &Request::Stop { v: VERSION })?.is_some();
+    let was_running = match exchange::<serde_json::Value>(files, &Request::Stop { v: VERSION }) {
+        Ok(answer) => answer.is_some(),
+        // Frozen or wedged: end it by the pid its lock file names (only if that is a daemon).
+        Err(why) => match files.daemon_pid() {
+            Some(pid) if crate::verbs::end_watch_daemon(pid) => {
+                files.remove_stale_socket();
+                return Ok(true);
+            }
+            _ => return Err(why),
+        },
+    };
     let deadline = std::time::Instant::now() + ANSWER_TIMEOUT;
     while was_running && files.socket().exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));

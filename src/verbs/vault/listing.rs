@@ -75,6 +75,11 @@ impl PathScope {
         }
     }
 
+    /// The scope's own paths.
+    pub fn paths(&self) -> impl Iterator<Item = RepoPath> + '_ {
+        self.paths.iter().filter_map(|p| RepoPath::new(p.clone()).ok())
+    }
+
     /// `path` is one of the scope's paths or below one.
     pub fn covers(&self, path: &[u8]) -> bool {
         let mut end = path.len();

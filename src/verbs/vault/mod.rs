@@ -52,6 +52,29 @@ pub struct Vault {
     reserved: Vec<RepoPath>,
 }
 
+/// A mountinfo path: spaces, tabs, newlines and backslashes come as `\\ooo` octal escapes.
+fn unescape_mount_path(field: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let mut out = Vec::with_capacity(field.len());
+    let mut at = 0;
+    while at < field.len() {
+        let octal = field
+            .get(at + 1..at + 4)
+            .filter(|d| field[at] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(digits) => {
+                out.push(digits.iter().fold(0u8, |n, d| n.wrapping_mul(8).wrapping_add(d - b'0')));
+                at += 4;
+            }
+            None => {
+                out.push(field[at]);
+                at += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
 /// Whether the filesystem holding `git_dir` treats names differing only in case as different
 /// files: `objects` is there, and `OBJECTS` is not the same directory. Read-only.
 fn filesystem_tells_case_apart(git_dir: &Path) -> bool {
@@ -261,6 +284,19 @@ impl Vault {
             text.push_str(&format!("{} {stat}\n", file.display()));
         }
         text
+    }
+
+    /// Mount points strictly inside the worktree (from `/proc/self/mountinfo`): inotify does not
+    /// see into them, and a mount itself raises no event. Read-only.
+    pub fn mount_points_inside(&self) -> Vec<PathBuf> {
+        let Ok(text) = std::fs::read("/proc/self/mountinfo") else {
+            return Vec::new();
+        };
+        text.split(|&b| b == b'\n')
+            .filter_map(|line| line.split(|&b| b == b' ').nth(4))
+            .map(unescape_mount_path)
+            .filter(|point| point.starts_with(&self.workdir) && *point != self.workdir)
+            .collect()
     }
 
     /// The directories [`Self::reserve`] keeps out of listings, as absolute paths.

@@ -81,6 +81,20 @@ pub fn temp_file_owner(name: &[u8]) -> Option<u32> {
     pid.parse().ok()
 }
 
+/// Ends the process `pid` if, and only if, it is a `ckpt ... watch run` daemon (its command line
+/// says so): for `watch stop` when the daemon no longer answers. True if it was signalled.
+pub fn end_watch_daemon(pid: u32) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let is_daemon = args.windows(2).any(|w| w == [&b"watch"[..], &b"run"[..]]);
+    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else {
+        return false;
+    };
+    is_daemon && rustix::process::kill_process(pid, rustix::process::Signal::KILL).is_ok()
+}
+
 /// Whether a process with this id exists (read-only: signal 0).
 pub fn process_is_alive(pid: u32) -> bool {
     let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else {
