@@ -23,7 +23,7 @@ use crate::records::WirePath;
 /// More changed paths than this and the log is dropped: a full scan is cheaper than the list.
 const MAX_CHANGES: usize = 20_000;
 /// How long a `since` waits for its cookie to be seen.
-const COOKIE_WAIT: Duration = Duration::from_secs(3);
+const COOKIE_WAIT: Duration = Duration::from_secs(6);
 /// Names whose change alters what is ignored anywhere below them.
 const IGNORE_FILES: [&[u8]; 2] = [b".gitignore", b".ckptignore"];
 

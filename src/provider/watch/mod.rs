@@ -27,7 +27,7 @@ const VERSION: u8 = 1;
 /// A request line longer than this is refused.
 const MAX_REQUEST: usize = 4096;
 /// How long a snapshot waits for the daemon's answer.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(8);
 
 /// What a client asks.
 #[derive(Debug, Serialize, Deserialize)]

@@ -153,8 +153,13 @@ impl LocalBlobs {
                 if let Err(e) = reader.read_to_end(&mut content) {
                     return Ok(FileRead::Unreadable(e));
                 }
-                // Hashed (and stored) only once the file is known to have held still.
-                (content.len() as u64 == before.size && stat_of(&file).ok() == Some(before))
+                // Hashed (and stored) only once the file is known to have held still. A file
+                // modified moments ago may have been rewritten within one tick of the kernel's
+                // coarse file clock, leaving its stat unchanged: it is read a second time and
+                // must give the same bytes.
+                let held_still = content.len() as u64 == before.size && stat_of(&file).ok() == Some(before);
+                let settled = held_still && (!modified_just_now(&before) || same_again(&file, &content));
+                settled
                     .then_some(content)
                     .map(|content| self.put(&content))
                     .transpose()?
@@ -206,6 +211,24 @@ pub enum FileRead {
 }
 
 /// `fstat` of an open file, in the form the stat cache keeps.
+/// How recent a modification must be for a read to be checked by a second one: a few ticks of
+/// the kernel's coarse clock that file timestamps follow (4 ms at HZ=250, 10 ms at HZ=100).
+const JUST_NOW: std::time::Duration = std::time::Duration::from_millis(100);
+
+fn modified_just_now(stat: &FileStat) -> bool {
+    let mtime = std::time::UNIX_EPOCH + std::time::Duration::new(stat.mtime.0.max(0) as u64, stat.mtime.1);
+    std::time::SystemTime::now()
+        .duration_since(mtime)
+        .map_or(true, |age| age < JUST_NOW)
+}
+
+/// Reads `file` again from the start: true if it gives exactly `content`.
+fn same_again(file: &std::fs::File, content: &[u8]) -> bool {
+    let mut reader = file;
+    let mut again = Vec::with_capacity(content.len() + 1);
+    reader.seek(std::io::SeekFrom::Start(0)).is_ok() && reader.read_to_end(&mut again).is_ok() && again == content
+}
+
 fn stat_of(file: &std::fs::File) -> std::io::Result<FileStat> {
     Ok(crate::verbs::worktree::file_stat(&rustix::fs::fstat(file)?))
 }
