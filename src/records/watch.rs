@@ -128,6 +128,8 @@ impl WatchFiles {
 
     /// Writes an empty cookie file named `name` (a snapshot's sync point with the daemon).
     pub fn write_cookie(&self, name: &str) -> Result<PathBuf, RecordsError> {
+        // Never through a link someone put in place of the cookie (or watch) directory.
+        refuse_linked_state_dir(&self.cookies())?;
         let path = self.cookies().join(name);
         fs::OpenOptions::new()
             .create_new(true)
