@@ -71,6 +71,10 @@ export function apply(ctx, rawConfig) {
   // Per workspace: the rewind under way. Mutations wait for it (a tool call never races a
   // restore), and a second rewind of the same workspace is refused meanwhile.
   const rewinding = new Map()
+  // Per workspace: the sessions whose watched snapshots use its watch daemon. The daemon is
+  // stopped when the last of them is disposed, and when the plugin unloads (a later watched
+  // snapshot, by anyone, simply starts it again).
+  const watchers = new Map()
   const name = config.commandName
 
   // Resolved on first use and kept while it works; an unusable binary is looked for again on the
@@ -127,6 +131,10 @@ export function apply(ctx, rawConfig) {
       if (config.watch) args.push('--watch')
       if (pos.turn !== undefined) args.push('--turn', String(pos.turn))
       if (pos.step !== undefined) args.push('--step', String(pos.step))
+      if (config.watch) {
+        if (!watchers.has(pos.cwd)) watchers.set(pos.cwd, new Set())
+        watchers.get(pos.cwd).add(pos.id)
+      }
       const pending = ckpt(pos.cwd, args).then((result) => {
         if (result.code !== 0) throw new Error(errorText(result))
         const snapshot = one(result, 'snapshot')
@@ -151,6 +159,26 @@ export function apply(ctx, rawConfig) {
     await capture(actor, trigger)
     return next()
   }
+  const stopWatching = (cwd) =>
+    ckpt(cwd, ['watch', 'stop'], undefined, 10000).then(
+      (result) => result.code !== 0 && log.warn('ckpt: could not stop the watch daemon of %s: %s', cwd, errorText(result)),
+      (error) => log.warn('ckpt: could not stop the watch daemon of %s: %s', cwd, error.message),
+    )
+  ctx.on('session/disposed', (session) => {
+    const id = session?.id
+    for (const [cwd, sessions] of watchers) {
+      if (sessions.delete(id) && sessions.size === 0) {
+        watchers.delete(cwd)
+        void stopWatching(cwd)
+      }
+    }
+  })
+  ctx.effect?.(() => async () => {
+    const cwds = [...watchers.keys()]
+    watchers.clear()
+    await Promise.all(cwds.map(stopWatching))
+  })
+
   ctx.on('fs/write-intent', intent('write'), { prepend: true })
   ctx.on('fs/edit-intent', intent('edit'), { prepend: true })
   ctx.on(

@@ -139,7 +139,10 @@ async function main() {
   // it shows whether the other defects are there too. Never set by cargo test.
   const lenient = process.env.CKPT_DSH_E2E_LENIENT === '1'
   const stalePath = lenient ? basePath : `${staleDir}:${basePath}`
-  const env = (extra) => ({ HOME: scratch, DSH_HOME: dshHome, LANG: 'C.UTF-8', NO_COLOR: '1', ...extra })
+  // TMPDIR inside the scratch dir: dsh leaves its spill directories there, removed with it.
+  const scratchTmp = join(scratch, 'tmp')
+  mkdirSync(scratchTmp)
+  const env = (extra) => ({ HOME: scratch, DSH_HOME: dshHome, TMPDIR: scratchTmp, LANG: 'C.UTF-8', NO_COLOR: '1', ...extra })
 
   // --- Install the plugin exactly as plugin/README.md says -------------------------------------
   for (const profile of ['headless', 'web']) {
@@ -241,6 +244,11 @@ async function main() {
   check.equal(show(ws, hl[2]?.id, 'h1.txt'), 'headless one\n', 'before bash, h1.txt held the write')
   check.equal(readFileSync(join(ws, 'h1.txt'), 'utf8'), 'headless one\nfrom-bash\n')
   check.equal(readFileSync(join(ws, 'h1-editor.txt'), 'utf8'), 'made by str_replace_editor\n')
+  // The plugin's watched snapshots started the workspace's watch daemon; the session ended
+  // with the headless run, and the daemon with it.
+  const watchStatus = () => JSON.parse(execFileSync(CKPT, ['-C', ws, '--json', 'watch', 'status'], { encoding: 'utf8' }).trim().split('\n').at(-1))
+  check.ok(existsSync(join(ws, '.git', 'ckpt', 'main', 'watch', 'base.json')), 'the session\'s snapshots were served by a watch daemon')
+  check.equal(watchStatus().running, false, `the headless session ended and its watch daemon with it: ${JSON.stringify(watchStatus())}`)
   rmSync(join(ws, 'h1.txt'), { force: true })
   rmSync(join(ws, 'h1-editor.txt'), { force: true })
 

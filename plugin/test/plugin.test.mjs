@@ -34,10 +34,15 @@ function checkpoints(dir) {
 /** Just enough of a cordis context: listeners by event, services by name. */
 function fakeContext(services = {}) {
   const listeners = {}
+  const effects = []
   const ctx = {
     on(event, listener, options) {
       ;(listeners[event] ??= []).push({ listener, options })
     },
+    effect(execute) {
+      effects.push(execute())
+    },
+    effects,
     get: (name) => services[name],
     logger: () => ({ info() {}, warn() {}, error() {} }),
     listeners,
@@ -94,6 +99,52 @@ test('every hook path takes a checkpoint before the mutation and passes next() t
     assert.equal(shown, `state before ${label}\n`, `${label}: the checkpoint holds the pre-mutation bytes`)
   }
   assert.equal(checkpoints(dir).length, content)
+})
+
+function watchRunning(dir) {
+  const out = execFileSync(CKPT, ['-C', dir, '--json', 'watch', 'status'], { encoding: 'utf8' })
+  return JSON.parse(out.trim().split('\n').at(-1)).running
+}
+
+async function eventually(check, what) {
+  for (let i = 0; i < 100 && !check(); i++) await new Promise((r) => setTimeout(r, 50))
+  assert.ok(check(), what)
+}
+
+test('the watch daemon the snapshots started stops with the last session using it, and on unload', async () => {
+  const dir = repo()
+  const ctx = fakeContext()
+  apply(ctx, { binary: CKPT })
+  const listener = ctx.listeners['fs/write-intent'][0].listener
+  const s1 = { id: 's1', header: { cwd: dir }, events: [toolCall(1, 'c1', 1, 1)] }
+  const s2 = { id: 's2', header: { cwd: dir }, events: [toolCall(1, 'd1', 1, 1)] }
+  await listener({}, { agent: { session: s1 }, callId: 'c1' }, () => 1)
+  await listener({}, { agent: { session: s2 }, callId: 'd1' }, () => 1)
+  assert.equal(watchRunning(dir), true, 'a watched snapshot started the daemon')
+  const disposed = ctx.listeners['session/disposed'][0].listener
+  disposed({ id: 's1' })
+  await new Promise((r) => setTimeout(r, 300))
+  assert.equal(watchRunning(dir), true, 'another session still uses it')
+  disposed({ id: 's2' })
+  await eventually(() => !watchRunning(dir), 'the last session ended: the daemon is stopped')
+
+  // Started again by a later snapshot, it is stopped when the plugin unloads.
+  writeFileSync(join(dir, 'a.txt'), 'again\n')
+  const s3 = { id: 's3', header: { cwd: dir }, events: [toolCall(1, 'e1', 1, 1)] }
+  await listener({}, { agent: { session: s3 }, callId: 'e1' }, () => 1)
+  assert.equal(watchRunning(dir), true)
+  for (const dispose of await Promise.all(ctx.effects)) await dispose()
+  assert.equal(watchRunning(dir), false, 'unloading the plugin stops the daemon')
+})
+
+test('with watch off, no daemon is started or stopped', async () => {
+  const dir = repo()
+  const ctx = fakeContext()
+  apply(ctx, { binary: CKPT, watch: false })
+  const listener = ctx.listeners['fs/write-intent'][0].listener
+  await listener({}, { agent: { session: session(dir, [toolCall(1, 'c1', 1, 1)]) }, callId: 'c1' }, () => 1)
+  assert.equal(watchRunning(dir), false)
+  assert.equal(checkpoints(dir).length, 1)
 })
 
 test('concurrent intents in one step share the capture in flight', async () => {
