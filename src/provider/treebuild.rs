@@ -112,6 +112,78 @@ fn build_dir(
     store.write_tree(entries)
 }
 
+/// One file-level change to a tree: `path` now holds `item`, or (`None`) nothing.
+pub type TreeEdit<'a> = (&'a [u8], Option<TreeItem>);
+
+/// Writes the tree that is `base` with `edits` applied (sorted by path, each path once) and
+/// returns its id. Only the directories an edit reaches are read and written again; a directory
+/// left empty disappears, as git has no empty trees below the root. An edit below a path the
+/// base holds as a file replaces that file with a directory; a file edit at a path the base
+/// holds as a directory replaces the directory (its removals arrive as edits too).
+pub fn edit_trees(store: &dyn TreeStore, base: ObjectId, edits: &[TreeEdit<'_>]) -> Result<ObjectId, CkptError> {
+    match edit_dir(store, Some(base), 0, edits)? {
+        Some(id) => Ok(id),
+        None => store.write_tree(Vec::new()),
+    }
+}
+
+/// `edits` all lie below one directory whose paths start `prefix_len` bytes in; `base` is that
+/// directory's tree in the base, if it had one. `None` when the result is empty.
+fn edit_dir(
+    store: &dyn TreeStore,
+    base: Option<ObjectId>,
+    prefix_len: usize,
+    edits: &[TreeEdit<'_>],
+) -> Result<Option<ObjectId>, CkptError> {
+    let mut level: Vec<LevelEntry> = match base {
+        Some(tree) => store.tree_level(&tree)?,
+        None => Vec::new(),
+    };
+    let mut at = 0;
+    while at < edits.len() {
+        let rel = &edits[at].0[prefix_len..];
+        let name_len = rel.iter().position(|b| *b == b'/').unwrap_or(rel.len());
+        let name = &rel[..name_len];
+        // Every edit of `name` itself or below it is contiguous in path order.
+        let of_name = |(path, _): &TreeEdit<'_>| {
+            let rel = &path[prefix_len..];
+            rel.starts_with(name) && (rel.len() == name.len() || rel[name.len()] == b'/')
+        };
+        let end = at + edits[at..].partition_point(of_name);
+        let group = &edits[at..end];
+        let existing = level.iter().position(|(entry, _, _)| entry == name);
+        let direct = group.iter().find(|(path, _)| path.len() == prefix_len + name.len());
+        let below: Vec<TreeEdit<'_>> = group
+            .iter()
+            .filter(|(path, _)| path.len() > prefix_len + name.len())
+            .cloned()
+            .collect();
+        let replacement: Option<(Option<crate::verbs::EntryKind>, ObjectId)> = match direct {
+            Some((_, Some(item))) => Some((Some(item.kind), item.id)),
+            _ if below.is_empty() => None,
+            _ => {
+                let subtree = existing.and_then(|i| level[i].1.is_none().then_some(level[i].2));
+                edit_dir(store, subtree, prefix_len + name.len() + 1, &below)?.map(|id| (None, id))
+            }
+        };
+        if let Some(i) = existing {
+            level.remove(i);
+        }
+        if let Some((kind, id)) = replacement {
+            level.push((name.to_vec(), kind, id));
+        }
+        at = end;
+    }
+    if level.is_empty() {
+        return Ok(None);
+    }
+    let entries = level
+        .into_iter()
+        .map(|(name, kind, id)| NewTreeEntry::new(&name, kind, id))
+        .collect::<Result<Vec<_>, _>>()?;
+    store.write_tree(entries).map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +302,22 @@ mod tests {
             );
             // Content-addressed: the same files give the same root id however it was built.
             assert_eq!(incremental, build(&store, &edited, None), "seed {seed}");
+            // The same edits as file-level changes on the base tree give the same tree too.
+            let mut all_paths: Vec<&RepoPath> = files.keys().chain(edited.keys()).collect();
+            all_paths.sort();
+            all_paths.dedup();
+            let edits: Vec<TreeEdit<'_>> = all_paths
+                .into_iter()
+                .filter(|p| files.get(*p) != edited.get(*p))
+                .map(|p| (p.as_bytes(), edited.get(p).copied()))
+                .collect();
+            let writes_before = *store.writes.borrow();
+            let edited_tree = edit_trees(&store, base_tree, &edits).unwrap();
+            assert_eq!(edited_tree, incremental, "seed {seed}: edits {edits:?}");
+            assert!(
+                *store.writes.borrow() - writes_before <= changed.len().max(1),
+                "seed {seed}"
+            );
             assert_eq!(flatten(&store, incremental, b"").len(), edited.len(), "seed {seed}");
         }
     }

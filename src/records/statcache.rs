@@ -3,6 +3,12 @@
 //! entry whose mtime is not strictly older (in whole seconds) than the moment the cache was
 //! written is not trusted. The file is versioned and checksummed; anything unexpected discards
 //! the whole cache (it is rebuilt on the next snapshot), never trusts part of it.
+//!
+//! A watched snapshot changes a handful of entries out of hundreds of thousands, so it writes
+//! only those, to a small delta file bound to the main file it amends (by the main file's
+//! checksum and write time); each delta entry keeps the write time of the save that first
+//! recorded its stat, so the racy-clean rule holds entry by entry. A delta that does not match
+//! its main file is ignored, and a full save supersedes it.
 
 use std::io::Write;
 use std::path::Path;
@@ -13,6 +19,19 @@ use crate::verbs::{ObjectId, RepoPath};
 const MAGIC: &[u8; 8] = b"CKPTSTAT";
 const VERSION: u32 = 2;
 pub const FILE_NAME: &str = "statcache.bin";
+const DELTA_MAGIC: &[u8; 8] = b"CKPTSDLT";
+const DELTA_VERSION: u32 = 1;
+pub const DELTA_FILE_NAME: &str = "statcache.delta";
+/// A delta with more entries than this is not written: the next snapshot walks and writes the
+/// whole cache again instead.
+pub const MAX_DELTA_ENTRIES: usize = 4096;
+
+/// One change for a delta: what the new checkpoint holds at a path (stat and id), or `None` for
+/// a path it no longer holds.
+pub type DeltaChange = (Vec<u8>, Option<(FileStat, ObjectId)>);
+
+/// A delta entry as stored: present entries carry the write time of the save that recorded them.
+type StoredChange = (Vec<u8>, Option<(FileStat, ObjectId, i64)>);
 
 #[derive(Debug, Clone)]
 pub struct CacheEntry {
@@ -46,6 +65,13 @@ pub struct StatCache {
     entries: Vec<u32>,
     /// The cache's write time (seconds): entries modified in that second or later are racy.
     written: i64,
+    /// The main file's checksum and write time (seconds, nanoseconds): what a delta binds to.
+    main_identity: (u32, i64, u32),
+    /// Entries at or after this offset in `data` came from the delta and carry their own write
+    /// time after their id.
+    delta_start: usize,
+    /// The loaded delta, sorted by path, kept so the next delta carries it forward.
+    delta: Vec<StoredChange>,
 }
 
 /// Fixed part of an entry after its path: size, mtime, ctime, ino, dev, mode.
@@ -75,9 +101,14 @@ impl StatCache {
         let stat = r.stat()?;
         let id_len = r.take(1)?[0] as usize;
         let id = ObjectId::from_bytes(r.take(id_len)?).ok()?;
+        let written = if start >= self.delta_start {
+            r.i64()?
+        } else {
+            self.written
+        };
         // Racy-clean rule: a file modified in the same second the cache was written may change
         // again without its stat changing, so it must be re-read.
-        let racy = stat.mtime.0 >= self.written;
+        let racy = stat.mtime.0 >= written;
         Some(CacheEntry { stat, id, racy })
     }
 
@@ -98,6 +129,41 @@ impl StatCache {
             }
         }
         Err(low)
+    }
+
+    /// Every entry at a path in `scope` (or below one of its paths), in path order: found by
+    /// binary search per scope path, so the cost follows the scope, not the cache.
+    pub fn entries_within(&self, scope: &crate::verbs::PathScope) -> Vec<(Vec<u8>, CacheEntry)> {
+        let mut positions: Vec<usize> = Vec::new();
+        for path in scope.paths() {
+            let path = path.as_bytes();
+            let mut at = match self.find(path) {
+                Ok(at) => {
+                    positions.push(at);
+                    at + 1
+                }
+                Err(at) => at,
+            };
+            // Every entry starting with `path` is contiguous from here; those below `path/`
+            // are among them (`path-x` and `path0` may come before and after them).
+            while at < self.entries.len() {
+                let candidate = self.path(at);
+                if candidate.len() > path.len() && candidate.starts_with(path) {
+                    if candidate[path.len()] == b'/' {
+                        positions.push(at);
+                    }
+                    at += 1;
+                } else {
+                    break;
+                }
+            }
+        }
+        positions.sort_unstable();
+        positions.dedup();
+        positions
+            .into_iter()
+            .filter_map(|at| Some((self.path(at).to_vec(), self.entry(at)?)))
+            .collect()
     }
 
     #[cfg(test)]
@@ -148,7 +214,8 @@ impl StatCache {
             return None;
         }
         let (body, crc) = data.split_at(data.len() - 4);
-        if crc32fast::hash(body).to_le_bytes() != crc {
+        let crc = u32::from_le_bytes(crc.try_into().ok()?);
+        if crc32fast::hash(body) != crc {
             return None;
         }
         let mut r = Reader { data: body, pos: 0 };
@@ -183,18 +250,97 @@ impl StatCache {
             return None;
         }
         data.truncate(data.len() - 4);
+        let delta_start = data.len();
         Some(StatCache {
             checkpoint,
             data,
             entries,
             written: written.0,
+            main_identity: (crc, written.0, written.1),
+            delta_start,
+            delta: Vec::new(),
         })
     }
 
-    /// Loads the cache from `dir`; a missing, corrupt or other-version file gives `None`.
+    /// Loads the cache from `dir`, with its delta when one amends this main file. A missing,
+    /// corrupt or other-version main file gives `None`; a delta that is anything but a
+    /// well-formed amendment of this main file is ignored.
     pub fn load(dir: &Path) -> Option<StatCache> {
         let data = std::fs::read(dir.join(FILE_NAME)).ok()?;
-        StatCache::decode(data)
+        let mut cache = StatCache::decode(data)?;
+        if let Some((checkpoint, delta)) = std::fs::read(dir.join(DELTA_FILE_NAME))
+            .ok()
+            .and_then(|bytes| decode_delta(&bytes, cache.main_identity))
+        {
+            cache.apply(checkpoint, delta)?;
+        }
+        Some(cache)
+    }
+
+    /// Amends the loaded entries with a delta: its entries are appended to `data` and the entry
+    /// offsets merged in path order. `None` if the result would not fit the offset type.
+    fn apply(&mut self, checkpoint: Option<ObjectId>, delta: Vec<StoredChange>) -> Option<()> {
+        let mut merged = Vec::with_capacity(self.entries.len() + delta.len());
+        let mut main = 0;
+        for (path, change) in &delta {
+            while main < self.entries.len() && self.path(main) < path.as_slice() {
+                merged.push(self.entries[main]);
+                main += 1;
+            }
+            if main < self.entries.len() && self.path(main) == path.as_slice() {
+                main += 1;
+            }
+            if let Some((stat, id, written)) = change {
+                let start = u32::try_from(self.data.len()).ok()?;
+                encode_entry(&mut self.data, path, stat, id).ok()?;
+                self.data.extend_from_slice(&written.to_le_bytes());
+                merged.push(start);
+            }
+        }
+        merged.extend_from_slice(&self.entries[main..]);
+        u32::try_from(self.data.len()).ok()?;
+        self.entries = merged;
+        self.checkpoint = checkpoint;
+        self.delta = delta;
+        Some(())
+    }
+
+    /// Writes a delta that makes this cache (as loaded) stand for `checkpoint`, given the
+    /// `changes` from the cache's own checkpoint (sorted by path, each once) and carrying forward
+    /// the delta it was loaded with. `Ok(false)`: the delta would grow past
+    /// [`MAX_DELTA_ENTRIES`], so nothing was written and the cache still stands for its own
+    /// checkpoint (the next snapshot walks and writes it whole).
+    pub fn save_delta(
+        &self,
+        dir: &Path,
+        _lock: &super::RegistryLock,
+        checkpoint: Option<ObjectId>,
+        changes: &[DeltaChange],
+    ) -> std::io::Result<bool> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut merged: Vec<StoredChange> = Vec::with_capacity(self.delta.len() + changes.len());
+        let mut old = self.delta.iter().peekable();
+        for (path, change) in changes {
+            while let Some(earlier) = old.next_if(|(p, _)| p < path) {
+                merged.push(earlier.clone());
+            }
+            old.next_if(|(p, _)| p == path);
+            merged.push((path.clone(), change.map(|(stat, id)| (stat, id, now.as_secs() as i64))));
+        }
+        merged.extend(old.cloned());
+        if merged.len() > MAX_DELTA_ENTRIES {
+            return Ok(false);
+        }
+        let out = encode_delta(self.main_identity, checkpoint, &merged)?;
+        let temp = dir.join(format!(".{DELTA_FILE_NAME}.{}.tmp", std::process::id()));
+        // No fsync, as for the main file: a torn delta fails its checksum and is ignored.
+        let result = std::fs::write(&temp, &out).and_then(|()| std::fs::rename(&temp, dir.join(DELTA_FILE_NAME)));
+        if result.is_err() {
+            std::fs::remove_file(&temp).ok();
+        }
+        result.map(|()| true)
     }
 
     /// Writes a cache for `checkpoint` atomically (temp + rename) straight from `entries`, which
@@ -224,7 +370,12 @@ impl StatCache {
             let crc = out.crc.finalize();
             out.inner.write_all(&crc.to_le_bytes())?;
             out.inner.flush()?;
-            std::fs::rename(&temp, dir.join(FILE_NAME))
+            std::fs::rename(&temp, dir.join(FILE_NAME))?;
+            // Bound to the old main file, it would be ignored anyway; removed so it is not read.
+            match std::fs::remove_file(dir.join(DELTA_FILE_NAME)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            }
         })();
         if result.is_err() {
             std::fs::remove_file(&temp).ok();
@@ -267,22 +418,112 @@ fn encode_entries<'a>(
     out.write_all(checkpoint.as_bytes())?;
     out.write_all(&(entries.clone().count() as u64).to_le_bytes())?;
     for (path, stat, id) in entries {
-        let bytes = path.as_bytes();
-        out.write_all(&(bytes.len() as u32).to_le_bytes())?;
-        out.write_all(bytes)?;
-        out.write_all(&stat.size.to_le_bytes())?;
-        out.write_all(&stat.mtime.0.to_le_bytes())?;
-        out.write_all(&stat.mtime.1.to_le_bytes())?;
-        out.write_all(&stat.ctime.0.to_le_bytes())?;
-        out.write_all(&stat.ctime.1.to_le_bytes())?;
-        out.write_all(&stat.ino.to_le_bytes())?;
-        out.write_all(&stat.dev.to_le_bytes())?;
-        out.write_all(&stat.mode.to_le_bytes())?;
-        let raw = id.as_bytes();
-        out.write_all(&[raw.len() as u8])?;
-        out.write_all(raw)?;
+        encode_entry(out, path.as_bytes(), stat, id)?;
     }
     Ok(())
+}
+
+/// One entry: path length and path, stat, id length and id.
+fn encode_entry(out: &mut impl Write, path: &[u8], stat: &FileStat, id: &ObjectId) -> std::io::Result<()> {
+    out.write_all(&(path.len() as u32).to_le_bytes())?;
+    out.write_all(path)?;
+    out.write_all(&stat.size.to_le_bytes())?;
+    out.write_all(&stat.mtime.0.to_le_bytes())?;
+    out.write_all(&stat.mtime.1.to_le_bytes())?;
+    out.write_all(&stat.ctime.0.to_le_bytes())?;
+    out.write_all(&stat.ctime.1.to_le_bytes())?;
+    out.write_all(&stat.ino.to_le_bytes())?;
+    out.write_all(&stat.dev.to_le_bytes())?;
+    out.write_all(&stat.mode.to_le_bytes())?;
+    let raw = id.as_bytes();
+    out.write_all(&[raw.len() as u8])?;
+    out.write_all(raw)?;
+    Ok(())
+}
+
+/// A delta file's bytes: header (bound to the main file `main`), entries, checksum.
+fn encode_delta(
+    main: (u32, i64, u32),
+    checkpoint: Option<ObjectId>,
+    entries: &[StoredChange],
+) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(64 + entries.len() * 128);
+    out.extend_from_slice(DELTA_MAGIC);
+    out.extend_from_slice(&DELTA_VERSION.to_le_bytes());
+    out.extend_from_slice(&main.0.to_le_bytes());
+    out.extend_from_slice(&main.1.to_le_bytes());
+    out.extend_from_slice(&main.2.to_le_bytes());
+    let checkpoint = checkpoint.map(|c| c.to_hex()).unwrap_or_default();
+    out.push(checkpoint.len() as u8);
+    out.extend_from_slice(checkpoint.as_bytes());
+    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    for (path, change) in entries {
+        match change {
+            None => {
+                out.push(0);
+                out.extend_from_slice(&(path.len() as u32).to_le_bytes());
+                out.extend_from_slice(path);
+            }
+            Some((stat, id, written)) => {
+                out.push(1);
+                encode_entry(&mut out, path, stat, id)?;
+                out.extend_from_slice(&written.to_le_bytes());
+            }
+        }
+    }
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+/// Reads a delta file; `None` unless it is well formed, strictly sorted, and amends the main
+/// file identified by `main`.
+fn decode_delta(data: &[u8], main: (u32, i64, u32)) -> Option<(Option<ObjectId>, Vec<StoredChange>)> {
+    if data.len() < DELTA_MAGIC.len() + 4 {
+        return None;
+    }
+    let (body, crc) = data.split_at(data.len() - 4);
+    if crc32fast::hash(body).to_le_bytes() != crc {
+        return None;
+    }
+    let mut r = Reader { data: body, pos: 0 };
+    if r.take(8)? != DELTA_MAGIC || r.u32()? != DELTA_VERSION {
+        return None;
+    }
+    if (r.u32()?, r.i64()?, r.u32()?) != main {
+        return None;
+    }
+    let checkpoint_len = r.take(1)?[0] as usize;
+    let checkpoint = match checkpoint_len {
+        0 => None,
+        n => Some(ObjectId::from_hex(std::str::from_utf8(r.take(n)?).ok()?).ok()?),
+    };
+    let count = usize::try_from(r.u64()?).ok()?;
+    if count > MAX_DELTA_ENTRIES {
+        return None;
+    }
+    let mut entries: Vec<StoredChange> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let tag = r.take(1)?[0];
+        let len = r.u32()? as usize;
+        let path = r.take(len)?;
+        RepoPath::check(path).ok()?;
+        if entries.last().is_some_and(|(previous, _)| previous.as_slice() >= path) {
+            return None;
+        }
+        let change = match tag {
+            0 => None,
+            1 => {
+                let stat = r.stat()?;
+                let id_len = r.take(1)?[0] as usize;
+                let id = ObjectId::from_bytes(r.take(id_len)?).ok()?;
+                Some((stat, id, r.i64()?))
+            }
+            _ => return None,
+        };
+        entries.push((path.to_vec(), change));
+    }
+    (r.pos == body.len()).then_some((checkpoint, entries))
 }
 
 struct Reader<'a> {
@@ -388,6 +629,61 @@ mod tests {
             None,
             "any stat change misses"
         );
+    }
+
+    #[test]
+    fn a_delta_amends_only_its_own_main_file_entry_by_entry() {
+        let main = encoded(
+            Some(id(9)),
+            (2000, 500),
+            &[
+                ("a", stat(1000), id(1)),
+                ("b", stat(1000), id(2)),
+                ("c", stat(2000), id(3)),
+            ],
+        );
+        let mut cache = decode(&main).unwrap();
+        let identity = cache.main_identity;
+        // b is gone, c was read again (now older than this delta), d is new and racy.
+        let delta: Vec<StoredChange> = vec![
+            (b"b".to_vec(), None),
+            (b"c".to_vec(), Some((stat(2000), id(4), 3000))),
+            (b"d".to_vec(), Some((stat(3000), id(5), 3000))),
+        ];
+        let bytes = encode_delta(identity, Some(id(8)), &delta).unwrap();
+        let (checkpoint, decoded) = decode_delta(&bytes, identity).unwrap();
+        assert_eq!(checkpoint, Some(id(8)));
+        cache.apply(checkpoint, decoded).unwrap();
+        assert_eq!(cache.checkpoint, Some(id(8)));
+        assert_eq!(cache.paths().collect::<Vec<_>>(), vec![&b"a"[..], b"c", b"d"]);
+        assert_eq!(cache.lookup(&path("a"), &stat(1000)), Some(id(1)));
+        assert_eq!(
+            cache.lookup(&path("c"), &stat(2000)),
+            Some(id(4)),
+            "the delta's own write time decides"
+        );
+        assert_eq!(
+            cache.lookup(&path("d"), &stat(3000)),
+            None,
+            "racy against the delta's write time"
+        );
+        assert!(cache.entry(2).is_some_and(|e| e.racy && e.id == id(5)));
+
+        // Bound to one main file: another main file (other checksum or write time) ignores it.
+        let other = (identity.0 ^ 1, identity.1, identity.2);
+        assert!(decode_delta(&bytes, other).is_none());
+        assert!(decode_delta(&bytes, (identity.0, identity.1, identity.2 + 1)).is_none());
+        // Any flipped byte, a truncation, unsorted or repeated paths: ignored.
+        for at in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x20;
+            assert!(decode_delta(&bad, identity).is_none(), "byte {at}");
+        }
+        assert!(decode_delta(&bytes[..bytes.len() - 1], identity).is_none());
+        let unsorted = vec![delta[1].clone(), delta[0].clone()];
+        assert!(decode_delta(&encode_delta(identity, None, &unsorted).unwrap(), identity).is_none());
+        let hostile = vec![(b"../x".to_vec(), None)];
+        assert!(decode_delta(&encode_delta(identity, None, &hostile).unwrap(), identity).is_none());
     }
 
     fn cache_of(names: &[&str]) -> StatCache {

@@ -693,6 +693,46 @@ fn index_ids_seed_a_capture_only_when_they_are_the_bytes_on_disk() {
 }
 
 #[test]
+fn converting_attributes_rule_out_index_ids_path_by_path() {
+    // A tracked .gitattributes converts *.txt (CRLF on disk, LF in the index) and a macro
+    // converts *.cnv; every other file may still come from the index.
+    let repo = TestRepo::new();
+    for i in 0..300 {
+        repo.write(format!("data/f{i:03}.dat"), format!("{i}").as_bytes());
+    }
+    repo.write(
+        ".gitattributes",
+        b"[attr]conv text eol=crlf\n*.txt text eol=crlf\n*.cnv conv\n*.bin binary\n",
+    );
+    repo.write("notes.txt", b"one\ntwo\n");
+    repo.write("sub/deep.cnv", b"x\ny\n");
+    repo.write("raw.bin", b"a\nb\n");
+    repo.commit_all("attributes");
+    for path in ["notes.txt", "sub/deep.cnv"] {
+        repo.remove(path);
+        repo.git(&["checkout", "--", path]);
+    }
+    assert_eq!(repo.read("notes.txt"), b"one\r\ntwo\r\n");
+    assert_eq!(repo.read("sub/deep.cnv"), b"x\r\ny\r\n");
+    repo.settle();
+    let run = repo.ckpt_json(&["snapshot"], 0);
+    let scan = &run.one("snapshot")["scan"];
+    let id = run.one("snapshot")["id"].as_str().unwrap().to_owned();
+    assert_eq!(checkpoint_blob(&repo, &id, "notes.txt"), b"one\r\ntwo\r\n");
+    assert_eq!(checkpoint_blob(&repo, &id, "sub/deep.cnv"), b"x\r\ny\r\n");
+    assert_eq!(checkpoint_blob(&repo, &id, "raw.bin"), b"a\nb\n");
+    assert_eq!(
+        scan["read"].as_u64(),
+        Some(2),
+        "only the converted paths are read: {scan}"
+    );
+    assert!(
+        scan["from_index"].as_u64().unwrap() >= 300,
+        "the rest come from the index: {scan}"
+    );
+}
+
+#[test]
 fn ignorecase_on_a_case_sensitive_filesystem_hides_no_file() {
     let repo = TestRepo::new();
     repo.write("Readme", b"tracked\n");

@@ -444,3 +444,147 @@ fn what_the_review_found_agrees_with_a_walk() {
     warm(&repo);
     stop(&repo);
 }
+
+/// The scope-only capture classifies each changed path by itself (ignore rules of the path and
+/// of every directory above it, tracked or not, nested repositories); every case must be served
+/// by the daemon and give exactly the checkpoint a walk gives.
+#[test]
+fn a_scope_only_capture_classifies_each_path_as_a_walk_does() {
+    let repo = TestRepo::new();
+    repo.write(".gitignore", b"*.log\nbuild/\nlogs/\ndata/*\n!data/keep\n!keep.log\n");
+    repo.write("logs/tracked.txt", b"tracked under an ignored directory\n");
+    repo.write("data/keep", b"re-included\n");
+    repo.write("dir/file.txt", b"a file that becomes a directory\n");
+    repo.write("tree/leaf.txt", b"a directory that becomes a file\n");
+    repo.write("link-target/t.txt", b"t\n");
+    repo.write("-lead [x] *?:.txt", b"odd name\n");
+    repo.commit_all("layout");
+    std::fs::create_dir_all(repo.path("nested")).unwrap();
+    repo.git_in(&repo.path("nested"), &["init", "-q"]);
+    repo.write("nested/inside.txt", b"belongs to the nested repository\n");
+    warm(&repo);
+    let served = |what: &str| {
+        let after = watched(&repo);
+        assert_eq!(after.mode, "watch", "{what}: {}", after.fallback);
+        assert_walk_agrees(&repo, &after.id, what);
+        after
+    };
+    repo.write("a.log", b"ignored by a pattern\n");
+    repo.write("keep.log", b"re-included by a negation\n");
+    repo.write(
+        "logs/new.txt",
+        b"untracked below an ignored directory that has tracked files\n",
+    );
+    repo.write(
+        "logs/tracked.txt",
+        b"a tracked file below an ignored directory, edited\n",
+    );
+    repo.write("data/other", b"ignored by data/*\n");
+    repo.write("data/keep", b"re-included, edited\n");
+    std::fs::create_dir_all(repo.path("build")).unwrap();
+    repo.write("build/out.o", b"ignored directory\n");
+    repo.write("-lead [x] *?:.txt", b"odd name, edited\n");
+    let first = served("ignore rules at every level");
+    assert!(first.created, "the tracked edits make a new checkpoint");
+    std::fs::remove_file(repo.path("dir/file.txt")).unwrap();
+    std::fs::remove_dir(repo.path("dir")).unwrap();
+    repo.write("dir", b"a directory replaced by a file\n");
+    std::fs::remove_file(repo.path("tree/leaf.txt")).unwrap();
+    std::fs::remove_dir(repo.path("tree")).unwrap();
+    std::os::unix::fs::symlink("link-target", repo.path("tree")).unwrap();
+    served("a directory replaced by a file, another by a symlink");
+    std::fs::remove_file(repo.path("tree")).unwrap();
+    std::fs::create_dir_all(repo.path("tree/deeper")).unwrap();
+    repo.write(
+        "tree/deeper/new.txt",
+        b"a new directory below a path that was a symlink\n",
+    );
+    repo.write("fifo-free.txt", b"plain\n");
+    served("a new directory tree where a symlink was");
+    std::fs::remove_file(repo.path("src/lib.rs")).unwrap();
+    std::fs::remove_file(repo.path("keep.log")).unwrap();
+    served("deletions, tracked and untracked");
+    // Below an untracked nested repository only a walk decides: a full scan, which agrees.
+    repo.write("nested/inside.txt", b"edited inside the nested repository\n");
+    let nested = watched(&repo);
+    assert_walk_agrees(&repo, &nested.id, "an edit inside a nested repository");
+    stop(&repo);
+}
+
+fn packs(repo: &TestRepo) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(repo.common_dir().join("objects/pack"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// A burst of edits served by the daemon writes its new objects as one pack (no keep file), the
+/// repository checks clean with git's own fsck, and the checkpoint restores byte-exact. A
+/// watched snapshot that gives up on its scope after collecting objects loses none of them.
+#[test]
+fn a_burst_of_edits_is_stored_as_one_valid_pack() {
+    let repo = TestRepo::new();
+    for n in 0..60 {
+        repo.write(format!("d{}/f{n}.txt", n % 12), format!("original {n}\n").as_bytes());
+    }
+    repo.commit_all("sixty files");
+    warm(&repo);
+    let before = packs(&repo);
+    for n in 0..60 {
+        repo.write(format!("d{}/f{n}.txt", n % 12), format!("edited {n}\n").as_bytes());
+    }
+    let burst = watched(&repo);
+    assert_eq!(
+        (burst.mode.as_str(), burst.created),
+        ("watch", true),
+        "{}",
+        burst.fallback
+    );
+    let added: Vec<String> = packs(&repo).into_iter().filter(|p| !before.contains(p)).collect();
+    assert_eq!(added.len(), 2, "one pack and its index: {added:?}");
+    assert!(added.iter().all(|p| !p.ends_with(".keep")), "{added:?}");
+    let idx = added.iter().find(|p| p.ends_with(".idx")).unwrap();
+    repo.git(&[
+        "verify-pack",
+        &format!("{}/objects/pack/{idx}", repo.common_dir().display()),
+    ]);
+    repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
+    assert_walk_agrees(&repo, &burst.id, "a burst of edits");
+
+    // Another burst, where one changed file has a second hard link: the scope cannot be
+    // captured alone, so the objects it collected are dropped and a full snapshot stores them.
+    for n in 0..60 {
+        repo.write(
+            format!("d{}/f{n}.txt", n % 12),
+            format!("edited again {n}\n").as_bytes(),
+        );
+    }
+    std::fs::hard_link(repo.path("d0/f0.txt"), repo.path("d0-link")).unwrap();
+    let linked = watched(&repo);
+    assert_eq!(linked.mode, "full", "a hard link in the scope falls back");
+    repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
+    std::fs::remove_file(repo.path("d0-link")).unwrap();
+
+    // Both checkpoints come back exactly.
+    repo.ckpt_json(&["restore", &burst.id, "--exact", "--yes"], 0);
+    for n in 0..60 {
+        assert_eq!(
+            repo.read(format!("d{}/f{n}.txt", n % 12)),
+            format!("edited {n}\n").as_bytes()
+        );
+    }
+    repo.ckpt_json(&["restore", &linked.id, "--exact", "--yes"], 0);
+    for n in 0..60 {
+        assert_eq!(
+            repo.read(format!("d{}/f{n}.txt", n % 12)),
+            format!("edited again {n}\n").as_bytes()
+        );
+    }
+    repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
+    stop(&repo);
+}

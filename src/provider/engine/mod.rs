@@ -9,6 +9,7 @@ mod health;
 mod inspect;
 mod restore;
 mod snapshot;
+mod watched;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};

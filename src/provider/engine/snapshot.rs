@@ -6,41 +6,35 @@ use std::collections::HashSet;
 
 use crate::provider::scan::{self, BlobSink, Capture};
 use crate::provider::treebuild;
-use crate::provider::watch::{self, Changes};
 use crate::provider::{CkptError, Provider, ScanMode, SnapshotOutcome, SnapshotRequest};
 use crate::records::statcache::StatCache;
-use crate::records::watch::{WatchBase, WatchFiles};
 use crate::records::{Record, Registry, RegistryLock, Skipped, Trailers, WirePath};
-use crate::verbs::{ObjectId, PathScope, PinRef, RepoPath, TreeItem};
+use crate::verbs::{ObjectId, PinRef, RepoPath, TreeItem};
 
 use super::{now_rfc3339, Engine, StoreKind};
 
-/// More changed paths than this and a watched snapshot walks instead.
-const MAX_SCOPE: usize = 1000;
-
-/// What a watched snapshot may capture alone: the daemon's changed paths, on top of `checkpoint`.
-struct Within {
-    checkpoint: String,
-    scope: PathScope,
-    carried: Vec<(RepoPath, String)>,
+/// What a new checkpoint's record counts.
+pub(super) struct Counts {
+    /// Paths that differ from the previous checkpoint (or, for the first one, from HEAD).
+    pub files: u64,
+    pub total_files: u64,
+    /// Content this snapshot added to the object store.
+    pub bytes: u64,
 }
 
 /// What a capture did not protect, as records keep it.
-fn skipped_of(capture: &Capture) -> Vec<Skipped> {
-    capture
-        .skipped
+pub(super) fn skipped_of(capture: &Capture) -> Vec<Skipped> {
+    skipped_list(&capture.skipped)
+}
+
+pub(super) fn skipped_list(skipped: &[(RepoPath, String)]) -> Vec<Skipped> {
+    skipped
         .iter()
         .map(|(path, reason)| Skipped {
             path: WirePath::from_repo_path(path),
             reason: reason.clone(),
         })
         .collect()
-}
-
-/// The daemon's changed paths as a scope; `None` if one is not a valid repository path.
-fn scope_of(paths: &[WirePath]) -> Option<PathScope> {
-    let paths: Option<Vec<RepoPath>> = paths.iter().map(|p| p.to_repo_path().ok()).collect();
-    paths.map(PathScope::new)
 }
 
 impl Engine {
@@ -86,20 +80,6 @@ impl Engine {
         lock: &RegistryLock,
         request: &SnapshotRequest,
     ) -> Result<(SnapshotOutcome, Capture), CkptError> {
-        self.snapshot_scoped(registry, lock, request, None)
-    }
-
-    /// [`Self::snapshot_locked`]; with `within`, only the scope is listed and captured and the
-    /// rest is the stat cache's checkpoint (see [`scan::capture_within`]), provided the cache is
-    /// that of `within`'s checkpoint — otherwise, and when a file in the scope has other hard
-    /// links, everything is captured as usual. The outcome says which it was.
-    fn snapshot_scoped(
-        &self,
-        registry: &Registry,
-        lock: &RegistryLock,
-        request: &SnapshotRequest,
-        within: Option<Within>,
-    ) -> Result<(SnapshotOutcome, Capture), CkptError> {
         let t0 = std::time::Instant::now();
         let reconciled = self.reconcile(registry.load()?)?;
         self.phase_time("registry + refs", t0);
@@ -120,36 +100,14 @@ impl Engine {
         let started = std::time::Instant::now();
         let cache = self.trusted_stat_cache(registry);
         self.phase_time("stat cache load", started);
-        let scoped = match (within, cache.as_ref()) {
-            (Some(within), Some(cache))
-                if cache.checkpoint.map(|c| c.to_string()).as_deref() == Some(within.checkpoint.as_str()) =>
-            {
-                scan::capture_within(
-                    &self.vault,
-                    request.max_file_size,
-                    BlobSink::Store,
-                    cache,
-                    &within.scope,
-                    within.carried,
-                    self.reporter.progress(),
-                )?
-            }
-            _ => None,
-        };
-        let scan_mode = match scoped {
-            Some(_) => ScanMode::Watch,
-            None => ScanMode::Full { fallback: None },
-        };
-        let capture = match scoped {
-            Some(capture) => capture,
-            None => scan::capture(
-                &self.vault,
-                request.max_file_size,
-                BlobSink::Store,
-                cache.as_ref(),
-                self.reporter.progress(),
-            )?,
-        };
+        let scan_mode = ScanMode::Full { fallback: None };
+        let capture = scan::capture(
+            &self.vault,
+            request.max_file_size,
+            BlobSink::Store,
+            cache.as_ref(),
+            self.reporter.progress(),
+        )?;
         self.capture_time("capture", started, &capture);
         crate::fault::point("snapshot:after-blobs");
         let t1 = std::time::Instant::now();
@@ -212,39 +170,20 @@ impl Engine {
             .filter(|f| f.fresh && counted.insert(f.item.id))
             .map(|f| f.size)
             .sum();
-        let files = changes.len() as u64;
-        let skipped = skipped_of(&capture);
-
-        let (unix, time) = now_rfc3339();
-        let trailers = Trailers {
-            workspace_key: self.workspace.as_str().to_owned(),
-            session: request.session.clone(),
-            turn: request.turn,
-            step: request.step,
-            trigger: request.trigger.clone(),
-            kind: request.kind,
-            time,
-            files,
+        let counts = Counts {
+            files: changes.len() as u64,
             total_files: capture.files.len() as u64,
             bytes,
-            skipped,
         };
-        let t4 = std::time::Instant::now();
-        let commit = self
-            .vault
-            .write_commit(&tree, head.as_ref(), &trailers.format(), unix)?;
-        crate::fault::point("snapshot:after-commit");
-        let pin = PinRef::for_checkpoint(&self.workspace, &commit);
-        self.vault.pin(&pin, &commit, None)?;
-        crate::fault::point("snapshot:after-pin");
-
-        let record = trailers.into_record(self.name(), commit.to_hex(), tree.to_hex(), self.workspace_path());
-        records.push(record.clone());
-        if let Err(error) = registry.save(&records, lock) {
-            self.vault.unpin(&pin, &commit).ok();
-            return Err(error.into());
-        }
-        self.phase_time("commit, pin and record", t4);
+        let record = self.publish(
+            registry,
+            lock,
+            &mut records,
+            request,
+            (tree, head),
+            counts,
+            skipped_of(&capture),
+        )?;
         let t5 = std::time::Instant::now();
         self.save_stat_cache(registry, lock, &capture, &record, loaded);
         self.phase_time("stat cache save", t5);
@@ -259,6 +198,53 @@ impl Engine {
             },
             capture,
         ))
+    }
+
+    /// Commits `tree` (with `head` as parent), pins the commit and appends its record to
+    /// `records` and the registry. The pin is the commit point; a failure to save the record
+    /// removes the pin again, so nothing is published half-way.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn publish(
+        &self,
+        registry: &Registry,
+        lock: &RegistryLock,
+        records: &mut Vec<Record>,
+        request: &SnapshotRequest,
+        (tree, head): (ObjectId, Option<ObjectId>),
+        counts: Counts,
+        skipped: Vec<Skipped>,
+    ) -> Result<Record, CkptError> {
+        let (unix, time) = now_rfc3339();
+        let trailers = Trailers {
+            workspace_key: self.workspace.as_str().to_owned(),
+            session: request.session.clone(),
+            turn: request.turn,
+            step: request.step,
+            trigger: request.trigger.clone(),
+            kind: request.kind,
+            time,
+            files: counts.files,
+            total_files: counts.total_files,
+            bytes: counts.bytes,
+            skipped,
+        };
+        let started = std::time::Instant::now();
+        let commit = self
+            .vault
+            .write_commit(&tree, head.as_ref(), &trailers.format(), unix)?;
+        crate::fault::point("snapshot:after-commit");
+        let pin = PinRef::for_checkpoint(&self.workspace, &commit);
+        self.vault.pin(&pin, &commit, None)?;
+        crate::fault::point("snapshot:after-pin");
+
+        let record = trailers.into_record(self.name(), commit.to_hex(), tree.to_hex(), self.workspace_path());
+        records.push(record.clone());
+        if let Err(error) = registry.save(records, lock) {
+            self.vault.unpin(&pin, &commit).ok();
+            return Err(error.into());
+        }
+        self.phase_time("commit, pin and record", started);
+        Ok(record)
     }
 
     /// The stat cache, if it refers to a checkpoint that is still pinned (so every object it
@@ -306,124 +292,5 @@ impl Engine {
         if let Err(e) = StatCache::save_entries(registry.dir(), lock, checkpoint, capture.stat_entries()) {
             self.reporter.warning(&format!("could not write the stat cache: {e}"));
         }
-    }
-
-    pub(super) fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {
-        let registry = self.registry()?;
-        let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
-        if !request.watch {
-            return Ok(self.snapshot_locked(&registry, &lock, request)?.0);
-        }
-        let files = WatchFiles::new(&self.state_dir);
-        let base = files.load_base();
-        // Both taken before the capture: a change during it shows up in the next answer.
-        // The size limit decides what a capture holds as much as the git state does.
-        let fingerprint = format!(
-            "{}max_file_size {}\n",
-            self.vault.watch_fingerprint(),
-            request.max_file_size
-        );
-        let started = std::time::Instant::now();
-        let mounts = self.vault.mount_points_inside();
-        let answer = match mounts.first() {
-            Some(mount) => Changes::Failed(format!(
-                "a filesystem is mounted inside the worktree at {} (inotify cannot see into it)",
-                mount.display()
-            )),
-            None => watch::changes_since(&files, base.as_ref().map(|b| b.token.as_str())),
-        };
-        self.phase_time("watch daemon", started);
-        let mut within = None;
-        let (token, fallback) = match answer {
-            Changes::NoDaemon => (None, watch::NO_DAEMON.to_owned()),
-            Changes::Failed(why) => (None, why),
-            Changes::Answered {
-                token,
-                paths: Some(paths),
-                ..
-            } => {
-                let newest = match &base {
-                    Some(base) => self.unchanged_checkpoint(&registry, &base.checkpoint)?,
-                    None => None,
-                };
-                let reason = match (&base, newest) {
-                    (None, _) => "no earlier watched snapshot".to_owned(),
-                    (Some(base), _) if base.fingerprint != fingerprint => {
-                        "the index, HEAD, a config or an exclude file, or the size limit changed".to_owned()
-                    }
-                    (Some(_), None) => "the last checkpoint is not the one the daemon's token belongs to".to_owned(),
-                    (Some(_), Some(record)) if paths.is_empty() => {
-                        files.save_base(
-                            &WatchBase {
-                                token,
-                                checkpoint: record.id.clone(),
-                                fingerprint,
-                            },
-                            &lock,
-                        )?;
-                        return Ok(SnapshotOutcome {
-                            // Nothing changed since that checkpoint's capture.
-                            not_protected: record.skipped.clone(),
-                            record,
-                            created: false,
-                            warnings: Vec::new(),
-                            scan_mode: ScanMode::Watch,
-                            scan: Default::default(),
-                        });
-                    }
-                    (Some(_), Some(_)) if paths.len() > MAX_SCOPE => {
-                        format!("{} paths changed (a walk is cheaper above {MAX_SCOPE})", paths.len())
-                    }
-                    (Some(_), Some(record)) => match scope_of(&paths) {
-                        Some(scope) => {
-                            within = Some(Within {
-                                checkpoint: record.id.clone(),
-                                scope,
-                                carried: record
-                                    .skipped
-                                    .iter()
-                                    .filter_map(|s| Some((s.path.to_repo_path().ok()?, s.reason.clone())))
-                                    .collect(),
-                            });
-                            "the stat cache is not the last checkpoint's, or a changed file has other hard links"
-                                .to_owned()
-                        }
-                        None => "the daemon named a path that is not a repository path".to_owned(),
-                    },
-                };
-                (Some(token), reason)
-            }
-            Changes::Answered { token, unknown, .. } => (Some(token), unknown.unwrap_or_default()),
-        };
-        let mut outcome = self.snapshot_scoped(&registry, &lock, request, within)?.0;
-        match token {
-            Some(token) => files.save_base(
-                &WatchBase {
-                    token,
-                    checkpoint: outcome.record.id.clone(),
-                    fingerprint,
-                },
-                &lock,
-            )?,
-            None => files.clear_base(&lock),
-        }
-        if outcome.scan_mode != ScanMode::Watch {
-            outcome.scan_mode = ScanMode::Full {
-                fallback: Some(fallback),
-            };
-        }
-        Ok(outcome)
-    }
-
-    /// The newest pinned checkpoint, if it is `id`: then a worktree unchanged since the capture
-    /// that produced (or matched) `id` is still exactly that checkpoint.
-    fn unchanged_checkpoint(&self, registry: &Registry, id: &str) -> Result<Option<Record>, CkptError> {
-        let reconciled = self.reconcile(registry.load()?)?;
-        let newest = reconciled
-            .records
-            .iter()
-            .rev()
-            .find(|r| !reconciled.unpinned.contains(&r.id));
-        Ok(newest.filter(|r| r.id == id).cloned())
     }
 }

@@ -144,47 +144,53 @@ fn prepare_and_run<T>(
     };
     // Submodule pointers, in index order.
     let mut gitlinks: Vec<(RepoPath, CapturedFile)> = Vec::new();
-    let (listing, (mut results, index_seed)) = vault.list_worktree_overlapped(scope, |listing| {
-        // The size sample reads object headers: only worth it when ids may seed this capture.
-        let index_seed =
-            if listing.index_ids_are_raw && want_index_entries && vault.index_sizes_are_raw(&listing.tracked) {
+    let (listing, (mut results, index_seed)) =
+        vault.list_worktree_overlapped(scope, want_index_entries, |listing| {
+            // The size sample reads object headers: only worth it when ids may seed this capture.
+            let index_seed = if listing.index_ids_are_raw
+                && want_index_entries
+                && vault.index_sizes_are_raw(&listing.tracked, &listing.converted)
+            {
                 listing.index_mtime
             } else {
                 None
             };
-        let mut candidates = Vec::with_capacity(listing.tracked.len());
-        for tracked in std::mem::take(&mut listing.tracked) {
-            if want_index_ids {
-                out.index_ids
-                    .insert(tracked.item.id, tracked.stat.map(|s| u64::from(s.size)).unwrap_or(0));
-            }
-            if tracked.item.kind == EntryKind::Gitlink {
-                let full = root.join(tracked.path.to_os_path());
-                if ancestors.reachable(&tracked.path)
-                    && fs::symlink_metadata(&full).map(|m| m.is_dir()).unwrap_or(false)
-                {
-                    gitlinks.push((
-                        tracked.path.clone(),
-                        CapturedFile {
-                            item: tracked.item,
-                            size: 0,
-                            stat: None,
-                            cached: false,
-                            fresh: false,
-                        },
-                    ));
-                    out.skipped.push((tracked.path, "submodule".into()));
+            let converted = std::mem::take(&mut listing.converted);
+            let mut candidates = Vec::with_capacity(listing.tracked.len());
+            for tracked in std::mem::take(&mut listing.tracked) {
+                if want_index_ids {
+                    out.index_ids
+                        .insert(tracked.item.id, tracked.stat.map(|s| u64::from(s.size)).unwrap_or(0));
                 }
-                continue;
+                if tracked.item.kind == EntryKind::Gitlink {
+                    let full = root.join(tracked.path.to_os_path());
+                    if ancestors.reachable(&tracked.path)
+                        && fs::symlink_metadata(&full).map(|m| m.is_dir()).unwrap_or(false)
+                    {
+                        gitlinks.push((
+                            tracked.path.clone(),
+                            CapturedFile {
+                                item: tracked.item,
+                                size: 0,
+                                stat: None,
+                                cached: false,
+                                fresh: false,
+                            },
+                        ));
+                        out.skipped.push((tracked.path, "submodule".into()));
+                    }
+                    continue;
+                }
+                // A path an attribute may convert is read: its index id may not be its bytes.
+                let seedable = want_index_entries && !converted.contains(&tracked.path);
+                candidates.push(Candidate {
+                    path: tracked.path,
+                    index: seedable.then(|| Box::new((tracked.item, tracked.stat))),
+                });
             }
-            candidates.push(Candidate {
-                path: tracked.path,
-                index: want_index_entries.then(|| Box::new((tracked.item, tracked.stat))),
-            });
-        }
-        keep_capturable(&mut candidates, &gitlinks, &mut out, &mut ancestors);
-        (work(candidates, index_seed), index_seed)
-    })?;
+            keep_capturable(&mut candidates, &gitlinks, &mut out, &mut ancestors);
+            (work(candidates, index_seed), index_seed)
+        })?;
     let is_attributes = |path: &RepoPath| path.components().last() == Some(&b".gitattributes"[..]);
     out.attributes_outside_index =
         listing.untracked.iter().any(is_attributes) || listing.ignored.iter().any(|(path, _)| is_attributes(path));
@@ -257,24 +263,47 @@ pub fn capture(
     Ok(capture)
 }
 
-/// Captures the worktree of `vault` when only the paths in `scope` (and below) can differ from
-/// the stat cache's checkpoint, as a watch daemon vouches: those are listed and captured as
-/// usual; every other file is the cache's entry as it stands (not even `lstat`ed), and every
-/// other path the checkpoint did not protect is `carried` over. Submodule pointers come from the
-/// index, whole. The capture's `ignored` list covers the scope only, so a restore never plans
-/// from such a capture.
-pub fn capture_within(
+/// What a watched snapshot found within its scope, as changes to the stat cache's checkpoint.
+#[derive(Debug, Default)]
+pub struct Delta {
+    /// Paths whose tree entry changed (sorted, each once): the new file, or `None` for gone.
+    pub edits: Vec<(RepoPath, Option<CapturedFile>)>,
+    /// What the stat cache must learn (sorted, each once): new stats and ids, paths gone.
+    pub stat_changes: Vec<crate::records::statcache::DeltaChange>,
+    /// Paths in the scope that are present and not protected, with the reason.
+    pub skipped: Vec<(RepoPath, String)>,
+    pub warnings: Vec<String>,
+    pub stats: CaptureStats,
+    pub listing_times: Vec<(&'static str, std::time::Duration)>,
+    /// Files gained minus files lost.
+    pub net_files: i64,
+}
+
+/// Captures only the paths in `scope` (and below) and says how they differ from the stat cache's
+/// checkpoint, when a watch daemon vouches that nothing outside the scope changed since that
+/// checkpoint's capture: nothing outside the scope is even `lstat`ed. `None` when the scope
+/// cannot be captured alone: it reaches a submodule, or a file in it has other hard links
+/// (changed too, under names no event named).
+pub fn capture_delta(
     vault: &Vault,
     max_file_size: u64,
-    sink: BlobSink,
     cache: &StatCache,
     scope: &PathScope,
-    carried: Vec<(RepoPath, String)>,
     progress: &Progress,
-) -> Result<Option<Capture>, CkptError> {
-    let mut capture = capture_seeded(vault, max_file_size, sink, Some(cache), progress, false, Some(scope))?;
-    // A file with other hard links may have changed them too, under names no event named:
-    // captured files, and every changed path itself (an ignored one too).
+) -> Result<Option<Delta>, CkptError> {
+    let capture = capture_seeded(
+        vault,
+        max_file_size,
+        BlobSink::Store,
+        Some(cache),
+        progress,
+        false,
+        Some(scope),
+    )?;
+    let reaches_submodule = capture.files.iter().any(|(path, file)| {
+        file.item.kind == EntryKind::Gitlink
+            && (scope.covers(path.as_bytes()) || scope.paths().any(|changed| changed.is_within(path)))
+    });
     let has_links = |path: &RepoPath| {
         std::fs::symlink_metadata(vault.workdir().join(path.to_os_path()))
             .is_ok_and(|m| m.is_file() && std::os::unix::fs::MetadataExt::nlink(&m) > 1)
@@ -284,41 +313,69 @@ pub fn capture_within(
         .iter()
         .any(|(path, file)| file.item.kind != EntryKind::Gitlink && has_links(path))
         || scope.paths().any(|path| has_links(&path));
-    if linked {
+    if reaches_submodule || linked {
         return Ok(None);
     }
-    let mut files = std::mem::take(&mut capture.files.0);
-    for (at, path) in cache.paths().enumerate() {
-        if scope.covers(path) {
-            continue;
-        }
-        let (Some(entry), Ok(path)) = (cache.entry(at), RepoPath::new(path.to_vec())) else {
-            continue;
+    let captured: Vec<(&RepoPath, &CapturedFile)> = capture
+        .files
+        .iter()
+        .filter(|(path, file)| file.item.kind != EntryKind::Gitlink && scope.covers(path.as_bytes()))
+        .collect();
+    let before = cache.entries_within(scope);
+    let mut delta = Delta {
+        skipped: capture.skipped,
+        warnings: capture.warnings,
+        stats: capture.stats,
+        listing_times: capture.listing_times,
+        ..Delta::default()
+    };
+    // Both sides in path order: one merge pass pairs each path's old and new state.
+    let mut old = before.into_iter().peekable();
+    let mut new = captured.into_iter().peekable();
+    loop {
+        let order = match (old.peek(), new.peek()) {
+            (None, None) => break,
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (Some((old_path, _)), Some((new_path, _))) => old_path.as_slice().cmp(new_path.as_bytes()),
         };
-        files.push((
-            path,
-            CapturedFile {
-                item: TreeItem {
-                    kind: one::kind_of_mode(entry.stat.mode),
-                    id: entry.id,
-                },
-                size: entry.stat.size,
-                stat: Some(entry.stat),
-                cached: true,
-                fresh: false,
+        let (old_entry, (path, file)) = match order {
+            std::cmp::Ordering::Less => {
+                let Some((gone, _)) = old.next() else { break };
+                let gone = RepoPath::new(gone).map_err(CkptError::from)?;
+                delta.stat_changes.push((gone.as_bytes().to_vec(), None));
+                delta.edits.push((gone, None));
+                delta.net_files -= 1;
+                continue;
+            }
+            std::cmp::Ordering::Greater => match new.next() {
+                Some(file) => {
+                    delta.net_files += 1;
+                    (None, file)
+                }
+                None => break,
             },
-        ));
-        capture.stats.from_cache += 1;
+            std::cmp::Ordering::Equal => match (old.next(), new.next()) {
+                (Some((_, entry)), Some(file)) => (Some(entry), file),
+                _ => break,
+            },
+        };
+        let same_item = old_entry
+            .as_ref()
+            .is_some_and(|e| e.id == file.item.id && one::kind_of_mode(e.stat.mode) == file.item.kind);
+        if !same_item {
+            delta.edits.push((path.clone(), Some(*file)));
+        }
+        let known = old_entry
+            .as_ref()
+            .is_some_and(|e| same_item && Some(e.stat) == file.stat && !e.racy);
+        if let (false, Some(stat)) = (known, file.stat) {
+            delta
+                .stat_changes
+                .push((path.as_bytes().to_vec(), Some((stat, file.item.id))));
+        }
     }
-    capture.files = CapturedFiles::from_unsorted(files);
-    capture.skipped.extend(
-        carried
-            .into_iter()
-            .filter(|(path, reason)| reason != "submodule" && !scope.covers(path.as_bytes())),
-    );
-    capture.skipped.sort();
-    capture.skipped.dedup();
-    Ok(Some(capture))
+    Ok(Some(delta))
 }
 
 fn capture_seeded(

@@ -15,12 +15,15 @@ use crate::verbs::VerbError;
 pub struct ParallelBlobs {
     repo: gix::ThreadSafeRepository,
     store: bool,
+    batch: Option<std::sync::Arc<super::batch::ObjectBatch>>,
 }
 
 /// One thread's blob hasher/writer.
 pub struct LocalBlobs {
     repo: gix::Repository,
     store: bool,
+    /// Where new blobs go while a batch is open (else straight to the store, loose).
+    batch: Option<std::sync::Arc<super::batch::ObjectBatch>>,
 }
 
 /// Files at least this large are hashed and stored as streams, never read whole.
@@ -31,6 +34,7 @@ impl ParallelBlobs {
         LocalBlobs {
             repo: self.repo.to_thread_local(),
             store: self.store,
+            batch: self.batch.clone(),
         }
     }
 }
@@ -43,6 +47,10 @@ impl LocalBlobs {
             .map_err(|e| VerbError::git("hashing a blob", e))?;
         if !self.store || self.repo.has_object(id.0) {
             return Ok(PutBlob { id, fresh: false });
+        }
+        if let Some(batch) = &self.batch {
+            let fresh = batch.add(id, gix::objs::Kind::Blob, bytes);
+            return Ok(PutBlob { id, fresh });
         }
         let written = self
             .repo
@@ -295,6 +303,7 @@ impl Vault {
         ParallelBlobs {
             repo: self.repo.clone().into_sync(),
             store,
+            batch: self.batch().filter(|_| store),
         }
     }
 }

@@ -39,6 +39,7 @@ pub fn collect_private_garbage(
             workdir: git_dir.clone(),
             repo,
             reserved: Vec::new(),
+            batch: Default::default(),
         };
         // Every ref under refs/ckpt/ keeps its objects: pins, quarantined pins, anything else.
         for target in vault.ckpt_ref_targets()? {

@@ -38,9 +38,14 @@ pub struct WorktreeListing {
     /// The index file's mtime: entries not older than it are racily clean.
     pub index_mtime: Option<(i64, u32)>,
     /// True when no clean/smudge filter, eol conversion or ident configured now can make the
-    /// index's blob ids differ from the bytes on disk; a caller that will seed from them also
-    /// asks [`Vault::index_sizes_are_raw`] about conversions in the past.
+    /// index's blob ids differ from the bytes on disk, except at the paths in `converted`; a
+    /// caller that will seed from them also asks [`Vault::index_sizes_are_raw`] about
+    /// conversions in the past.
     pub index_ids_are_raw: bool,
+    /// Tracked paths whose attributes (from any source: tracked, untracked or ignored
+    /// `.gitattributes` files, `info/attributes`, the global file) may convert their content:
+    /// their index ids may not be the bytes on disk. Worked out only when asked for seeding.
+    pub converted: std::collections::HashSet<RepoPath>,
     /// Untracked, not ignored, non-directory paths (files, symlinks, special files).
     pub untracked: Vec<RepoPath>,
     /// Ignored paths; `true` when the entry stands for a whole ignored directory.
@@ -182,6 +187,137 @@ fn walk_untracked(
     Ok(listing)
 }
 
+/// What the walk finds within a scope, without walking from the root: each scope path that is a
+/// file, symlink or special file is looked at alone (`lstat`, then git's ignore rules for it and
+/// its directories); the scope's directories go to [`walk_untracked`] together, which walks
+/// only them. `Ok(None)` when the scope reaches something only a whole walk classifies the way
+/// git does: a case-insensitive filesystem, or an untracked directory that is a repository.
+fn walk_scope(
+    repo: &gix::Repository,
+    index: &gix::index::File,
+    scope: &PathScope,
+    root: &Path,
+) -> Result<Option<WorktreeListing>, VerbError> {
+    use gix::index::entry::Mode;
+    let fs_caps = repo
+        .filesystem_options()
+        .map_err(|e| VerbError::git("reading the filesystem options", e))?;
+    if fs_caps.ignore_case {
+        return Ok(None);
+    }
+    let mut excludes = repo
+        .excludes(
+            index,
+            None,
+            gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
+        )
+        .map_err(|e| VerbError::git("reading the ignore rules", e))?;
+    let mut sorted: Vec<&Vec<u8>> = scope.paths.iter().collect();
+    sorted.sort();
+    let has_entries_below = |dir: &[u8]| {
+        let mut prefix = dir.to_vec();
+        prefix.push(b'/');
+        index.prefixed_entries_range(prefix.as_slice().into()).is_some()
+    };
+    let mut listing = WorktreeListing::default();
+    let mut dirs: Vec<RepoPath> = Vec::new();
+    // Directories above scope paths: whether what lies below them is hidden from git's walk
+    // (ignored, a symlink, not a directory), decided once each.
+    let mut hidden: std::collections::HashMap<Vec<u8>, bool> = std::collections::HashMap::new();
+    for raw in sorted {
+        let Ok(path) = RepoPath::new(raw.clone()) else {
+            continue;
+        };
+        // Below another scope path: that one is walked (a directory) or nothing is below it.
+        if path.ancestors().iter().any(|dir| scope.paths.contains(dir.as_bytes())) {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(root.join(path.to_os_path())) else {
+            continue;
+        };
+        if meta.is_dir() {
+            dirs.push(path);
+            continue;
+        }
+        if index.entry_index_by_path(raw.as_slice().into()).is_ok() {
+            // Tracked: listed from the index.
+            continue;
+        }
+        let mut is_hidden = false;
+        let mut ignored_dir = None;
+        for dir in path.ancestors() {
+            if let Some(known) = hidden.get(dir.as_bytes()) {
+                if *known {
+                    is_hidden = true;
+                    break;
+                }
+                continue;
+            }
+            let on_disk = std::fs::symlink_metadata(root.join(dir.to_os_path()));
+            let tracked_below = has_entries_below(dir.as_bytes());
+            if !tracked_below && on_disk.as_ref().is_ok_and(|m| m.is_dir()) {
+                let holds = |name: &str| std::fs::symlink_metadata(root.join(dir.to_os_path()).join(name)).is_ok();
+                if holds(".git") || (holds("HEAD") && holds("objects") && holds("refs")) {
+                    return Ok(None);
+                }
+            }
+            let excluded = excludes
+                .at_entry(BStr::new(dir.as_bytes()), Some(Mode::DIR))
+                .map_err(|e| VerbError::git(format!("reading the ignore rules for {}", dir.display()), e))?
+                .is_excluded();
+            let dir_hidden = excluded || !on_disk.is_ok_and(|m| m.is_dir());
+            hidden.insert(dir.as_bytes().to_vec(), dir_hidden);
+            if excluded && ignored_dir.is_none() {
+                ignored_dir = Some(dir.clone());
+            }
+            if dir_hidden {
+                is_hidden = true;
+                break;
+            }
+        }
+        if let Some(dir) = ignored_dir {
+            listing.ignored.push((dir, true));
+        }
+        if is_hidden {
+            continue;
+        }
+        let mode = if meta.file_type().is_symlink() {
+            Mode::SYMLINK
+        } else {
+            Mode::FILE
+        };
+        let excluded = excludes
+            .at_entry(BStr::new(raw.as_slice()), Some(mode))
+            .map_err(|e| VerbError::git(format!("reading the ignore rules for {}", path.display()), e))?
+            .is_excluded();
+        if excluded {
+            listing.ignored.push((path, false));
+        } else {
+            listing.untracked.push(path);
+        }
+    }
+    if !dirs.is_empty() {
+        let walked = walk_untracked(repo, index, Some(&PathScope::new(dirs)))?;
+        listing.untracked.extend(walked.untracked);
+        listing.ignored.extend(walked.ignored);
+        listing.nested_repos.extend(walked.nested_repos);
+        listing.unrepresentable.extend(walked.unrepresentable);
+    }
+    listing.untracked.sort();
+    listing.untracked.dedup();
+    listing.ignored.sort();
+    listing.ignored.dedup();
+    Ok(Some(listing))
+}
+
+/// Whether the index's ids are the bytes on disk, as far as configuration says.
+enum IdsRaw {
+    Yes,
+    No,
+    /// Yes, except where an attribute that converts content applies.
+    ExceptByAttributes,
+}
+
 /// How many index entries [`Vault::index_sizes_are_raw`] compares with their stored blobs.
 const SIZE_SAMPLE: usize = 256;
 
@@ -211,9 +347,11 @@ fn stores_among<'a>(root: &Path, paths: impl Iterator<Item = &'a RepoPath>) -> V
     stores
 }
 
+/// The attributes that make git convert content between the worktree and the object store.
+const CONVERTING_ATTRIBUTES: [&str; 6] = ["text", "eol", "crlf", "filter", "ident", "working-tree-encoding"];
+
 /// True if no line of an attributes file sets an attribute that converts content.
 fn attributes_are_raw(text: &[u8]) -> bool {
-    const CONVERTING: [&str; 6] = ["text", "eol", "crlf", "filter", "ident", "working-tree-encoding"];
     text.split(|b| *b == b'\n').all(|line| {
         let line = String::from_utf8_lossy(line);
         let line = line.trim();
@@ -232,7 +370,7 @@ fn attributes_are_raw(text: &[u8]) -> bool {
                 .split('=')
                 .next()
                 .unwrap_or_default();
-            !CONVERTING.contains(&name)
+            !CONVERTING_ATTRIBUTES.contains(&name)
         })
     })
 }
@@ -256,7 +394,8 @@ impl Vault {
     /// Lists the worktree read-only: index entries and a directory walk that applies git's
     /// ignore rules, never entering ignored directories or nested repositories.
     pub fn list_worktree(&self) -> Result<WorktreeListing, VerbError> {
-        self.list_worktree_overlapped(None, |_| ()).map(|(listing, ())| listing)
+        self.list_worktree_overlapped(None, false, |_| ())
+            .map(|(listing, ())| listing)
     }
 
     /// [`Self::list_worktree`], with the walk for untracked paths running on a thread of its own
@@ -264,10 +403,12 @@ impl Vault {
     /// `index_mtime`, `index_ids_are_raw`). Whatever `with_index` leaves in the listing is
     /// returned with the walk's findings added.
     /// With a `scope`, only index entries and untracked paths within it are listed (and every
-    /// submodule pointer, wherever it is).
+    /// submodule pointer, wherever it is). With `seeding`, attributes that convert content are
+    /// resolved path by path (`converted`) instead of ruling out every index id.
     pub fn list_worktree_overlapped<R>(
         &self,
         scope: Option<&PathScope>,
+        seeding: bool,
         with_index: impl FnOnce(&mut WorktreeListing) -> R,
     ) -> Result<(WorktreeListing, R), VerbError> {
         let started = std::time::Instant::now();
@@ -280,12 +421,22 @@ impl Vault {
         } else {
             gix::index::File::from_state(gix::index::State::new(self.repo.object_hash()), self.repo.index_path())
         };
-        let mut listing = self.index_listing(&index, scope);
+        let mut listing = self.index_listing(&index, scope, seeding);
         listing.times.index_read = started.elapsed();
         let walk_repo = self.repo.clone().into_sync();
         let paths = scope;
         let (walked, result) = std::thread::scope(|scope| {
-            let walker = scope.spawn(|| walk_untracked(&walk_repo.to_thread_local(), &index, paths));
+            let workdir = &self.workdir;
+            let walker = scope.spawn(|| {
+                let repo = walk_repo.to_thread_local();
+                match paths {
+                    Some(paths) => match walk_scope(&repo, &index, paths, workdir)? {
+                        Some(listing) => Ok(listing),
+                        None => walk_untracked(&repo, &index, Some(paths)),
+                    },
+                    None => walk_untracked(&repo, &index, None),
+                }
+            });
             let result = with_index(&mut listing);
             let walked = walker.join().unwrap_or_else(|_| {
                 Err(VerbError::git_because(
@@ -324,17 +475,34 @@ impl Vault {
 
     /// The index half of a listing: every entry (stages merged) with its stat, and whether index
     /// ids may stand for the bytes on disk.
-    fn index_listing(&self, index: &gix::index::File, scope: Option<&PathScope>) -> WorktreeListing {
+    fn index_listing(&self, index: &gix::index::File, scope: Option<&PathScope>, seeding: bool) -> WorktreeListing {
         let mut listing = WorktreeListing::default();
         let mut last: Option<RepoPath> = None;
-        for entry in index.entries() {
+        let entries = index.entries();
+        // With a scope, only its entries are looked at (found by binary search, not by testing
+        // every entry) and the submodule pointers (a mode test per entry).
+        let positions: Box<dyn Iterator<Item = usize>> = match scope {
+            None => Box::new(0..entries.len()),
+            Some(scope) => {
+                let mut positions: Vec<usize> = (0..entries.len())
+                    .filter(|&at| entries[at].mode == gix::index::entry::Mode::COMMIT)
+                    .collect();
+                for path in &scope.paths {
+                    // The prefix also finds names that merely start with it ("a" finds "ab").
+                    if let Some(range) = index.prefixed_entries_range(path.as_slice().into()) {
+                        positions.extend(range.filter(|&at| scope.covers(entries[at].path(index))));
+                    }
+                }
+                positions.sort_unstable();
+                positions.dedup();
+                Box::new(positions.into_iter())
+            }
+        };
+        for entry in positions.map(|at| &entries[at]) {
             let raw_path = entry.path(index);
             let Some(kind) = index_entry_kind(entry.mode) else {
                 continue;
             };
-            if scope.is_some_and(|scope| kind != EntryKind::Gitlink && !scope.covers(raw_path)) {
-                continue;
-            }
             match RepoPath::new(raw_path.to_vec()) {
                 Ok(path) => {
                     // Unmerged paths appear once per stage; keep one.
@@ -370,7 +538,18 @@ impl Vault {
             use std::os::unix::fs::MetadataExt;
             (m.mtime(), m.mtime_nsec() as u32)
         });
-        listing.index_ids_are_raw = self.index_ids_are_raw(&listing.tracked);
+        listing.index_ids_are_raw = match self.index_ids_are_raw(&listing.tracked) {
+            IdsRaw::Yes => true,
+            IdsRaw::No => false,
+            IdsRaw::ExceptByAttributes if seeding => match self.converted_by_attributes(index, &listing.tracked) {
+                Ok(converted) => {
+                    listing.converted = converted;
+                    true
+                }
+                Err(_) => false,
+            },
+            IdsRaw::ExceptByAttributes => false,
+        };
         if !self.reserved.is_empty() {
             listing
                 .tracked
@@ -379,9 +558,50 @@ impl Vault {
         listing
     }
 
+    /// The tracked paths that some attribute which converts content applies to, matched the way
+    /// git matches them (every attributes file git reads for that path, macros expanded).
+    fn converted_by_attributes(
+        &self,
+        index: &gix::index::File,
+        tracked: &[TrackedEntry],
+    ) -> Result<std::collections::HashSet<RepoPath>, VerbError> {
+        use gix::index::entry::Mode;
+        let mut stack = self
+            .repo
+            .attributes_only(
+                index,
+                gix::worktree::stack::state::attributes::Source::WorktreeThenIdMapping,
+            )
+            .map_err(|e| VerbError::git("reading the attributes", e))?;
+        let mut outcome = stack.selected_attribute_matches(CONVERTING_ATTRIBUTES);
+        let mut converted = std::collections::HashSet::new();
+        for entry in tracked {
+            let mode = match entry.item.kind {
+                EntryKind::Symlink => Mode::SYMLINK,
+                EntryKind::Gitlink => continue,
+                _ => Mode::FILE,
+            };
+            outcome.reset();
+            stack
+                .at_entry(BStr::new(entry.path.as_bytes()), Some(mode))
+                .map_err(|e| VerbError::git(format!("reading the attributes of {}", entry.path.display()), e))?
+                .matching_attributes(&mut outcome);
+            let converts = outcome.iter_selected().any(|m| {
+                !matches!(
+                    m.assignment.state,
+                    gix::attrs::StateRef::Unspecified | gix::attrs::StateRef::Unset
+                )
+            });
+            if converts {
+                converted.insert(entry.path.clone());
+            }
+        }
+        Ok(converted)
+    }
+
     /// Conservative: any filter, eol/autocrlf setting, or attribute that may convert content
     /// (text, eol, crlf, filter, ident, working-tree-encoding) disables seeding from the index.
-    fn index_ids_are_raw(&self, tracked: &[TrackedEntry]) -> bool {
+    fn index_ids_are_raw(&self, tracked: &[TrackedEntry]) -> IdsRaw {
         let config = self.repo.config_snapshot();
         let converting = |key: &str| {
             config
@@ -389,14 +609,14 @@ impl Vault {
                 .is_some_and(|v| !matches!(v.to_ascii_lowercase().as_slice(), b"false" | b"lf" | b"native"))
         };
         if converting("core.autocrlf") || converting("core.eol") {
-            return false;
+            return IdsRaw::No;
         }
         if config
             .plumbing()
             .sections_by_name("filter")
             .is_some_and(|mut s| s.next().is_some())
         {
-            return false;
+            return IdsRaw::No;
         }
         let mut attribute_files: Vec<PathBuf> = tracked
             .iter()
@@ -417,17 +637,26 @@ impl Vault {
             Ok(text) => attributes_are_raw(&text),
             Err(e) => e.kind() == std::io::ErrorKind::NotFound,
         });
-        attributes_raw
+        if attributes_raw {
+            IdsRaw::Yes
+        } else {
+            IdsRaw::ExceptByAttributes
+        }
     }
 
     /// A conversion that was active when files were checked out or added (autocrlf set then and
     /// unset since, an attributes file since removed) shows as a stored blob whose length
     /// differs from the file length the index recorded. Checked on an even sample of at most
     /// [`SIZE_SAMPLE`] entries: one mismatch turns seeding off for the whole capture.
-    pub fn index_sizes_are_raw(&self, tracked: &[TrackedEntry]) -> bool {
+    pub fn index_sizes_are_raw(
+        &self,
+        tracked: &[TrackedEntry],
+        converted: &std::collections::HashSet<RepoPath>,
+    ) -> bool {
         let plain: Vec<&TrackedEntry> = tracked
             .iter()
             .filter(|t| matches!(t.item.kind, EntryKind::File | EntryKind::Executable) && t.stat.is_some())
+            .filter(|t| !converted.contains(&t.path))
             .collect();
         let step = plain.len().div_ceil(SIZE_SAMPLE).max(1);
         plain.iter().step_by(step).all(|entry| {

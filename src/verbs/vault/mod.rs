@@ -5,6 +5,7 @@
 //! sinks, the private store and its gc. It must never write the index, HEAD, a ref outside
 //! `refs/ckpt/`, a reflog, config or hooks.
 
+mod batch;
 mod blobs;
 mod census;
 mod gc;
@@ -50,6 +51,8 @@ pub struct Vault {
     /// Directories below the worktree where ckpt keeps its own data (a store inside the
     /// workspace): never listed, so never captured, restored over or removed.
     reserved: Vec<RepoPath>,
+    /// New objects collected for one pack ([`Vault::begin_batch`]).
+    batch: std::cell::RefCell<Option<std::sync::Arc<batch::ObjectBatch>>>,
 }
 
 /// A mountinfo path: spaces, tabs, newlines and backslashes come as `\\ooo` octal escapes.
@@ -182,6 +185,7 @@ impl Vault {
             repo,
             workdir,
             reserved: Vec::new(),
+            batch: Default::default(),
         }))
     }
 

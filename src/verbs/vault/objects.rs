@@ -107,6 +107,19 @@ impl Vault {
             }
             .into());
         }
+        if let Some(batch) = self.batch() {
+            use gix::objs::WriteTo;
+            let mut encoded = Vec::with_capacity(tree.entries.len() * 48);
+            tree.write_to(&mut encoded)
+                .map_err(|e| VerbError::git("encoding a tree", e))?;
+            let id = gix::objs::compute_hash(self.repo.object_hash(), gix::objs::Kind::Tree, &encoded)
+                .map(ObjectId)
+                .map_err(|e| VerbError::git("hashing a tree", e))?;
+            if !self.repo.has_object(id.0) {
+                batch.add(id, gix::objs::Kind::Tree, &encoded);
+            }
+            return Ok(id);
+        }
         self.repo
             .write_object(&tree)
             .map(|id| ObjectId(id.detach()))

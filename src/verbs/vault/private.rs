@@ -160,6 +160,7 @@ impl Vault {
             repo,
             workdir,
             reserved: Vec::new(),
+            batch: Default::default(),
         })
     }
 }

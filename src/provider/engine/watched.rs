@@ -1,0 +1,277 @@
+//! The watched snapshot: asks the workspace's watch daemon what changed since the last watched
+//! checkpoint and, when it can vouch for the answer, captures only that — a no-op costs a socket
+//! round trip, a few edits cost those edits (the changed paths are listed, read and hashed; every
+//! other tree, stat-cache entry and count is carried over from the previous checkpoint). Any
+//! doubt (no daemon, an unknown token, a changed index, HEAD, config or exclude file, a submodule
+//! or hard link in the scope, a stat cache of another checkpoint) means a full snapshot, and the
+//! outcome says why. It writes nothing a full snapshot would not write.
+
+use crate::provider::scan::{self, Delta};
+use crate::provider::treebuild::{self, TreeEdit};
+use crate::provider::watch::{self, Changes};
+use crate::provider::{CkptError, ScanMode, SnapshotOutcome, SnapshotRequest};
+use crate::records::watch::{WatchBase, WatchFiles};
+use crate::records::{Record, Registry, RegistryLock, WirePath};
+use crate::verbs::{ObjectId, PathScope, RepoPath};
+
+use super::snapshot::{skipped_list, Counts};
+use super::{Engine, StoreKind};
+
+/// More changed paths than this and a watched snapshot walks instead.
+const MAX_SCOPE: usize = 1000;
+
+/// The daemon's changed paths as a scope; `None` if one is not a valid repository path.
+fn scope_of(paths: &[WirePath]) -> Option<PathScope> {
+    let paths: Option<Vec<RepoPath>> = paths.iter().map(|p| p.to_repo_path().ok()).collect();
+    paths.map(PathScope::new)
+}
+
+/// What the previous checkpoint did not protect outside `scope`, plus what the delta found
+/// inside it, sorted.
+fn skipped_after(previous: &Record, scope: &PathScope, delta: &Delta) -> Vec<(RepoPath, String)> {
+    let mut skipped: Vec<(RepoPath, String)> = previous
+        .skipped
+        .iter()
+        .filter_map(|s| Some((s.path.to_repo_path().ok()?, s.reason.clone())))
+        .filter(|(path, _)| !scope.covers(path.as_bytes()))
+        .collect();
+    skipped.extend(delta.skipped.iter().cloned());
+    skipped.sort();
+    skipped.dedup();
+    skipped
+}
+
+impl Engine {
+    pub(super) fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {
+        let registry = self.registry()?;
+        let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
+        if !request.watch {
+            return Ok(self.snapshot_locked(&registry, &lock, request)?.0);
+        }
+        let files = WatchFiles::new(&self.state_dir);
+        let base = files.load_base();
+        // Both taken before the capture: a change during it shows up in the next answer.
+        // The size limit decides what a capture holds as much as the git state does.
+        let fingerprint = format!(
+            "{}max_file_size {}\n",
+            self.vault.watch_fingerprint(),
+            request.max_file_size
+        );
+        let started = std::time::Instant::now();
+        let mounts = self.vault.mount_points_inside();
+        let answer = match mounts.first() {
+            Some(mount) => Changes::Failed(format!(
+                "a filesystem is mounted inside the worktree at {} (inotify cannot see into it)",
+                mount.display()
+            )),
+            None => watch::changes_since(&files, base.as_ref().map(|b| b.token.as_str())),
+        };
+        self.phase_time("watch daemon", started);
+        let (token, fallback) = match answer {
+            Changes::NoDaemon => (None, watch::NO_DAEMON.to_owned()),
+            Changes::Failed(why) => (None, why),
+            Changes::Answered {
+                token,
+                paths: Some(paths),
+                ..
+            } => {
+                let newest = match &base {
+                    Some(base) => self.unchanged_checkpoint(&registry, &base.checkpoint)?,
+                    None => None,
+                };
+                let reason = match (&base, newest) {
+                    (None, _) => "no earlier watched snapshot".to_owned(),
+                    (Some(base), _) if base.fingerprint != fingerprint => {
+                        "the index, HEAD, a config or an exclude file, or the size limit changed".to_owned()
+                    }
+                    (Some(_), None) => "the last checkpoint is not the one the daemon's token belongs to".to_owned(),
+                    (Some(_), Some(_)) if paths.len() > MAX_SCOPE => {
+                        format!("{} paths changed (a walk is cheaper above {MAX_SCOPE})", paths.len())
+                    }
+                    (Some(_), Some(previous)) => match scope_of(&paths) {
+                        Some(scope) => {
+                            let delta = if paths.is_empty() {
+                                // Nothing changed since that checkpoint's capture.
+                                Some(self.unchanged_outcome(previous))
+                            } else {
+                                self.snapshot_delta(&registry, &lock, request, previous, &scope)?
+                            };
+                            if let Some(outcome) = delta {
+                                files.save_base(
+                                    &WatchBase {
+                                        token,
+                                        checkpoint: outcome.record.id.clone(),
+                                        fingerprint,
+                                    },
+                                    &lock,
+                                )?;
+                                return Ok(outcome);
+                            }
+                            "the stat cache is not the last checkpoint's, or a changed path reaches a submodule or a file with other hard links".to_owned()
+                        }
+                        None => "the daemon named a path that is not a repository path".to_owned(),
+                    },
+                };
+                (Some(token), reason)
+            }
+            Changes::Answered { token, unknown, .. } => (Some(token), unknown.unwrap_or_default()),
+        };
+        let mut outcome = self.snapshot_locked(&registry, &lock, request)?.0;
+        match token {
+            Some(token) => files.save_base(
+                &WatchBase {
+                    token,
+                    checkpoint: outcome.record.id.clone(),
+                    fingerprint,
+                },
+                &lock,
+            )?,
+            None => files.clear_base(&lock),
+        }
+        outcome.scan_mode = ScanMode::Full {
+            fallback: Some(fallback),
+        };
+        Ok(outcome)
+    }
+
+    /// The outcome of a watched snapshot that found nothing changed since `previous`.
+    fn unchanged_outcome(&self, previous: Record) -> SnapshotOutcome {
+        SnapshotOutcome {
+            not_protected: previous.skipped.clone(),
+            record: previous,
+            created: false,
+            warnings: Vec::new(),
+            scan_mode: ScanMode::Watch,
+            scan: Default::default(),
+        }
+    }
+
+    /// The snapshot of a worktree that differs from `previous` (the newest checkpoint, whose
+    /// capture the daemon's token dates from) only within `scope`: the scope is captured, its
+    /// changes are applied to `previous`'s tree, and the stat cache gets a delta. `None` when the
+    /// scope cannot be captured alone or the stat cache is not `previous`'s; the caller then
+    /// takes a full snapshot.
+    fn snapshot_delta(
+        &self,
+        registry: &Registry,
+        lock: &RegistryLock,
+        request: &SnapshotRequest,
+        previous: Record,
+        scope: &PathScope,
+    ) -> Result<Option<SnapshotOutcome>, CkptError> {
+        let started = std::time::Instant::now();
+        let Some(cache) = self.trusted_stat_cache(registry) else {
+            return Ok(None);
+        };
+        self.phase_time("stat cache load", started);
+        let (Ok(previous_id), Ok(base_tree)) = (previous.object_id(), previous.tree_id()) else {
+            return Ok(None);
+        };
+        if cache.checkpoint != Some(previous_id) {
+            return Ok(None);
+        }
+        let started = std::time::Instant::now();
+        let progress = self.reporter.progress();
+        // New objects go into one pack in the user's repository. A copy store keeps loose
+        // objects only: its own gc collects those.
+        let batch = (self.kind == StoreKind::Repository).then(|| self.vault.begin_batch());
+        let Some(delta) = scan::capture_delta(&self.vault, request.max_file_size, &cache, scope, progress)? else {
+            return Ok(None);
+        };
+        for (phase, elapsed) in &delta.listing_times {
+            self.reporter.timing_of(phase, *elapsed);
+        }
+        self.phase_time("capture (scope only)", started);
+        crate::fault::point("snapshot:after-blobs");
+        let skipped = skipped_after(&previous, scope, &delta);
+        let stats = delta.stats;
+        let warnings = delta.warnings.clone();
+        let save_cache = |checkpoint: ObjectId| {
+            if delta.stat_changes.is_empty() && checkpoint == previous_id {
+                return;
+            }
+            let started = std::time::Instant::now();
+            if let Err(e) = cache.save_delta(registry.dir(), lock, Some(checkpoint), &delta.stat_changes) {
+                self.reporter.warning(&format!("could not write the stat cache: {e}"));
+            }
+            self.phase_time("stat cache save (delta)", started);
+        };
+        let started = std::time::Instant::now();
+        let tree = if delta.edits.is_empty() {
+            base_tree
+        } else {
+            let edits: Vec<TreeEdit<'_>> = delta
+                .edits
+                .iter()
+                .map(|(path, file)| (path.as_bytes(), file.map(|f| f.item)))
+                .collect();
+            treebuild::edit_trees(&self.vault, base_tree, &edits)?
+        };
+        self.phase_time("trees (changed directories only)", started);
+        if let Some(batch) = batch {
+            let started = std::time::Instant::now();
+            let written = batch.finish()?;
+            let how = if written.packed { "as one pack" } else { "loose" };
+            self.reporter
+                .timing("objects written", started, || format!("{} {how}", written.objects));
+        }
+        if tree == base_tree {
+            save_cache(previous_id);
+            let mut outcome = self.unchanged_outcome(previous);
+            outcome.not_protected = skipped_list(&skipped);
+            outcome.warnings = warnings;
+            outcome.scan = stats;
+            return Ok(Some(outcome));
+        }
+        let mut counted = std::collections::HashSet::new();
+        let bytes = delta
+            .edits
+            .iter()
+            .filter_map(|(_, file)| file.as_ref())
+            .filter(|f| f.fresh && counted.insert(f.item.id))
+            .map(|f| f.size)
+            .sum();
+        let counts = Counts {
+            files: delta.edits.len() as u64,
+            total_files: (previous.total_files as i64 + delta.net_files).max(0) as u64,
+            bytes,
+        };
+        let head = match self.kind {
+            StoreKind::Repository => self.vault.head_commit()?,
+            StoreKind::Private => None,
+        };
+        let mut records = self.reconcile(registry.load()?)?.records;
+        let record = self.publish(
+            registry,
+            lock,
+            &mut records,
+            request,
+            (tree, head),
+            counts,
+            skipped_list(&skipped),
+        )?;
+        if let Ok(id) = record.object_id() {
+            save_cache(id);
+        }
+        Ok(Some(SnapshotOutcome {
+            not_protected: record.skipped.clone(),
+            record,
+            created: true,
+            warnings,
+            scan_mode: ScanMode::Watch,
+            scan: stats,
+        }))
+    }
+
+    /// The newest pinned checkpoint, if it is `id`: then a worktree unchanged since the capture
+    /// that produced (or matched) `id` is still exactly that checkpoint.
+    fn unchanged_checkpoint(&self, registry: &Registry, id: &str) -> Result<Option<Record>, CkptError> {
+        let reconciled = self.reconcile(registry.load()?)?;
+        let newest = reconciled
+            .records
+            .iter()
+            .rev()
+            .find(|r| !reconciled.unpinned.contains(&r.id));
+        Ok(newest.filter(|r| r.id == id).cloned())
+    }
+}

@@ -1,0 +1,213 @@
+//! Object batches: a snapshot that adds many small objects (a watched snapshot after a burst of
+//! edits: a blob per changed file, a tree per changed directory) collects them in memory and
+//! writes them as one pack with its index instead of one loose file each, which on a journaling
+//! filesystem costs a create, a rename and often a directory entry per object. Small batches are
+//! written loose as before. The pack is indexed by gix from its own bytes, and the index must
+//! name exactly the batch's ids, so an object is only ever stored under the id of its bytes; an
+//! unfinished batch writes nothing. It writes only objects.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use rayon::prelude::*;
+
+use super::Vault;
+use crate::verbs::types::ObjectId;
+use crate::verbs::VerbError;
+
+/// Fewer objects than this are written loose: a pack of its own would not pay for itself, and
+/// every pack is one more file each object lookup consults until git repacks.
+const PACK_AT_LEAST: usize = 32;
+
+/// New objects waiting to be written, shared by the threads of one snapshot.
+#[derive(Default)]
+pub struct ObjectBatch {
+    pending: Mutex<Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    ids: HashSet<ObjectId>,
+    objects: Vec<(ObjectId, gix::objs::Kind, Vec<u8>)>,
+}
+
+impl ObjectBatch {
+    /// Adds an object the store lacks; `false` when the batch holds it already.
+    pub(super) fn add(&self, id: ObjectId, kind: gix::objs::Kind, data: &[u8]) -> bool {
+        let mut pending = self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !pending.ids.insert(id) {
+            return false;
+        }
+        pending.objects.push((id, kind, data.to_vec()));
+        true
+    }
+}
+
+/// How a finished batch was written.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BatchWritten {
+    pub objects: usize,
+    /// As one pack (else loose, one file each).
+    pub packed: bool,
+}
+
+/// The pack type code of an object kind.
+fn pack_type(kind: gix::objs::Kind) -> u8 {
+    match kind {
+        gix::objs::Kind::Commit => 1,
+        gix::objs::Kind::Tree => 2,
+        gix::objs::Kind::Blob => 3,
+        gix::objs::Kind::Tag => 4,
+    }
+}
+
+/// A pack (version 2, no deltas) of `objects`, its trailer the hash of everything before it.
+fn encode_pack(hash: gix::hash::Kind, objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)]) -> Result<Vec<u8>, VerbError> {
+    let deflated: Vec<Vec<u8>> = objects
+        .par_iter()
+        .map(|(_, _, data)| {
+            let mut out = gix::zlib::stream::deflate::Write::new(
+                Vec::with_capacity(data.len() / 2 + 64),
+                gix::zlib::Compression::BEST_SPEED,
+            );
+            out.write_all(data).and_then(|()| out.flush())?;
+            Ok(out.into_inner())
+        })
+        .collect::<std::io::Result<_>>()
+        .map_err(|e| VerbError::git("compressing objects for a pack", e))?;
+    let count = u32::try_from(objects.len())
+        .map_err(|_| VerbError::git_because("writing a pack", "too many objects for one pack"))?;
+    let mut pack = Vec::with_capacity(12 + deflated.iter().map(|d| d.len() + 10).sum::<usize>() + 32);
+    pack.extend_from_slice(b"PACK");
+    pack.extend_from_slice(&2u32.to_be_bytes());
+    pack.extend_from_slice(&count.to_be_bytes());
+    for ((_, kind, data), compressed) in objects.iter().zip(&deflated) {
+        // Type and size: 3 type bits and 4 size bits, then 7 size bits per byte.
+        let mut size = data.len() as u64;
+        let mut byte = (pack_type(*kind) << 4) | (size & 0x0f) as u8;
+        size >>= 4;
+        while size > 0 {
+            pack.push(byte | 0x80);
+            byte = (size & 0x7f) as u8;
+            size >>= 7;
+        }
+        pack.push(byte);
+        pack.extend_from_slice(compressed);
+    }
+    let mut hasher = gix::hash::hasher(hash);
+    hasher.update(&pack);
+    let trailer = hasher.try_finalize().map_err(|e| VerbError::git("hashing a pack", e))?;
+    pack.extend_from_slice(trailer.as_bytes());
+    Ok(pack)
+}
+
+/// An open batch: new blobs and trees are collected until [`OpenBatch::finish`] writes them.
+/// Dropped unfinished (an error, or a snapshot that falls back to another path), it discards
+/// them: nothing was written, and later writes go to the store again.
+pub struct OpenBatch<'a> {
+    vault: &'a Vault,
+}
+
+impl OpenBatch<'_> {
+    /// Writes what was collected; see [`Vault::finish_batch`].
+    pub fn finish(self) -> Result<BatchWritten, VerbError> {
+        self.vault.finish_batch()
+    }
+}
+
+impl Drop for OpenBatch<'_> {
+    fn drop(&mut self) {
+        self.vault.batch.borrow_mut().take();
+    }
+}
+
+impl Vault {
+    /// From now until the batch is finished or dropped, new blobs and trees are collected, not
+    /// written.
+    pub fn begin_batch(&self) -> OpenBatch<'_> {
+        *self.batch.borrow_mut() = Some(Arc::new(ObjectBatch::default()));
+        OpenBatch { vault: self }
+    }
+
+    /// The batch in progress, if any.
+    pub(super) fn batch(&self) -> Option<Arc<ObjectBatch>> {
+        self.batch.borrow().clone()
+    }
+
+    /// Writes the objects collected since [`Self::begin_batch`]: one pack and its index (or loose
+    /// files, for a few), before anything may refer to them. The index gix builds from the pack's
+    /// bytes must name exactly the batch's ids, or the pack is removed and this fails.
+    fn finish_batch(&self) -> Result<BatchWritten, VerbError> {
+        let Some(batch) = self.batch.borrow_mut().take() else {
+            return Ok(BatchWritten::default());
+        };
+        let pending = std::mem::take(&mut *batch.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        let objects = pending.objects;
+        if objects.len() < PACK_AT_LEAST {
+            for (id, kind, data) in &objects {
+                use gix::objs::Write as _;
+                let written = self
+                    .repo
+                    .objects
+                    .write_buf(*kind, data)
+                    .map_err(|e| VerbError::git(format!("writing object {id}"), e))?;
+                if written != id.0 {
+                    return Err(VerbError::git_because(
+                        format!("writing object {id}"),
+                        "the object store named it differently",
+                    ));
+                }
+            }
+            return Ok(BatchWritten {
+                objects: objects.len(),
+                packed: false,
+            });
+        }
+        let pack = encode_pack(self.repo.object_hash(), &objects)?;
+        let directory = self.repo.objects.store_ref().path().join("pack");
+        std::fs::create_dir_all(&directory).map_err(|e| VerbError::git("creating the pack directory", e))?;
+        let interrupt = std::sync::atomic::AtomicBool::new(false);
+        let options = gix_pack::bundle::write::Options {
+            thread_limit: Some(1),
+            ..Default::default()
+        };
+        let outcome = gix_pack::Bundle::write_to_directory(
+            &mut pack.as_slice(),
+            Some(&directory),
+            &mut gix::progress::Discard,
+            &interrupt,
+            None::<gix::objs::find::Never>,
+            self.repo.object_hash(),
+            options,
+        )
+        .map_err(|e| VerbError::git("writing a pack", e))?;
+        // The keep file guards a fetched pack until refs point to it; these objects are as safe
+        // without it as loose ones are (new, so within every prune grace period), and with it git
+        // would never repack them, even after the checkpoints are pruned.
+        if let Some(keep) = &outcome.keep_path {
+            std::fs::remove_file(keep).map_err(|e| VerbError::git("removing the pack's keep file", e))?;
+        }
+        let expected: HashSet<ObjectId> = objects.iter().map(|(id, _, _)| *id).collect();
+        let indexed: Option<HashSet<ObjectId>> = outcome.index_path.as_ref().and_then(|path| {
+            let index = gix_pack::index::File::at(path, self.repo.object_hash()).ok()?;
+            Some(index.iter().map(|entry| ObjectId(entry.oid)).collect())
+        });
+        if indexed.as_ref() != Some(&expected) {
+            // Removed only if this call created it (an identical pack already there is not ours).
+            if outcome.keep_path.is_some() {
+                for path in [&outcome.index_path, &outcome.data_path].into_iter().flatten() {
+                    std::fs::remove_file(path).ok();
+                }
+            }
+            return Err(VerbError::git_because(
+                "writing a pack",
+                "its index does not name exactly the objects it was written for",
+            ));
+        }
+        Ok(BatchWritten {
+            objects: objects.len(),
+            packed: true,
+        })
+    }
+}
