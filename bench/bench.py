@@ -12,7 +12,15 @@ Reports medians and ratios against `git status --porcelain` for:
 Baselines in the same run: `git status --porcelain`, `git stash create`, and a temporary-index
 `git add -A && git write-tree`.
 
+Replay mode (--replay REPO N) runs on any real repository instead: a scratch clone of REPO is
+rewritten commit by commit along its first-parent history (the worktree only: HEAD and the index
+stay where the clone put them, the way an agent's edits land), with a snapshot before each
+rewrite, and every tenth step a restore of the checkpoint taken ten steps earlier (then undone).
+It reports medians and p95 against `git status --porcelain` timed at the same moments, for
+plain snapshots and, in a second clone, watched ones.
+
 usage: bench/bench.py [--quick | --files N] [--runs R] [--ckpt PATH] [--keep DIR]
+       bench/bench.py --replay REPO N [--ckpt PATH]
 """
 import argparse, json, os, resource, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -55,6 +63,91 @@ def median_of(fn, runs):
     return statistics.median(samples)
 
 
+def percentile(samples, fraction):
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+
+
+def rewrite_worktree(clone, old, new):
+    """Makes the worktree of `clone` hold commit `new` where it held `old`, touching no index."""
+    changes = subprocess.run(["git", "diff", "--no-renames", "--name-status", "-z", old, new], cwd=clone,
+                             capture_output=True, check=True).stdout.split(b"\0")
+    pairs = [(changes[i], changes[i + 1]) for i in range(0, len(changes) - 1, 2)]
+    wanted = [path for status, path in pairs if status != b"D"]
+    for status, path in pairs:
+        full = os.path.join(clone.encode(), path)
+        if status == b"D" and os.path.lexists(full):
+            os.remove(full)
+    if not wanted:
+        return len(pairs)
+    specs = b"".join(new.encode() + b":" + path + b"\n" for path in wanted)
+    out = subprocess.run(["git", "cat-file", "--batch"], cwd=clone, input=specs, capture_output=True, check=True).stdout
+    at = 0
+    for path in wanted:
+        header_end = out.index(b"\n", at)
+        header = out[at:header_end].split()
+        if header[-1] == b"missing":  # a submodule pointer
+            at = header_end + 1
+            continue
+        size = int(header[2])
+        body = out[header_end + 1:header_end + 1 + size]
+        at = header_end + 1 + size + 1
+        full = os.path.join(clone.encode(), path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        if os.path.lexists(full) and not os.path.isfile(full):
+            shutil.rmtree(full) if os.path.isdir(full) else os.remove(full)
+        with open(full, "wb") as f:
+            f.write(body)
+    return len(pairs)
+
+
+def replay(ckpt, source, count, work):
+    commits = subprocess.run(["git", "-C", source, "rev-list", "--first-parent", "--reverse", f"-n{count + 1}", "HEAD"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    files = len(subprocess.run(["git", "-C", source, "ls-tree", "-r", "--name-only", commits[0]], capture_output=True, check=True).stdout.splitlines())
+    print(f"replaying {len(commits) - 1} commits of {source} ({files} files at the start)")
+    report = {}
+    for mode in ["plain", "watched"]:
+        clone = os.path.join(work, f"replay-{mode}")
+        shutil.rmtree(clone, ignore_errors=True)
+        subprocess.run(["git", "clone", "-q", "--no-checkout", source, clone], check=True)
+        subprocess.run(["git", "config", "gc.auto", "0"], cwd=clone, check=True)
+        subprocess.run(["git", "checkout", "-q", "--detach", commits[0]], cwd=clone, check=True)
+        extra = ["--watch"] if mode == "watched" else ["--no-watch"]
+        if mode == "watched":
+            subprocess.run([ckpt, "watch", "start"], cwd=clone, check=True, stdout=subprocess.DEVNULL)
+        run([ckpt, "snapshot"] + extra, clone)
+        run([ckpt, "snapshot"] + extra, clone)
+        status, snaps, restores, restored_paths, ids = [], [], [], [], []
+        for step, (old, new) in enumerate(zip(commits, commits[1:])):
+            status.append(run(["git", "status", "--porcelain"], clone)[0])
+            snaps.append(run([ckpt, "snapshot"] + extra, clone)[0])
+            last = subprocess.run([ckpt, "--json", "list"], cwd=clone, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            ids.append(json.loads(last)["id"])
+            rewrite_worktree(clone, old, new)
+            if step >= 10 and step % 10 == 0:
+                target = ids[step - 10]
+                preview = subprocess.run([ckpt, "--json", "preview", target, "--exact"], cwd=clone, capture_output=True, text=True, check=True).stdout
+                paths = sum(len(r.get("overwrite", [])) + len(r.get("delete", [])) for r in map(json.loads, preview.strip().splitlines()) if r.get("type") == "preview")
+                restores.append(run([ckpt, "restore", target, "--exact", "--yes"], clone)[0])
+                restored_paths.append(paths)
+                guard = subprocess.run([ckpt, "--json", "list"], cwd=clone, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+                subprocess.run([ckpt, "restore", json.loads(guard)["id"], "--exact", "--yes"], cwd=clone, check=True, stdout=subprocess.DEVNULL)
+        if mode == "watched":
+            subprocess.run([ckpt, "watch", "stop"], cwd=clone, stdout=subprocess.DEVNULL)
+        report[mode] = (status, snaps, restores, restored_paths)
+        shutil.rmtree(clone, ignore_errors=True)
+    print(f"{'measurement':58} {'median':>10} {'p95':>10} {'median vs git status':>21} {'p95 vs':>7}")
+    for mode, (status, snaps, restores, paths) in report.items():
+        med, p95 = statistics.median(status), percentile(status, 0.95)
+        print(f"{'git status --porcelain (' + mode + ' pass)':58} {med*1000:8.1f}ms {p95*1000:8.1f}ms {1.0:20.2f}x {1.0:6.2f}x")
+        label = f"ckpt snapshot{' --watch' if mode == 'watched' else ''} before each commit"
+        print(f"{label:58} {statistics.median(snaps)*1000:8.1f}ms {percentile(snaps, 0.95)*1000:8.1f}ms {statistics.median(snaps)/med:20.2f}x {percentile(snaps, 0.95)/p95:6.2f}x")
+        if restores:
+            label = f"ckpt restore --exact, {statistics.median(paths):.0f} paths median ({mode} pass)"
+            print(f"{label:58} {statistics.median(restores)*1000:8.1f}ms {percentile(restores, 0.95)*1000:8.1f}ms {statistics.median(restores)/med:20.2f}x {percentile(restores, 0.95)/p95:6.2f}x")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="10k files, 3 runs (CI-sized)")
@@ -62,15 +155,21 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--ckpt", default=os.path.join(ROOT, "target", "release", "ckpt"))
     ap.add_argument("--keep", help="reuse/keep fixtures in this directory")
+    ap.add_argument("--replay", nargs=2, metavar=("REPO", "N"), help="replay N commits of a real repository")
     args = ap.parse_args()
     if args.quick:
         args.files, args.runs = 10000, 3
     ckpt = os.path.abspath(args.ckpt)
     if not os.path.exists(ckpt):
         sys.exit(f"{ckpt} not found: build it first (cargo build --release) or pass --ckpt")
-    shared = find_shared_bench()
     work = args.keep or tempfile.mkdtemp(prefix="ckpt-bench-")
     os.makedirs(work, exist_ok=True)
+    if args.replay:
+        replay(ckpt, os.path.abspath(args.replay[0]), int(args.replay[1]), work)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        return
+    shared = find_shared_bench()
     origin = os.path.join(work, f"origin-{args.files}")
     if not os.path.exists(origin):
         subprocess.run(["bash", os.path.join(shared, "gen-repo.sh"), origin, str(args.files)], check=True, stdout=subprocess.DEVNULL)

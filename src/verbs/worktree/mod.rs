@@ -186,6 +186,16 @@ struct Worktree<'a> {
     object_hash: gix::hash::Kind,
 }
 
+/// Threads for a run of worktree writes: each one spends most of its time waiting for an
+/// fsync, so a few per core. `None` if the pool cannot be made (the global pool is used then).
+fn io_pool(ops: usize) -> Option<rayon::ThreadPool> {
+    const PER_CORE: usize = 4;
+    const MAX: usize = 16;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = (cores * PER_CORE).min(MAX).min(ops);
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok()
+}
+
 impl Vault {
     /// A probe for many `lstat` calls under this worktree's root.
     pub fn worktree_probe(&self) -> Result<WorktreeProbe, VerbError> {
@@ -233,10 +243,17 @@ impl Vault {
             };
             let run = &ops[start..end];
             if run.len() > 1 {
-                results.par_extend(
+                let apply_all = || {
                     run.par_iter()
-                        .map_init(|| shared.to_thread_local(), |repo, op| finish(worktree.apply(op, repo))),
-                );
+                        .map_init(|| shared.to_thread_local(), |repo, op| finish(worktree.apply(op, repo)))
+                        .collect::<Vec<_>>()
+                };
+                // Each write waits on its own fsync: more writers than cores keep the disk busy
+                // (the filesystem commits their syncs together). Without that pool, the cores'.
+                match io_pool(run.len()) {
+                    Some(pool) => results.extend(pool.install(apply_all)),
+                    None => results.extend(apply_all()),
+                }
             } else {
                 results.extend(run.iter().map(|op| finish(worktree.apply(op, self.repo_handle()))));
             }
