@@ -127,6 +127,9 @@ pub fn edit_trees(store: &dyn TreeStore, base: ObjectId, edits: &[TreeEdit<'_>])
     }
 }
 
+/// The edits of one name in a directory: of the name itself (`Some(None)` removes it), and below it.
+type NameEdits<'a> = (Option<Option<TreeItem>>, Vec<TreeEdit<'a>>);
+
 /// `edits` all lie below one directory whose paths start `prefix_len` bytes in; `base` is that
 /// directory's tree in the base, if it had one. `None` when the result is empty.
 fn edit_dir(
@@ -139,40 +142,36 @@ fn edit_dir(
         Some(tree) => store.tree_level(&tree)?,
         None => Vec::new(),
     };
-    let mut at = 0;
-    while at < edits.len() {
-        let rel = &edits[at].0[prefix_len..];
-        let name_len = rel.iter().position(|b| *b == b'/').unwrap_or(rel.len());
-        let name = &rel[..name_len];
-        // Every edit of `name` itself or below it is contiguous in path order.
-        let of_name = |(path, _): &TreeEdit<'_>| {
-            let rel = &path[prefix_len..];
-            rel.starts_with(name) && (rel.len() == name.len() || rel[name.len()] == b'/')
-        };
-        let end = at + edits[at..].partition_point(of_name);
-        let group = &edits[at..end];
+    // Grouped by the name at this level: `name` itself, and everything below `name/`. The two
+    // need not be adjacent in path order ("a", "a.txt", "a/b"), so they are collected first.
+    let mut groups: std::collections::BTreeMap<&[u8], NameEdits<'_>> = std::collections::BTreeMap::new();
+    for (path, item) in edits {
+        let rel = &path[prefix_len..];
+        match rel.iter().position(|b| *b == b'/') {
+            None => groups.entry(rel).or_default().0 = Some(*item),
+            Some(slash) => groups.entry(&rel[..slash]).or_default().1.push((path, *item)),
+        }
+    }
+    for (name, (direct, below)) in groups {
         let existing = level.iter().position(|(entry, _, _)| entry == name);
-        let direct = group.iter().find(|(path, _)| path.len() == prefix_len + name.len());
-        let below: Vec<TreeEdit<'_>> = group
-            .iter()
-            .filter(|(path, _)| path.len() > prefix_len + name.len())
-            .cloned()
-            .collect();
         let replacement: Option<(Option<crate::verbs::EntryKind>, ObjectId)> = match direct {
-            Some((_, Some(item))) => Some((Some(item.kind), item.id)),
+            Some(Some(item)) => Some((Some(item.kind), item.id)),
             _ if below.is_empty() => None,
             _ => {
                 let subtree = existing.and_then(|i| level[i].1.is_none().then_some(level[i].2));
                 edit_dir(store, subtree, prefix_len + name.len() + 1, &below)?.map(|id| (None, id))
             }
         };
+        // An entry nothing in this group touches stays as it was.
+        if direct.is_none() && below.is_empty() {
+            continue;
+        }
         if let Some(i) = existing {
             level.remove(i);
         }
         if let Some((kind, id)) = replacement {
             level.push((name.to_vec(), kind, id));
         }
-        at = end;
     }
     if level.is_empty() {
         return Ok(None);
@@ -272,7 +271,7 @@ mod tests {
 
             let mut edited = files.clone();
             let mut changed = HashSet::new();
-            for step in 0..3u32 {
+            for step in 0..6u32 {
                 let keys: Vec<RepoPath> = edited.keys().cloned().collect();
                 let victim = match next(&mut state) % 3 {
                     0 if !keys.is_empty() => keys[next(&mut state) as usize % keys.len()].clone(),
@@ -320,6 +319,50 @@ mod tests {
             );
             assert_eq!(flatten(&store, incremental, b"").len(), edited.len(), "seed {seed}");
         }
+    }
+
+    #[test]
+    fn edits_of_a_name_and_below_it_need_not_be_adjacent() {
+        // "dir" becomes a symlink, "dir-elsewhere/…" appears, the files below "dir/" go: in path
+        // order "dir-elsewhere/…" sorts between "dir" and "dir/…".
+        let store = MemoryStore::default();
+        let mut files = BTreeMap::new();
+        for name in ["a.txt", "dir/c.txt", "dir/sub/d.txt"] {
+            files.insert(path(name), blob(1));
+        }
+        let base = build(&store, &files, None);
+        let link = TreeItem {
+            kind: EntryKind::Symlink,
+            id: blob(7).id,
+        };
+        let edits: Vec<TreeEdit<'_>> = vec![
+            (b"dir", Some(link)),
+            (b"dir-elsewhere/sub/d.txt", Some(blob(2))),
+            (b"dir.d", Some(blob(3))),
+            (b"dir/c.txt", None),
+            (b"dir/sub/d.txt", None),
+        ];
+        let mut want = BTreeMap::new();
+        want.insert(path("a.txt"), blob(1));
+        want.insert(path("dir"), link);
+        want.insert(path("dir-elsewhere/sub/d.txt"), blob(2));
+        want.insert(path("dir.d"), blob(3));
+        assert_eq!(edit_trees(&store, base, &edits).unwrap(), build(&store, &want, None));
+        // And back: the symlink goes, the directory returns beside its look-alikes.
+        let back: Vec<TreeEdit<'_>> = vec![
+            (b"dir", None),
+            (b"dir-elsewhere/sub/d.txt", None),
+            (b"dir/c.txt", Some(blob(1))),
+        ];
+        let mut want_back = want.clone();
+        want_back.remove(&path("dir"));
+        want_back.remove(&path("dir-elsewhere/sub/d.txt"));
+        want_back.insert(path("dir/c.txt"), blob(1));
+        let middle = build(&store, &want, None);
+        assert_eq!(
+            edit_trees(&store, middle, &back).unwrap(),
+            build(&store, &want_back, None)
+        );
     }
 
     fn flatten(store: &MemoryStore, tree: ObjectId, prefix: &[u8]) -> Vec<(Vec<u8>, ObjectId)> {
