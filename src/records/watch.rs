@@ -29,6 +29,15 @@ pub struct WatchBase {
     pub token: String,
     pub checkpoint: String,
     pub fingerprint: String,
+    /// Some file that capture protected has other hard links, possibly outside the worktree:
+    /// a write through one of them raises no event here, so no answer can be vouched for.
+    /// A base written before this was recorded counts as linked.
+    #[serde(default = "linked_unless_known")]
+    pub linked: bool,
+}
+
+fn linked_unless_known() -> bool {
+    true
 }
 
 /// The daemon's hold on its workspace: one daemon per workspace. Released on drop.

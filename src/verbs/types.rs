@@ -444,6 +444,8 @@ pub enum PathKind {
 pub struct PathStat {
     pub kind: PathKind,
     pub stat: FileStat,
+    /// Hard links to it (`st_nlink`).
+    pub links: u64,
 }
 
 impl PathStat {

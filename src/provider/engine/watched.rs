@@ -85,6 +85,9 @@ impl Engine {
                         "the index, HEAD, a config or an exclude file, or the size limit changed".to_owned()
                     }
                     (Some(_), None) => "the last checkpoint is not the one the daemon's token belongs to".to_owned(),
+                    (Some(base), Some(_)) if base.linked => {
+                        "a file the last capture protected has other hard links (a write through another name raises no event here)".to_owned()
+                    }
                     (Some(_), Some(_)) if paths.len() > MAX_SCOPE => {
                         format!("{} paths changed (a walk is cheaper above {MAX_SCOPE})", paths.len())
                     }
@@ -102,6 +105,9 @@ impl Engine {
                                         token,
                                         checkpoint: outcome.record.id.clone(),
                                         fingerprint,
+                                        // A scope file with other links made it walk instead,
+                                        // and no file outside the scope had any.
+                                        linked: false,
                                     },
                                     &lock,
                                 )?;
@@ -123,6 +129,7 @@ impl Engine {
                     token,
                     checkpoint: outcome.record.id.clone(),
                     fingerprint,
+                    linked: outcome.scan.linked > 0,
                 },
                 &lock,
             )?,

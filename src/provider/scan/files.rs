@@ -16,6 +16,8 @@ pub struct CapturedFile {
     /// This capture added the content to the object store: no checkpoint, commit or earlier
     /// capture had stored it. What `bytes` of a checkpoint counts.
     pub fresh: bool,
+    /// A regular file with other hard links: it can change through a name no watch sees.
+    pub linked: bool,
 }
 
 /// How much of a capture was served without reading files.
@@ -24,6 +26,8 @@ pub struct CaptureStats {
     pub from_cache: u64,
     pub from_index: u64,
     pub read: u64,
+    /// Captured regular files that have other hard links.
+    pub linked: u64,
 }
 
 /// Captured files in path order, each path once. A sorted vector rather than a map: built from

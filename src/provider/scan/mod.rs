@@ -175,6 +175,7 @@ fn prepare_and_run<T>(
                                 stat: None,
                                 cached: false,
                                 fresh: false,
+                                linked: false,
                             },
                         ));
                         out.skipped.push((tracked.path, "submodule".into()));
@@ -428,6 +429,7 @@ fn capture_seeded(
         .into_iter()
         .filter_map(|(path, outcome)| match outcome {
             Ok(Outcome::Captured(file, source)) => {
+                stats.linked += u64::from(file.linked);
                 match source {
                     Source::Cache => stats.from_cache += 1,
                     Source::Index => stats.from_index += 1,

@@ -97,6 +97,7 @@ pub(super) fn capture_one(
     };
     let mut stat = probed.stat;
     let mut kind = kind;
+    let linked = probed.kind == PathKind::File && probed.links > 1;
     if let Some((item, source)) = context.known_id(candidate, cached, &stat, kind) {
         let file = CapturedFile {
             item,
@@ -104,6 +105,7 @@ pub(super) fn capture_one(
             stat: Some(stat),
             cached: matches!(source, Source::Cache),
             fresh: false,
+            linked,
         };
         return Ok(Outcome::Captured(file, source));
     }
@@ -158,6 +160,7 @@ pub(super) fn capture_one(
         // A racy or touched file read back unchanged is still the checkpoint's file.
         cached: cached.is_some_and(|entry| entry.id == id && kind_of_mode(entry.stat.mode) == kind),
         fresh,
+        linked,
     };
     Ok(Outcome::Captured(file, Source::Read))
 }

@@ -162,6 +162,7 @@ impl WorktreeProbe {
         Ok(PathStat {
             kind,
             stat: file_stat(&stat),
+            links: stat.st_nlink as u64,
         })
     }
 }
