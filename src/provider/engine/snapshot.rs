@@ -92,11 +92,7 @@ impl Engine {
             .find(|r| !reconciled.unpinned.contains(&r.id))
             .cloned();
         let mut records = reconciled.records;
-        // A private store has no history of its own: copy checkpoints have no parent.
-        let head = match self.kind {
-            StoreKind::Repository => self.vault.head_commit()?,
-            StoreKind::Private => None,
-        };
+        let head = self.checkpoint_parent()?;
         let started = std::time::Instant::now();
         let cache = self.trusted_stat_cache(registry);
         self.phase_time("stat cache load", started);
@@ -198,6 +194,15 @@ impl Engine {
             },
             capture,
         ))
+    }
+
+    /// The parent a new checkpoint commit gets: the user's HEAD. A private store has no
+    /// history of its own, so copy checkpoints have none.
+    pub(super) fn checkpoint_parent(&self) -> Result<Option<ObjectId>, CkptError> {
+        Ok(match self.kind {
+            StoreKind::Repository => self.vault.head_commit()?,
+            StoreKind::Private => None,
+        })
     }
 
     /// Commits `tree` (with `head` as parent), pins the commit and appends its record to

@@ -243,10 +243,7 @@ impl Engine {
             total_files: (previous.total_files as i64 + delta.net_files).max(0) as u64,
             bytes,
         };
-        let head = match self.kind {
-            StoreKind::Repository => self.vault.head_commit()?,
-            StoreKind::Private => None,
-        };
+        let head = self.checkpoint_parent()?;
         let mut records = self.reconcile(registry.load()?)?.records;
         let record = self.publish(
             registry,

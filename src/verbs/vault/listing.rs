@@ -235,14 +235,8 @@ fn walk_scope(
         let Ok(meta) = std::fs::symlink_metadata(root.join(path.to_os_path())) else {
             continue;
         };
-        if meta.is_dir() {
-            dirs.push(path);
-            continue;
-        }
-        if index.entry_index_by_path(raw.as_slice().into()).is_ok() {
-            // Tracked: listed from the index.
-            continue;
-        }
+        // First the directories above it: below a symlink, a non-directory or an ignored
+        // directory, git's walk sees nothing (and a directory there is never walked).
         let mut is_hidden = false;
         let mut ignored_dir = None;
         for dir in path.ancestors() {
@@ -279,6 +273,14 @@ fn walk_scope(
             listing.ignored.push((dir, true));
         }
         if is_hidden {
+            continue;
+        }
+        if meta.is_dir() {
+            dirs.push(path);
+            continue;
+        }
+        if index.entry_index_by_path(raw.as_slice().into()).is_ok() {
+            // Tracked: listed from the index.
             continue;
         }
         let mode = if meta.file_type().is_symlink() {
