@@ -329,7 +329,7 @@ export function apply(ctx, rawConfig) {
     if (listed.error) return { kind: 'error', text: listed.error }
     const picked = resolvePoint(target, listed.points, listed.all)
     if (picked.error) return { kind: 'error', text: picked.error }
-    const point = { ...picked.point, wholeTurn: target.kind === 'turn' }
+    const point = picked.point
 
     if (verb === 'diff') {
       const diffed = await ckpt(cwd, ['diff', point.id], signal)

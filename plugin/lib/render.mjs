@@ -63,7 +63,11 @@ export function parseTarget(words) {
   return { error: `bad target "${words.join(' ')}"` }
 }
 
-/** Resolves a parsed target against the points the list shows; never a guard. */
+/**
+ * Resolves a parsed target against the points the list shows; never a guard. The point carries
+ * `wholeTurn` when the user named a turn (not a step, nor an id that happens to be all digits), so
+ * that it reads as the turn.
+ */
 export function resolvePoint(target, points, allCheckpoints = points) {
   const turns = [...new Set(points.map((p) => p.turn).filter((t) => t !== null && t !== undefined))]
   if (target.kind === 'latest') {
@@ -72,7 +76,7 @@ export function resolvePoint(target, points, allCheckpoints = points) {
   }
   if (target.kind === 'turn') {
     const point = points.find((p) => p.turn === target.turn)
-    if (point) return { point }
+    if (point) return { point: { ...point, wholeTurn: true } }
     const byId = String(target.turn).length >= 4 ? points.filter((p) => String(p.id).startsWith(String(target.turn))) : []
     if (byId.length === 1) return { point: byId[0] } // an all-digit id prefix
     return { error: `no rewind point for turn ${target.turn}${turns.length ? ` (turns with points: ${turns.join(', ')})` : ''}` }

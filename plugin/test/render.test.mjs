@@ -10,7 +10,7 @@ import { test } from 'node:test'
 
 import { resolveBinary } from '../lib/ckpt.mjs'
 import { checkpointsProjection } from '../lib/projection.mjs'
-import { parseTarget, renderDiff, renderRestore, renderStatus, resolvePoint, restoreNotice, rewindPoints } from '../lib/render.mjs'
+import { describePoint, parseTarget, renderDiff, renderRestore, renderStatus, resolvePoint, restoreNotice, rewindPoints } from '../lib/render.mjs'
 
 const cp = (id, turn, step, kind = 'auto') => ({ type: 'checkpoint', id, short: id.slice(0, 8), turn, step, kind, time: 't' })
 const records = [cp('aaaa1111', 1, 1), cp('bbbb2222', 1, 3), cp('cccc3333', 2, 1), cp('dddd4444', null, null, 'guard')]
@@ -26,6 +26,14 @@ test('every form the list shows is accepted; only listed points resolve', () => 
   assert.match(resolvePoint(parseTarget(['dddd']), points, records).error, /guard checkpoint/)
   assert.match(parseTarget(['yesterday']).error, /bad target/)
   assert.equal(resolvePoint(parseTarget(['latest']), points, records).point.kind, 'auto', 'latest is never a guard')
+})
+
+test('an id that is all digits names its checkpoint, and reads as that step, not as a whole turn', () => {
+  const digits = rewindPoints([cp('11112222', 1, 1), cp('99050444', 1, 3)])
+  const reads = (words) => describePoint(resolvePoint(parseTarget(words), digits).point)
+  assert.equal(reads(['1']), 'before turn 1 (checkpoint 11112222)')
+  assert.equal(reads(['99050444']), 'before turn 1.3 (checkpoint 99050444)', 'an id is not a whole turn')
+  assert.equal(reads(['1.3']), 'before turn 1.3 (checkpoint 99050444)')
 })
 
 test('restore, status and diff render from their records; the notice says exactly what changed', () => {
