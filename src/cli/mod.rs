@@ -246,7 +246,17 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
         WorkspaceCommand::Show(args) => show(provider.as_ref(), args, out),
         WorkspaceCommand::Preview(args) => preview(provider.as_ref(), &cwd, args, limit(&args.max_file_size), out),
         WorkspaceCommand::Restore { args, yes } => {
-            restore(provider.as_ref(), &cwd, args, *yes, limit(&args.max_file_size), out)
+            // The guard asks a running daemon what changed, unless the config turns watching off.
+            let watch = config.watch != Some(false);
+            restore(
+                provider.as_ref(),
+                &cwd,
+                args,
+                *yes,
+                limit(&args.max_file_size),
+                watch,
+                out,
+            )
         }
         WorkspaceCommand::Audit => audit(provider.as_ref(), out),
         WorkspaceCommand::Watch { action } => watch::watch(provider.as_ref(), action, out),

@@ -52,6 +52,7 @@ pub(super) fn restore(
     args: &RestoreArgs,
     yes: bool,
     max_file_size: u64,
+    watch: bool,
     out: &Output,
 ) -> Result<Exit, CkptError> {
     let record = resolve(provider, &args.target)?;
@@ -63,7 +64,7 @@ pub(super) fn restore(
         trigger: Some("restore".into()),
         kind: Kind::Guard,
         max_file_size,
-        watch: false,
+        watch,
     };
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let mut ask = ask_on_terminal(&record);

@@ -242,6 +242,9 @@ pub struct RestoreRecord<'a> {
     pub id: &'a str,
     pub guard: Option<&'a str>,
     pub guard_created: bool,
+    /// How the guard was taken: `watch` (the daemon named the changed paths) or `full`; null
+    /// without a guard.
+    pub guard_scan: Option<&'static str>,
     pub written: Vec<WirePath>,
     pub deleted: Vec<WirePath>,
     pub left: Vec<WirePath>,
@@ -257,6 +260,10 @@ impl<'a> RestoreRecord<'a> {
             id: &report.id,
             guard: report.guard.as_deref(),
             guard_created: report.guard_created,
+            guard_scan: report
+                .guard
+                .as_ref()
+                .map(|_| if report.guard_watched { "watch" } else { "full" }),
             written: paths(&report.written),
             deleted: paths(&report.deleted),
             left: paths(&report.left),

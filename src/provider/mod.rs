@@ -144,6 +144,9 @@ pub struct RestoreReport {
     pub id: String,
     pub guard: Option<String>,
     pub guard_created: bool,
+    /// The guard was a watched snapshot (the daemon vouched for what changed), so the restore
+    /// looked at the paths it touches, not the whole worktree.
+    pub guard_watched: bool,
     pub written: Vec<RepoPath>,
     pub deleted: Vec<RepoPath>,
     pub left: Vec<RepoPath>,

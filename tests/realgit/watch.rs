@@ -3,6 +3,7 @@
 //! checkpoint a walk gives. Each test stops its daemon; a daemon left by a failed test exits
 //! when its workspace (a temp dir) disappears.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::common::*;
@@ -624,4 +625,117 @@ fn a_file_linked_from_outside_the_worktree_keeps_every_snapshot_walking() {
     assert_eq!(served.mode, "watch", "{}", served.fallback);
     assert_walk_agrees(&repo, &served.id, "after the link is gone");
     stop(&repo);
+}
+
+/// What a restore did, without the ids that differ between two repositories: how its guard was
+/// taken, the guard's id, and the rest of the record.
+fn restore_outcome(run: &Run) -> (String, String, serde_json::Value) {
+    let mut record = run.one("restore").clone();
+    let scan = record["guard_scan"].as_str().unwrap_or_default().to_owned();
+    let guard = record["guard"].as_str().unwrap_or_default().to_owned();
+    for volatile in ["id", "guard", "guard_created", "guard_scan", "v"] {
+        record.as_object_mut().unwrap().remove(volatile);
+    }
+    (scan, guard, record)
+}
+
+#[test]
+fn a_restore_guarded_through_the_daemon_does_exactly_what_a_walked_one_does() {
+    // The same history in two repositories: one restores with a daemon running (its guard is a
+    // watched snapshot and the plan looks at the changed paths only), the other walks.
+    let build = || {
+        let repo = TestRepo::new();
+        repo.write("a.txt", b"alpha\n");
+        repo.write("d/x.txt", b"in d\n");
+        repo.write("t/leaf.txt", b"t is a directory\n");
+        repo.write("out/y.txt", b"out is not ignored yet\n");
+        for i in 0..30 {
+            repo.write(format!("bulk/f{i}.txt"), format!("bulk {i}\n").as_bytes());
+        }
+        repo.write("sub/deep/z.txt", b"deep\n");
+        repo.settle();
+        let target = repo.snapshot(&[]);
+        // Then `out/` becomes ignored and its file goes: restoring it would write into an
+        // ignored directory, which must be a conflict on both sides.
+        repo.write(".gitignore", b"target/\n*.log\nout/\n");
+        repo.remove("out/y.txt");
+        (repo, target)
+    };
+    let (watched_repo, target) = build();
+    let (walked_repo, walked_target) = build();
+    warm(&watched_repo);
+    let mutate = |repo: &TestRepo| {
+        repo.write("out/cache.bin", b"\x00ignored, in the way\x00");
+        repo.write("a.txt", b"alpha, edited\n");
+        repo.remove("d/x.txt");
+        repo.remove("t");
+        repo.write("t", b"t is a file now\n");
+        repo.write("new.txt", b"created after\n");
+        repo.symlink("a.txt", "lnk");
+        repo.write("bulk/f3.txt", b"bulk 3, edited\n");
+        repo.write("a.log", b"ignored, never touched\n");
+    };
+    mutate(&watched_repo);
+    mutate(&walked_repo);
+    let before = watched_repo.worktree();
+    let fingerprint = watched_repo.fingerprint();
+
+    let restore = |repo: &TestRepo, target: &str, extra: &[&str], code: i32| {
+        let mut args = vec!["restore", target, "--exact", "--yes"];
+        args.extend_from_slice(extra);
+        restore_outcome(&repo.ckpt_json(&args, code))
+    };
+    let (scan, first_guard, with_daemon) = restore(&watched_repo, &target, &[], 3);
+    assert_eq!(scan, "watch", "the guard was served by the daemon");
+    let (scan, walked_first_guard, walking) = restore(&walked_repo, &walked_target, &[], 3);
+    assert_eq!(scan, "full");
+    assert_eq!(with_daemon, walking, "the same plan, the same outcome");
+    assert_eq!(watched_repo.worktree(), walked_repo.worktree());
+    let failed = with_daemon["failed"].to_string();
+    assert!(
+        failed.contains("out/y.txt") && failed.contains("ignored path out in the way"),
+        "{failed}"
+    );
+    assert!(watched_repo.path("out/cache.bin").exists() && watched_repo.path("a.log").exists());
+    assert_eq!(watched_repo.read("a.txt"), b"alpha\n");
+    assert!(with_daemon["unchanged"].as_u64().unwrap() >= 30, "{with_daemon}");
+
+    // The restore put the old `.gitignore` back, so the next watched snapshot walks (an
+    // exclude file changed) and the one after is the daemon's again.
+    let rebased = watched(&watched_repo);
+    assert!(rebased.fallback.contains("ignore file changed"), "{}", rebased.fallback);
+
+    // A path-filtered restore from a watched guard: the counts within the filter are exact.
+    for repo in [&watched_repo, &walked_repo] {
+        repo.write("bulk/f7.txt", b"bulk 7, edited\n");
+        repo.remove("sub/deep/z.txt");
+        repo.write("sub/new.txt", b"new in sub\n");
+    }
+    let filter = ["--", "bulk", "sub"];
+    let (scan, _, with_daemon) = restore(&watched_repo, &target, &filter, 0);
+    assert_eq!(scan, "watch");
+    let (_, _, walking) = restore(&walked_repo, &walked_target, &filter, 0);
+    assert_eq!(with_daemon, walking);
+    assert_eq!(watched_repo.worktree(), walked_repo.worktree());
+
+    // Undo both through the first guard: the files as they were before the first restore.
+    // (`out/` is no longer ignored now, so `--exact` removes the file there as created after.)
+    let (scan, _, with_daemon) = restore(&watched_repo, &first_guard, &[], 0);
+    assert_eq!(scan, "watch");
+    let (_, _, walking) = restore(&walked_repo, &walked_first_guard, &[], 0);
+    assert_eq!(with_daemon, walking);
+    assert_eq!(watched_repo.worktree(), walked_repo.worktree());
+    let protected = |state: BTreeMap<Vec<u8>, Entry>| {
+        state
+            .into_iter()
+            .filter(|(path, entry)| !path.starts_with(b"out") && !matches!(entry, Entry::Dir))
+            .collect::<BTreeMap<_, _>>()
+    };
+    assert_eq!(
+        protected(watched_repo.worktree()),
+        protected(before),
+        "undo through the watched guard"
+    );
+    assert_eq!(watched_repo.fingerprint(), fingerprint, "the user's git state");
+    stop(&watched_repo);
 }

@@ -287,6 +287,7 @@ impl Engine {
                 id: wanted.id.clone(),
                 guard: None,
                 guard_created: false,
+                guard_watched: false,
                 written: Vec::new(),
                 deleted: Vec::new(),
                 left: Vec::new(),

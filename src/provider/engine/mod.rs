@@ -20,7 +20,7 @@ use crate::provider::{
     CkptError, Confirmation, Preview, Provider, RestoreReport, Selection, SnapshotOutcome, SnapshotRequest,
 };
 use crate::records::{Record, Registry, StoreLock, Trailers, WirePath};
-use crate::verbs::{ObjectId, PinRef, RepoPath, TreeItem, Vault, WorkspaceKey};
+use crate::verbs::{FileCounts, ObjectId, PinRef, RepoPath, TreeItem, Vault, WorkspaceKey};
 
 /// The registry checked against the refs.
 #[derive(Debug, Default)]
@@ -207,6 +207,11 @@ impl Engine {
     /// Checks that a record is pinned, matches its commit, and that every name in its tree is
     /// safe; returns the tree id. Runs before anything is written.
     fn checkpoint_tree_id(&self, record: &Record) -> Result<ObjectId, CkptError> {
+        Ok(self.checkpoint_tree_counted(record)?.0)
+    }
+
+    /// [`Self::checkpoint_tree_id`], with the file count of every tree the validation read.
+    fn checkpoint_tree_counted(&self, record: &Record) -> Result<(ObjectId, FileCounts), CkptError> {
         record.validate().map_err(CkptError::CorruptRecord)?;
         let commit = record
             .commit_id()
@@ -229,8 +234,8 @@ impl Engine {
                 info.tree
             )));
         }
-        self.vault.validate_tree(&info.tree)?;
-        Ok(info.tree)
+        let counts = self.vault.validate_tree(&info.tree)?;
+        Ok((info.tree, counts))
     }
 }
 

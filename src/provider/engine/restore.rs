@@ -8,7 +8,7 @@ use crate::provider::plan::{self, PlanInput};
 use crate::provider::scan::{self, BlobSink, Capture};
 use crate::provider::{CkptError, Confirmation, Preview, RestoreReport, Selection, SnapshotRequest};
 use crate::records::{JournalOp, Record, Registry, RestoreJournal};
-use crate::verbs::{ObjectId, RepoPath, RestoreOp, TreeItem};
+use crate::verbs::{EntryKind, PathScope, RepoPath, RestoreOp, TreeChange, TreeItem};
 
 use super::{now_rfc3339, Engine};
 
@@ -38,18 +38,35 @@ fn journal(
     })
 }
 
+/// What a restore knows of the worktree besides the guard's tree.
+pub(super) enum Evidence {
+    /// The guard's own capture of the whole worktree.
+    Whole(Capture),
+    /// The guard was a watched snapshot (it looked at changed paths only): a read-only capture
+    /// of the paths the restore may touch and of the path filter, and how many files the guard
+    /// holds.
+    Scoped { capture: Capture, guard_files: u64 },
+}
+
+impl Evidence {
+    fn capture(&self) -> &Capture {
+        match self {
+            Evidence::Whole(capture) | Evidence::Scoped { capture, .. } => capture,
+        }
+    }
+}
+
 impl Engine {
     /// The restore plan from the difference between the guard and the target: only differing
     /// paths are looked at, so the cost follows the size of the change, not of the tree.
     pub(super) fn plan_from_diff(
         &self,
-        guard_tree: &ObjectId,
-        target_tree: &ObjectId,
+        changes: Vec<TreeChange>,
         record: &Record,
-        capture: &Capture,
+        evidence: &Evidence,
         selection: &Selection,
     ) -> Result<plan::Plan, CkptError> {
-        let changes = self.vault.diff_trees(Some(guard_tree), Some(target_tree))?;
+        let capture = evidence.capture();
         let mut target = BTreeMap::new();
         let mut current = BTreeMap::new();
         for change in changes {
@@ -69,14 +86,20 @@ impl Engine {
             exact: selection.exact,
         });
         let in_scope = |p: &RepoPath| selection.paths.is_empty() || selection.paths.iter().any(|f| p.is_within(f));
-        // Paths equal on both sides are exactly the guard's paths the diff did not name.
-        plan.unchanged = capture
-            .files
-            .iter()
-            .filter(|(p, f)| {
-                f.item.kind != crate::verbs::EntryKind::Gitlink && in_scope(p) && !current.contains_key(*p)
-            })
-            .count();
+        // Paths equal on both sides are exactly the guard's paths the diff did not name. A
+        // scoped capture holds every file within the filter, so it counts them too; without a
+        // filter the guard's file count does.
+        plan.unchanged = match evidence {
+            Evidence::Scoped { guard_files, .. } if selection.paths.is_empty() => {
+                let changed = current.values().filter(|item| item.kind != EntryKind::Gitlink).count();
+                guard_files.saturating_sub(changed as u64) as usize
+            }
+            _ => capture
+                .files
+                .iter()
+                .filter(|(p, f)| f.item.kind != EntryKind::Gitlink && in_scope(p) && !current.contains_key(*p))
+                .count(),
+        };
         plan.unmatched_filter
             .retain(|f| !capture.files.keys().any(|p| p.is_within(f)));
         if let Some(unmatched) = plan.unmatched_filter.first() {
@@ -225,7 +248,7 @@ impl Engine {
         settles: Option<&RestoreJournal>,
     ) -> Result<RestoreReport, CkptError> {
         let t0 = std::time::Instant::now();
-        let target_tree = self.checkpoint_tree_id(record)?;
+        let (target_tree, mut file_counts) = self.checkpoint_tree_counted(record)?;
         self.phase_time("check target tree", t0);
         if let Confirmation::Ask(ask) = confirmation {
             let preview = self.preview(record, selection, request.max_file_size)?;
@@ -251,11 +274,45 @@ impl Engine {
         }
 
         let t1 = std::time::Instant::now();
-        let (guard, capture) = self.snapshot_locked(&registry, &lock, request)?;
+        let (guard, capture) = if request.watch {
+            self.snapshot_watched_locked(&registry, &lock, request)?
+        } else {
+            let (guard, capture) = self.snapshot_locked(&registry, &lock, request)?;
+            (guard, Some(capture))
+        };
         self.phase_time("guard snapshot", t1);
         let t2 = std::time::Instant::now();
         let guard_tree = guard.record.tree_id().map_err(CkptError::CorruptRecord)?;
-        let plan = self.plan_from_diff(&guard_tree, &target_tree, record, &capture, selection)?;
+        let changes = self.vault.diff_trees(Some(&guard_tree), Some(&target_tree))?;
+        let evidence = match capture {
+            Some(capture) => Evidence::Whole(capture),
+            None => {
+                // Every path the plan can touch is a changed path or below one; the filter's
+                // paths are captured too, so the counts within it are exact.
+                let scope = PathScope::new(
+                    changes
+                        .iter()
+                        .map(|change| change.path.clone())
+                        .chain(selection.paths.iter().cloned()),
+                );
+                let cache = if selection.paths.is_empty() {
+                    None
+                } else {
+                    self.trusted_stat_cache(&registry)
+                };
+                let capture = scan::capture_scope(
+                    &self.vault,
+                    request.max_file_size,
+                    cache.as_ref(),
+                    &scope,
+                    self.reporter.progress(),
+                )?;
+                let guard_files = self.vault.count_files(&guard_tree, &mut file_counts)?;
+                Evidence::Scoped { capture, guard_files }
+            }
+        };
+        self.phase_time("evidence", t2);
+        let plan = self.plan_from_diff(changes, record, &evidence, selection)?;
         self.ensure_blobs_present(&plan.ops)?;
         self.phase_time("plan", t2);
         let t3 = std::time::Instant::now();
@@ -276,6 +333,7 @@ impl Engine {
             id: record.id.clone(),
             guard: Some(guard.record.id.clone()),
             guard_created: guard.created,
+            guard_watched: matches!(evidence, Evidence::Scoped { .. }),
             written: Vec::new(),
             deleted: Vec::new(),
             left: if selection.exact {

@@ -109,7 +109,22 @@ impl Engine {
         let t1 = std::time::Instant::now();
         let tree = match self.unchanged_since_cache(&capture, cache.as_ref()) {
             Some(tree) => tree,
-            None => self.write_trees(&capture, cache.as_ref())?,
+            None => {
+                // The trees of a first snapshot (thousands of them) go into one pack, as the
+                // objects of a watched snapshot do: one file instead of one per tree, and a
+                // restore reads them back from one mapped file. Blobs stay loose (already
+                // written by the capture, and not held in memory).
+                let batch = (self.kind == StoreKind::Repository).then(|| self.vault.begin_batch());
+                let tree = self.write_trees(&capture, cache.as_ref())?;
+                if let Some(batch) = batch {
+                    let started = std::time::Instant::now();
+                    let written = batch.finish()?;
+                    let how = if written.packed { "as one pack" } else { "loose" };
+                    self.reporter
+                        .timing("trees written", started, || format!("{} {how}", written.objects));
+                }
+                tree
+            }
         };
         self.phase_time("trees", t1);
         // Only its size and checkpoint matter from here on; the entries go (memory at 200k files).

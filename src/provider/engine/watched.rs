@@ -6,7 +6,7 @@
 //! or hard link in the scope, a stat cache of another checkpoint) means a full snapshot, and the
 //! outcome says why. It writes nothing a full snapshot would not write.
 
-use crate::provider::scan::{self, Delta};
+use crate::provider::scan::{self, Capture, Delta};
 use crate::provider::treebuild::{self, TreeEdit};
 use crate::provider::watch::{self, Changes};
 use crate::provider::{CkptError, ScanMode, SnapshotOutcome, SnapshotRequest};
@@ -48,6 +48,17 @@ impl Engine {
         if !request.watch {
             return Ok(self.snapshot_locked(&registry, &lock, request)?.0);
         }
+        Ok(self.snapshot_watched_locked(&registry, &lock, request)?.0)
+    }
+
+    /// The watched snapshot; the caller holds the workspace lock. The capture comes back only
+    /// when it fell back to a full one: a watched snapshot has looked at its changed paths only.
+    pub(super) fn snapshot_watched_locked(
+        &self,
+        registry: &Registry,
+        lock: &RegistryLock,
+        request: &SnapshotRequest,
+    ) -> Result<(SnapshotOutcome, Option<Capture>), CkptError> {
         let files = WatchFiles::new(&self.state_dir);
         let base = files.load_base();
         // Both taken before the capture: a change during it shows up in the next answer.
@@ -76,7 +87,7 @@ impl Engine {
                 ..
             } => {
                 let newest = match &base {
-                    Some(base) => self.unchanged_checkpoint(&registry, &base.checkpoint)?,
+                    Some(base) => self.unchanged_checkpoint(registry, &base.checkpoint)?,
                     None => None,
                 };
                 let reason = match (&base, newest) {
@@ -97,7 +108,7 @@ impl Engine {
                                 // Nothing changed since that checkpoint's capture.
                                 Some(self.unchanged_outcome(previous))
                             } else {
-                                self.snapshot_delta(&registry, &lock, request, previous, &scope)?
+                                self.snapshot_delta(registry, lock, request, previous, &scope)?
                             };
                             if let Some(outcome) = delta {
                                 files.save_base(
@@ -109,9 +120,9 @@ impl Engine {
                                         // and no file outside the scope had any.
                                         linked: false,
                                     },
-                                    &lock,
+                                    lock,
                                 )?;
-                                return Ok(outcome);
+                                return Ok((outcome, None));
                             }
                             "the stat cache is not the last checkpoint's, or a changed path reaches a submodule or a file with other hard links".to_owned()
                         }
@@ -122,7 +133,7 @@ impl Engine {
             }
             Changes::Answered { token, unknown, .. } => (Some(token), unknown.unwrap_or_default()),
         };
-        let mut outcome = self.snapshot_locked(&registry, &lock, request)?.0;
+        let (mut outcome, capture) = self.snapshot_locked(registry, lock, request)?;
         match token {
             Some(token) => files.save_base(
                 &WatchBase {
@@ -131,14 +142,14 @@ impl Engine {
                     fingerprint,
                     linked: outcome.scan.linked > 0,
                 },
-                &lock,
+                lock,
             )?,
-            None => files.clear_base(&lock),
+            None => files.clear_base(lock),
         }
         outcome.scan_mode = ScanMode::Full {
             fallback: Some(fallback),
         };
-        Ok(outcome)
+        Ok((outcome, Some(capture)))
     }
 
     /// The outcome of a watched snapshot that found nothing changed since `previous`.

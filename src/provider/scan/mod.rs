@@ -264,6 +264,27 @@ pub fn capture(
     Ok(capture)
 }
 
+/// A read-only capture of `scope` alone (and what lies below its paths): what a restore planned
+/// from a watched guard needs to know about the paths it may touch — above all, which of them
+/// an ignored or unprotected path is in the way of. Nothing is stored.
+pub fn capture_scope(
+    vault: &Vault,
+    max_file_size: u64,
+    cache: Option<&StatCache>,
+    scope: &PathScope,
+    progress: &Progress,
+) -> Result<Capture, CkptError> {
+    capture_seeded(
+        vault,
+        max_file_size,
+        BlobSink::HashOnly,
+        cache,
+        progress,
+        false,
+        Some(scope),
+    )
+}
+
 /// What a watched snapshot found within its scope, as changes to the stat cache's checkpoint.
 #[derive(Debug, Default)]
 pub struct Delta {
@@ -420,7 +441,7 @@ fn capture_seeded(
             )
             .collect::<Vec<(RepoPath, Result<Outcome, Box<CkptError>>)>>()
     };
-    let (mut out, outcomes) = prepare_and_run(vault, scope, false, cache.is_none(), capture_all)?;
+    let (mut out, outcomes) = prepare_and_run(vault, scope, false, cache.is_none() && index_may_seed, capture_all)?;
     let mut failure = None;
     let stats = &mut out.stats;
     let skipped = &mut out.skipped;

@@ -31,8 +31,13 @@ pub const STREAM_THRESHOLD: u64 = 8 * 1024 * 1024;
 
 impl ParallelBlobs {
     pub fn local(&self) -> LocalBlobs {
+        let mut repo = self.repo.to_thread_local();
+        // This handle only asks whether a blob is stored before writing it. A miss is the
+        // common answer for new content, and by default every miss rescans the pack directory;
+        // a pack that appeared meanwhile only costs one duplicate write.
+        repo.objects.refresh_never();
         LocalBlobs {
-            repo: self.repo.to_thread_local(),
+            repo,
             store: self.store,
             batch: self.batch.clone(),
         }

@@ -232,11 +232,9 @@ fn walk_scope(
         if path.ancestors().iter().any(|dir| scope.paths.contains(dir.as_bytes())) {
             continue;
         }
-        let Ok(meta) = std::fs::symlink_metadata(root.join(path.to_os_path())) else {
-            continue;
-        };
         // First the directories above it: below a symlink, a non-directory or an ignored
-        // directory, git's walk sees nothing (and a directory there is never walked).
+        // directory, git's walk sees nothing (and a directory there is never walked). Even for a
+        // path that is gone: a restore asks whether an ignored directory is in its way.
         let mut is_hidden = false;
         let mut ignored_dir = None;
         for dir in path.ancestors() {
@@ -259,9 +257,11 @@ fn walk_scope(
                 .at_entry(BStr::new(dir.as_bytes()), Some(Mode::DIR))
                 .map_err(|e| VerbError::git(format!("reading the ignore rules for {}", dir.display()), e))?
                 .is_excluded();
-            let dir_hidden = excluded || !on_disk.is_ok_and(|m| m.is_dir());
+            let is_dir = on_disk.is_ok_and(|m| m.is_dir());
+            let dir_hidden = excluded || !is_dir;
             hidden.insert(dir.as_bytes().to_vec(), dir_hidden);
-            if excluded && ignored_dir.is_none() {
+            // An ignored directory is listed only where one exists, as a whole walk lists it.
+            if excluded && is_dir && ignored_dir.is_none() {
                 ignored_dir = Some(dir.clone());
             }
             if dir_hidden {
@@ -275,6 +275,9 @@ fn walk_scope(
         if is_hidden {
             continue;
         }
+        let Ok(meta) = std::fs::symlink_metadata(root.join(path.to_os_path())) else {
+            continue;
+        };
         if meta.is_dir() {
             dirs.push(path);
             continue;
@@ -407,6 +410,39 @@ impl Vault {
     /// With a `scope`, only index entries and untracked paths within it are listed (and every
     /// submodule pointer, wherever it is). With `seeding`, attributes that convert content are
     /// resolved path by path (`converted`) instead of ruling out every index id.
+    /// The index, read-only. A whole listing reads it afresh, so the decoded index (tens of MB
+    /// at 200k files) is freed as soon as the listing is done; scoped listings (a watched guard,
+    /// then the restore's look at the paths it touches) keep it while the file stays the same
+    /// (same inode, size, mtime and ctime), so the second one does not decode it again.
+    fn read_index(&self, keep: bool) -> Result<std::sync::Arc<gix::index::File>, VerbError> {
+        use std::os::unix::fs::MetadataExt;
+        let path = self.repo.index_path();
+        let Ok(meta) = std::fs::metadata(&path) else {
+            let empty = gix::index::State::new(self.repo.object_hash());
+            return Ok(std::sync::Arc::new(gix::index::File::from_state(empty, path)));
+        };
+        let identity = (
+            meta.ino(),
+            meta.size(),
+            meta.mtime(),
+            meta.mtime_nsec(),
+            meta.ctime(),
+            meta.ctime_nsec(),
+        );
+        if let Some((known, index)) = &*self.kept_index.borrow() {
+            if keep && *known == identity {
+                return Ok(index.clone());
+            }
+        }
+        let index = std::sync::Arc::new(
+            self.repo
+                .open_index()
+                .map_err(|e| VerbError::git("reading the index (read-only)", e))?,
+        );
+        *self.kept_index.borrow_mut() = keep.then(|| (identity, index.clone()));
+        Ok(index)
+    }
+
     pub fn list_worktree_overlapped<R>(
         &self,
         scope: Option<&PathScope>,
@@ -414,16 +450,9 @@ impl Vault {
         with_index: impl FnOnce(&mut WorktreeListing) -> R,
     ) -> Result<(WorktreeListing, R), VerbError> {
         let started = std::time::Instant::now();
-        // Read afresh rather than through the repository's shared index cache, so the decoded
-        // index (tens of MB at 200k files) is freed as soon as the listing is done.
-        let index = if self.repo.index_path().exists() {
-            self.repo
-                .open_index()
-                .map_err(|e| VerbError::git("reading the index (read-only)", e))?
-        } else {
-            gix::index::File::from_state(gix::index::State::new(self.repo.object_hash()), self.repo.index_path())
-        };
-        let mut listing = self.index_listing(&index, scope, seeding);
+        let index = self.read_index(scope.is_some())?;
+        let index = &*index;
+        let mut listing = self.index_listing(index, scope, seeding);
         listing.times.index_read = started.elapsed();
         let walk_repo = self.repo.clone().into_sync();
         let paths = scope;
@@ -432,11 +461,11 @@ impl Vault {
             let walker = scope.spawn(|| {
                 let repo = walk_repo.to_thread_local();
                 match paths {
-                    Some(paths) => match walk_scope(&repo, &index, paths, workdir)? {
+                    Some(paths) => match walk_scope(&repo, index, paths, workdir)? {
                         Some(listing) => Ok(listing),
-                        None => walk_untracked(&repo, &index, Some(paths)),
+                        None => walk_untracked(&repo, index, Some(paths)),
                     },
-                    None => walk_untracked(&repo, &index, None),
+                    None => walk_untracked(&repo, index, None),
                 }
             });
             let result = with_index(&mut listing);

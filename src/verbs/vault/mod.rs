@@ -23,7 +23,7 @@ pub use private::{
     enclosing_bare_repository, enclosing_common_dir, enclosing_exclude_files, enclosing_worktree, path_key,
     PrivateStore,
 };
-pub use trees::LevelEntry;
+pub use trees::{FileCounts, LevelEntry, TreeChange};
 
 use std::path::{Path, PathBuf};
 
@@ -45,6 +45,9 @@ pub const CKPT_NAME: &str = "ckpt";
 pub const CKPT_EMAIL: &str = "ckpt@localhost";
 
 /// An open repository with a worktree, as ckpt is allowed to use it.
+/// Memory for decoded objects per repository handle.
+const OBJECT_CACHE_BYTES: usize = 16 * 1024 * 1024;
+
 pub struct Vault {
     repo: gix::Repository,
     workdir: PathBuf,
@@ -53,7 +56,12 @@ pub struct Vault {
     reserved: Vec<RepoPath>,
     /// New objects collected for one pack ([`Vault::begin_batch`]).
     batch: std::cell::RefCell<Option<std::sync::Arc<batch::ObjectBatch>>>,
+    /// The index a scoped listing read, with the file's identity then ([`Vault::read_index`]).
+    kept_index: std::cell::RefCell<Option<(IndexIdentity, std::sync::Arc<gix::index::File>)>>,
 }
+
+/// What identifies one version of the index file: inode, size, mtime and ctime (s, ns).
+type IndexIdentity = (u64, u64, i64, i64, i64, i64);
 
 /// A mountinfo path: spaces, tabs, newlines and backslashes come as `\\ooo` octal escapes.
 fn unescape_mount_path(field: &[u8]) -> PathBuf {
@@ -181,11 +189,16 @@ impl Vault {
         let Some(workdir) = repo.workdir().map(Path::to_path_buf) else {
             return Ok(None);
         };
+        let mut repo = repo;
+        // A restore reads the same trees up to three times (validation, the guard's tree edit,
+        // the diff); decoded objects are kept so the second and third reads cost nothing.
+        repo.object_cache_size_if_unset(OBJECT_CACHE_BYTES);
         Ok(Some(Vault {
             repo,
             workdir,
             reserved: Vec::new(),
             batch: Default::default(),
+            kept_index: Default::default(),
         }))
     }
 

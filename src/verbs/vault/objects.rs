@@ -80,6 +80,16 @@ impl Vault {
         self.repo.has_object(id.0)
     }
 
+    /// [`Self::has_object`] for an object about to be written: a miss does not rescan the pack
+    /// directory (new objects miss by nature; a pack that appeared meanwhile only costs one
+    /// duplicate write of the same bytes).
+    fn stored_already(&self, id: &ObjectId) -> bool {
+        use gix::objs::Exists;
+        let mut objects = self.repo.objects.clone();
+        objects.refresh_never();
+        objects.exists(&id.0)
+    }
+
     /// Writes one tree from validated entries, sorted the way git requires.
     pub fn write_tree(&self, entries: Vec<NewTreeEntry>) -> Result<ObjectId, VerbError> {
         let mut tree = gix::objs::Tree {
@@ -115,7 +125,7 @@ impl Vault {
             let id = gix::objs::compute_hash(self.repo.object_hash(), gix::objs::Kind::Tree, &encoded)
                 .map(ObjectId)
                 .map_err(|e| VerbError::git("hashing a tree", e))?;
-            if !self.repo.has_object(id.0) {
+            if !self.stored_already(&id) {
                 batch.add(id, gix::objs::Kind::Tree, &encoded);
             }
             return Ok(id);

@@ -161,6 +161,7 @@ impl Vault {
             workdir,
             reserved: Vec::new(),
             batch: Default::default(),
+            kept_index: Default::default(),
         })
     }
 }

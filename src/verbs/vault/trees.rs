@@ -11,6 +11,10 @@ use crate::verbs::{InvalidInput, VerbError};
 /// One entry of one tree level: name, kind (`None` for a subtree), id.
 pub type LevelEntry = (Vec<u8>, Option<EntryKind>, ObjectId);
 
+/// How many files each tree read so far holds (subtrees included, submodule pointers not).
+#[derive(Debug, Default)]
+pub struct FileCounts(crate::verbs::IdMap<u64>);
+
 /// One path whose entry differs between two trees (`None` = absent on that side).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TreeChange {
@@ -87,33 +91,74 @@ impl Vault {
 
     /// Reads every tree below `tree` and checks every name the way [`Self::read_tree`] does
     /// (no `/`, `.`, `..`, `.git`, empty or duplicate names), without building paths.
-    pub fn validate_tree(&self, tree: &ObjectId) -> Result<(), VerbError> {
+    pub fn validate_tree(&self, tree: &ObjectId) -> Result<FileCounts, VerbError> {
+        let mut counts = FileCounts::default();
+        self.read_levels(tree, &mut counts)?;
+        Ok(counts)
+    }
+
+    /// How many files (every entry but subtrees and submodule pointers) `tree` holds. Subtrees
+    /// `known` already counts are not read again; the ones read are validated like
+    /// [`Self::validate_tree`] does and added to `known`.
+    pub fn count_files(&self, tree: &ObjectId, known: &mut FileCounts) -> Result<u64, VerbError> {
+        self.read_levels(tree, known)
+    }
+
+    /// Reads, validates and counts every tree below `tree` that `counts` does not hold yet.
+    fn read_levels(&self, tree: &ObjectId, counts: &mut FileCounts) -> Result<u64, VerbError> {
         use rayon::prelude::*;
+        if let Some(total) = counts.0.get(tree) {
+            return Ok(*total);
+        }
         // Level by level, each level's trees read in parallel, each worker with its own handle.
         let shared = self.repo.clone().into_sync();
+        let mut levels: crate::verbs::IdMap<(u64, Vec<ObjectId>)> = Default::default();
         let mut seen = crate::verbs::IdSet::default();
         seen.insert(*tree);
         let mut frontier = vec![*tree];
         while !frontier.is_empty() {
-            let subtrees: Vec<Vec<ObjectId>> = frontier
+            let read: Vec<(ObjectId, u64, Vec<ObjectId>)> = frontier
                 .par_iter()
                 .map_init(
                     || shared.to_thread_local(),
                     |repo, id| {
+                        let mut files = 0;
                         let mut subtrees = Vec::new();
                         for (name, kind, child) in read_level(repo, id)? {
                             NewTreeEntry::new(&name, kind, child)?;
-                            if kind.is_none() {
-                                subtrees.push(child);
+                            match kind {
+                                None => subtrees.push(child),
+                                Some(EntryKind::Gitlink) => {}
+                                Some(_) => files += 1,
                             }
                         }
-                        Ok(subtrees)
+                        Ok((*id, files, subtrees))
                     },
                 )
                 .collect::<Result<_, VerbError>>()?;
-            frontier = subtrees.into_iter().flatten().filter(|id| seen.insert(*id)).collect();
+            frontier = Vec::new();
+            for (id, files, subtrees) in read {
+                frontier.extend(
+                    subtrees
+                        .iter()
+                        .filter(|child| !counts.0.contains_key(*child) && seen.insert(**child)),
+                );
+                levels.insert(id, (files, subtrees));
+            }
         }
-        Ok(())
+        // Totals bottom-up; a subtree reached twice is summed from its one entry.
+        fn total(id: &ObjectId, levels: &crate::verbs::IdMap<(u64, Vec<ObjectId>)>, counts: &mut FileCounts) -> u64 {
+            if let Some(known) = counts.0.get(id) {
+                return *known;
+            }
+            let Some((files, subtrees)) = levels.get(id) else {
+                return 0;
+            };
+            let sum = files + subtrees.iter().map(|child| total(child, levels, counts)).sum::<u64>();
+            counts.0.insert(*id, sum);
+            sum
+        }
+        Ok(total(tree, &levels, counts))
     }
 
     /// Every non-tree entry below `tree`, like `ls-tree -r`. A hostile name in the tree (`..`,
