@@ -739,3 +739,51 @@ fn a_restore_guarded_through_the_daemon_does_exactly_what_a_walked_one_does() {
     assert_eq!(watched_repo.fingerprint(), fingerprint, "the user's git state");
     stop(&watched_repo);
 }
+
+#[test]
+fn a_first_snapshot_packs_its_many_trees_and_a_later_walk_writes_its_few_loose() {
+    let repo = TestRepo::new();
+    for n in 0..1100 {
+        repo.write(format!("tree{n}/f.txt"), format!("file {n}\n").as_bytes());
+    }
+    let before = packs(&repo);
+    let loose_before = loose_objects(&repo);
+    let first = repo.snapshot(&[]);
+    let added: Vec<String> = packs(&repo).into_iter().filter(|p| !before.contains(p)).collect();
+    assert_eq!(added.len(), 2, "one pack of trees and its index: {added:?}");
+    let idx = added.iter().find(|p| p.ends_with(".idx")).unwrap();
+    let listed = repo.git(&[
+        "verify-pack",
+        "-v",
+        &format!("{}/objects/pack/{idx}", repo.common_dir().display()),
+    ]);
+    assert!(
+        listed.lines().filter(|l| l.contains(" tree ")).count() >= 1101,
+        "every new tree is in the pack"
+    );
+    // The 1,100 new blobs stay loose: they were written while the files were read.
+    assert!(loose_objects(&repo) >= loose_before + 1100);
+    repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
+    assert_eq!(
+        repo.git(&["cat-file", "-t", &format!("{first}^{{tree}}")]).trim(),
+        "tree"
+    );
+
+    repo.write("tree7/f.txt", b"edited\n");
+    let packs_now = packs(&repo);
+    repo.snapshot(&[]);
+    assert_eq!(packs(&repo), packs_now, "a handful of trees is written loose");
+    repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
+    let restored = repo.ckpt_json(&["restore", &first, "--yes"], 0);
+    assert_eq!(restored.one("restore")["verified"], true);
+    assert_eq!(repo.read("tree7/f.txt"), b"file 7\n");
+}
+
+fn loose_objects(repo: &TestRepo) -> usize {
+    let count = repo.git(&["count-objects", "-v"]);
+    count
+        .lines()
+        .find_map(|l| l.strip_prefix("count: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}

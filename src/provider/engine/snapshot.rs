@@ -23,6 +23,9 @@ pub(super) struct Counts {
 }
 
 /// What a capture did not protect, as records keep it.
+/// A walking snapshot packs its new trees only from this many on (a first snapshot's).
+const FULL_SNAPSHOT_PACK_AT_LEAST: usize = 1024;
+
 pub(super) fn skipped_of(capture: &Capture) -> Vec<Skipped> {
     skipped_list(&capture.skipped)
 }
@@ -113,8 +116,10 @@ impl Engine {
                 // The trees of a first snapshot (thousands of them) go into one pack, as the
                 // objects of a watched snapshot do: one file instead of one per tree, and a
                 // restore reads them back from one mapped file. Blobs stay loose (already
-                // written by the capture, and not held in memory).
-                let batch = (self.kind == StoreKind::Repository).then(|| self.vault.begin_batch());
+                // written by the capture, and not held in memory). The few trees of a later
+                // walking snapshot stay loose: a pack each would pile up until git repacks.
+                let batch = (self.kind == StoreKind::Repository)
+                    .then(|| self.vault.begin_batch_packing_at(FULL_SNAPSHOT_PACK_AT_LEAST));
                 let tree = self.write_trees(&capture, cache.as_ref())?;
                 if let Some(batch) = batch {
                     let started = std::time::Instant::now();

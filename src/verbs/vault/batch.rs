@@ -21,9 +21,10 @@ use crate::verbs::VerbError;
 const PACK_AT_LEAST: usize = 32;
 
 /// New objects waiting to be written, shared by the threads of one snapshot.
-#[derive(Default)]
 pub struct ObjectBatch {
     pending: Mutex<Pending>,
+    /// Fewer objects than this are written loose.
+    pack_at_least: usize,
 }
 
 #[derive(Default)]
@@ -126,7 +127,18 @@ impl Vault {
     /// From now until the batch is finished or dropped, new blobs and trees are collected, not
     /// written.
     pub fn begin_batch(&self) -> OpenBatch<'_> {
-        *self.batch.borrow_mut() = Some(Arc::new(ObjectBatch::default()));
+        self.begin_batch_packing_at(PACK_AT_LEAST)
+    }
+
+    /// [`Self::begin_batch`], writing a pack only for `pack_at_least` objects or more: every
+    /// pack is one more file each lookup consults until git repacks, so a caller that may batch
+    /// often asks for a pack only where one saves the most.
+    pub fn begin_batch_packing_at(&self, pack_at_least: usize) -> OpenBatch<'_> {
+        let batch = ObjectBatch {
+            pending: Mutex::default(),
+            pack_at_least: pack_at_least.max(PACK_AT_LEAST),
+        };
+        *self.batch.borrow_mut() = Some(Arc::new(batch));
         OpenBatch { vault: self }
     }
 
@@ -144,7 +156,7 @@ impl Vault {
         };
         let pending = std::mem::take(&mut *batch.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
         let objects = pending.objects;
-        if objects.len() < PACK_AT_LEAST {
+        if objects.len() < batch.pack_at_least {
             for (id, kind, data) in &objects {
                 use gix::objs::Write as _;
                 let written = self
