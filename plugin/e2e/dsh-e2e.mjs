@@ -11,13 +11,13 @@
 
 import assert from 'node:assert/strict'
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
-import { createHash } from 'node:crypto'
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { createRequire } from 'node:module'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 
+import { fingerprint } from '../test-support/gitstate.mjs'
 import { startFakeModel } from './fake-model.mjs'
 import { cacheDir, ensureInstalled, Unreachable } from './setup.mjs'
 
@@ -57,31 +57,6 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 
 function git(cwd, ...args) {
   return execFileSync('git', ['-c', 'user.name=u', '-c', 'user.email=u@e', ...args], { cwd, encoding: 'utf8', env: { ...process.env, GIT_CONFIG_NOSYSTEM: '1' } })
-}
-
-/** The user's git state: HEAD, index bytes, refs outside refs/ckpt/, reflogs, stash, config. */
-function fingerprint(repo) {
-  const gitDir = join(repo, '.git')
-  const hash = (p) => (existsSync(p) ? createHash('sha256').update(readFileSync(p)).digest('hex') : 'absent')
-  const reflogs = []
-  const walk = (dir) => {
-    if (!existsSync(dir)) return
-    for (const entry of readdirSync(dir).sort()) {
-      const p = join(dir, entry)
-      if (statSync(p).isDirectory()) walk(p)
-      else reflogs.push(`${p.slice(gitDir.length)} ${hash(p)}`)
-    }
-  }
-  walk(join(gitDir, 'logs'))
-  return {
-    head: readFileSync(join(gitDir, 'HEAD'), 'utf8'),
-    headCommit: git(repo, 'rev-parse', 'HEAD').trim(),
-    index: hash(join(gitDir, 'index')),
-    refs: git(repo, 'for-each-ref', '--format=%(refname) %(objectname)').split('\n').filter((l) => l && !l.startsWith('refs/ckpt/')),
-    reflogs: reflogs.filter((l) => !l.startsWith('/refs/ckpt/')),
-    stash: git(repo, 'stash', 'list'),
-    config: hash(join(gitDir, 'config')),
-  }
 }
 
 function ckptList(repo, session) {

@@ -35,6 +35,22 @@ function registryReachable() {
   return ping.status === 0
 }
 
+/**
+ * The directory holding puppeteer-core and @sparticuz/chromium (installed on first use): the
+ * browser half of this test and the web view's browser test (tests/browser) share it.
+ */
+export function ensureBrowser() {
+  const browser = join(cacheDir, 'browser')
+  const browserReady = () => existsSync(join(browser, 'node_modules', 'puppeteer-core')) && existsSync(join(browser, 'node_modules', '@sparticuz', 'chromium'))
+  if (!browserReady()) {
+    if (!registryReachable()) throw new Unreachable('the npm registry is unreachable (npm ping failed)')
+    mkdirSync(browser, { recursive: true })
+    writeFileSync(join(browser, 'package.json'), JSON.stringify({ name: 'ckpt-dsh-e2e-browser', private: true, type: 'module' }))
+    sh('npm', ['install', '--no-audit', '--no-fund', '--no-save', ...BROWSER_SPECS], { cwd: browser })
+  }
+  return browser
+}
+
 /** Returns { nodeBin, pnpmBin, dshBin, binDirs, versions } with everything installed. */
 export function ensureInstalled() {
   const tools = join(cacheDir, 'tools')
@@ -64,14 +80,7 @@ export function ensureInstalled() {
     )
     sh(pnpmBin, ['install', '--reporter=silent'], { cwd: dsh, env })
   }
-  const browser = join(cacheDir, 'browser')
-  const browserReady = () => existsSync(join(browser, 'node_modules', 'puppeteer-core')) && existsSync(join(browser, 'node_modules', '@sparticuz', 'chromium'))
-  if (!browserReady()) {
-    if (!registryReachable()) throw new Unreachable('the npm registry is unreachable (npm ping failed)')
-    mkdirSync(browser, { recursive: true })
-    writeFileSync(join(browser, 'package.json'), JSON.stringify({ name: 'ckpt-dsh-e2e-browser', private: true, type: 'module' }))
-    sh('npm', ['install', '--no-audit', '--no-fund', '--no-save', ...BROWSER_SPECS], { cwd: browser })
-  }
+  const browser = ensureBrowser()
   const versions = {
     node: sh(nodeBin, ['--version'], { env }).trim(),
     pnpm: sh(pnpmBin, ['--version'], { env }).trim(),

@@ -143,6 +143,18 @@ pub(super) enum WorkspaceCommand {
         #[arg(long)]
         max_file_size: Option<u64>,
     },
+    /// A local web view: the timeline of checkpoints, line diffs, preview and guarded restore
+    Ui {
+        /// Port on 127.0.0.1 (default: any free one)
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Print the address only; do not start a browser
+        #[arg(long)]
+        no_open: bool,
+        /// Every worktree of this repository, not only this one
+        #[arg(long)]
+        all: bool,
+    },
     /// The filesystem-watch daemon that lets a snapshot skip walking an unchanged worktree
     Watch {
         #[command(subcommand)]

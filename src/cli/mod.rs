@@ -32,6 +32,7 @@ mod output;
 mod pager;
 mod restore;
 mod retention;
+mod ui;
 mod watch;
 mod wire;
 
@@ -75,10 +76,7 @@ pub fn run_with(args: Vec<OsString>) -> i32 {
             use clap::error::ErrorKind;
             if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
                 if wants_json {
-                    let out = Output {
-                        json: true,
-                        paging: pager::Paging::decide(true, true),
-                    };
+                    let out = Output::new(true, pager::Paging::decide(true, true));
                     out.record(&wire::HelpRecord {
                         text: error.to_string().trim_end(),
                     });
@@ -88,10 +86,7 @@ pub fn run_with(args: Vec<OsString>) -> i32 {
                 return Exit::Ok.code();
             }
             if wants_json {
-                let out = Output {
-                    json: true,
-                    paging: pager::Paging::decide(true, true),
-                };
+                let out = Output::new(true, pager::Paging::decide(true, true));
                 out.record(&wire::ErrorRecord {
                     code: "usage",
                     message: error.to_string().trim(),
@@ -101,10 +96,7 @@ pub fn run_with(args: Vec<OsString>) -> i32 {
             return Exit::Usage.code();
         }
     };
-    let out = Output {
-        json: cli.json,
-        paging: pager::Paging::decide(cli.json, cli.no_pager),
-    };
+    let out = Output::new(cli.json, pager::Paging::decide(cli.json, cli.no_pager));
     match execute(&cli, &out) {
         Ok(exit) => exit.code(),
         Err(error) => {
@@ -260,6 +252,14 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
         }
         WorkspaceCommand::Audit => audit(provider.as_ref(), out),
         WorkspaceCommand::Watch { action } => watch::watch(provider.as_ref(), action, out),
+        WorkspaceCommand::Ui { port, no_open, all } => {
+            let options = ui::UiOptions {
+                port: *port,
+                open: !*no_open,
+                all: *all,
+            };
+            ui::serve(provider.as_ref(), &config, &options)
+        }
         WorkspaceCommand::Status { max_file_size } => status(provider.as_ref(), limit(max_file_size), out),
         WorkspaceCommand::Prune {
             dry_run,

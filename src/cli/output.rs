@@ -15,12 +15,46 @@ pub struct Output {
     pub json: bool,
     /// Whether long human text may go through the pager.
     pub paging: super::pager::Paging,
+    /// Records kept instead of printed (the web view answers with them); human text is dropped.
+    pub collected: Option<std::cell::RefCell<Vec<serde_json::Value>>>,
 }
 
 impl Output {
+    pub fn new(json: bool, paging: super::pager::Paging) -> Self {
+        Output {
+            json,
+            paging,
+            collected: None,
+        }
+    }
+
+    /// An output that prints nothing and keeps every record, for [`Self::take_records`].
+    pub fn collecting() -> Self {
+        Output {
+            json: true,
+            paging: super::pager::Paging::decide(true, true),
+            collected: Some(Default::default()),
+        }
+    }
+
+    /// The records a collecting output kept.
+    pub fn take_records(&self) -> Vec<serde_json::Value> {
+        self.collected.as_ref().map(|c| c.take()).unwrap_or_default()
+    }
+
     /// Emits one JSON Lines record of the contract (JSON mode only).
     pub fn record<T: WireRecord>(&self, record: &T) {
         if !self.json {
+            return;
+        }
+        if let Some(collected) = &self.collected {
+            match serde_json::to_value(Envelope::of(record)) {
+                Ok(value) => collected.borrow_mut().push(value),
+                Err(e) => collected.borrow_mut().push(serde_json::json!({
+                    "v": 1, "type": "error", "code": "io",
+                    "message": format!("could not encode a {} record: {e}", record.record_type()),
+                })),
+            }
             return;
         }
         match serde_json::to_string(&Envelope::of(record)) {
@@ -35,6 +69,9 @@ impl Output {
 
     /// Human text: stdout normally, stderr in JSON mode.
     pub fn human(&self, text: &str) {
+        if self.collected.is_some() {
+            return;
+        }
         if self.json {
             sayln!("{text}");
         } else {

@@ -19,4 +19,5 @@ mod sandbox;
 mod snapshot;
 mod statcache;
 mod stress;
+mod ui;
 mod watch;

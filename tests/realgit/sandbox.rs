@@ -76,8 +76,11 @@ fn only_verbs_and_the_registry_mutate_files() {
 #[test]
 fn the_engine_runs_no_git_subprocess() {
     // The demo plays the user (it runs git); the pager runs the user's own pager command.
-    // `watch start` runs this very binary as the daemon.
-    let found = offenders(&["Command::new"], &["cli/demo.rs", "cli/pager.rs", "cli/watch.rs"]);
+    // `watch start` runs this very binary as the daemon; `ckpt ui` opens the user's browser.
+    let found = offenders(
+        &["Command::new"],
+        &["cli/demo.rs", "cli/pager.rs", "cli/watch.rs", "cli/ui/mod.rs"],
+    );
     assert!(found.is_empty(), "subprocesses in the engine:\n{}", found.join("\n"));
     let pager = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli/pager.rs")).unwrap();
     let code: Vec<&str> = pager.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
@@ -91,6 +94,11 @@ fn the_engine_runs_no_git_subprocess() {
             && watch.contains("Command::new(exe)")
             && watch.contains("current_exe()"),
         "watch start spawns only ckpt itself"
+    );
+    let ui = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cli/ui/mod.rs")).unwrap();
+    assert!(
+        ui.matches("Command::new(").count() == 1 && ui.contains("Command::new(opener)") && !ui.contains("\"git\""),
+        "ckpt ui spawns only the browser opener"
     );
 }
 

@@ -79,7 +79,15 @@ fn trees_rebuilt_from_the_cached_checkpoint_match_git_exactly() {
 fn files_written_in_the_second_of_the_cache_are_read_again_not_trusted() {
     let repo = TestRepo::new();
     repo.write("hot.txt", b"v1");
-    // No settle: hot.txt and the cache share a second, so its entry is racy.
+    // hot.txt and the cache must share a second (or hot.txt be newer), so its entry is racy;
+    // a loaded machine can cross a second boundary between the write and the cache's, so the
+    // file's mtime is put a few seconds ahead.
+    std::fs::File::options()
+        .write(true)
+        .open(repo.path("hot.txt"))
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(3))
+        .unwrap();
     let first = repo.snapshot(&[]);
     let run = repo.ckpt_json(&["snapshot"], 0);
     let (_, _, read) = scan(&run);

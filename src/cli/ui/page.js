@@ -1,0 +1,401 @@
+// The ckpt web view: renders the v1 records the server's API answers with. Every text from the
+// repository (paths, file lines, triggers, sessions) goes into the page through textContent,
+// never as HTML. State changes are POSTs carrying the token in a header; a restore is sent only
+// after the in-page confirmation.
+'use strict'
+
+const token = document.querySelector('meta[name="ckpt-token"]').content
+history.replaceState(null, '', '/') // the token leaves the address bar (and the history)
+
+const state = {
+  records: [],
+  signature: '',
+  selected: null, // checkpoint id
+  other: null, // second checkpoint id, or 'worktree'
+  compare: false,
+  files: [],
+  picked: new Set(), // paths (as JSON) chosen for a partial preview/restore
+  view: 'unified',
+  lastGuard: null,
+}
+
+const $ = (id) => document.getElementById(id)
+
+function el (tag, attrs = {}, ...children) {
+  const node = document.createElement(tag)
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === 'class') node.className = value
+    else if (key.startsWith('on')) node.addEventListener(key.slice(2), value)
+    else if (value !== undefined && value !== null && value !== false) node.setAttribute(key, value === true ? '' : String(value))
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)))
+  }
+  return node
+}
+
+async function api (method, path, body) {
+  const init = { method, headers: { 'X-Ckpt-Token': token } }
+  if (body !== undefined) {
+    init.headers['Content-Type'] = 'application/json'
+    init.body = JSON.stringify(body)
+  }
+  const response = await fetch(path, init)
+  const value = await response.json()
+  if (!response.ok) throw new Error(value.message || `HTTP ${response.status}`)
+  return value
+}
+
+/** A contract path: a string, or {bytes_b64} for a name that is not UTF-8. */
+function pathText (path) {
+  if (typeof path === 'string') return path
+  if (path && typeof path.bytes_b64 === 'string') return `<non-UTF-8 name, base64 ${path.bytes_b64}>`
+  return String(path)
+}
+
+function bytesText (n) {
+  if (!Number.isFinite(n)) return '?'
+  const units = ['B', 'KiB', 'MiB', 'GiB']
+  let value = n
+  let unit = 0
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1 }
+  return unit === 0 ? `${n} B` : `${value.toFixed(1)} ${units[unit]}`
+}
+
+function ago (time) {
+  const seconds = Math.round((Date.now() - Date.parse(time)) / 1000)
+  if (!Number.isFinite(seconds)) return '?'
+  if (seconds < 60) return `${Math.max(seconds, 0)} s ago`
+  if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`
+  if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`
+  return `${Math.round(seconds / 86400)} d ago`
+}
+
+function byId (id) { return state.records.find((r) => r.id === id) }
+
+function label (record) {
+  if (!record) return '?'
+  const at = record.turn === null || record.turn === undefined ? '' : ` turn ${record.turn}${record.step === null || record.step === undefined ? '' : `.${record.step}`}`
+  return `${record.short}${at}`
+}
+
+/** The checkpoint a node's changes are measured from: the one before it in its session, or before it at all. */
+function previousOf (record) {
+  const index = state.records.indexOf(record)
+  for (let i = index - 1; i >= 0; i--) {
+    if (state.records[i].session === record.session) return state.records[i]
+  }
+  return index > 0 ? state.records[index - 1] : null
+}
+
+// ---- timeline ---------------------------------------------------------------------------
+
+function renderTimeline () {
+  const root = $('timeline')
+  root.replaceChildren()
+  if (!state.records.length) {
+    root.append(el('p', { class: 'empty' }, 'No checkpoints yet. Take one with: ckpt snapshot'))
+    return
+  }
+  const sessions = new Map()
+  for (const record of state.records) {
+    const key = record.session ?? ''
+    if (!sessions.has(key)) sessions.set(key, [])
+    sessions.get(key).push(record)
+  }
+  for (const [session, records] of sessions) {
+    const turns = new Map()
+    for (const record of records) {
+      const key = record.turn ?? ''
+      if (!turns.has(key)) turns.set(key, [])
+      turns.get(key).push(record)
+    }
+    const block = el('details', { class: 'session', open: true, 'data-session': session },
+      el('summary', {}, session ? `session ${session}` : 'no session (manual and other checkpoints)', el('span', { class: 'count' }, ` ${records.length}`)))
+    for (const [turn, steps] of turns) {
+      const list = el('ol', { class: 'steps' })
+      for (const record of steps) list.append(node(record))
+      block.append(el('div', { class: 'turn', 'data-turn': turn }, el('div', { class: 'turn-label' }, turn === '' ? '' : `turn ${turn}`), list))
+    }
+    root.append(block)
+  }
+}
+
+function node (record) {
+  const selected = record.id === state.selected || record.id === state.other
+  const item = el('li', {
+    class: `node kind-${record.kind}${selected ? ' selected' : ''}`,
+    'data-id': record.id,
+    tabindex: 0,
+    onclick: () => pick(record.id),
+    onkeydown: (e) => { if (e.key === 'Enter') pick(record.id) },
+  },
+  el('span', { class: 'badge' }, record.kind),
+  el('span', { class: 'where' }, record.step === null || record.step === undefined ? '' : `.${record.step}`),
+  el('span', { class: 'trigger' }, record.trigger ?? ''),
+  el('span', { class: 'id' }, record.short),
+  el('span', { class: 'time', title: record.time }, ago(record.time)),
+  el('span', { class: 'files' }, `${record.files} file(s)`),
+  el('span', { class: 'bytes' }, `+${bytesText(record.bytes)}`),
+  )
+  if (record.kind === 'guard') item.title = 'guard: the state just before a restore (restore it to undo that restore)'
+  return item
+}
+
+function pick (id) {
+  if (state.compare && state.selected && id !== state.selected) {
+    state.other = id
+  } else {
+    state.selected = id
+    state.other = null
+  }
+  state.picked.clear()
+  renderTimeline()
+  loadDiff()
+}
+
+// ---- diff -------------------------------------------------------------------------------
+
+/** From and to of the current view: [older, newer] ids ('worktree' for now). */
+function range () {
+  const selected = byId(state.selected)
+  if (!selected) return null
+  if (state.other === 'worktree') return [selected.id, 'worktree']
+  if (state.other) {
+    const a = state.records.indexOf(selected)
+    const b = state.records.indexOf(byId(state.other))
+    return a < b ? [selected.id, state.other] : [state.other, selected.id]
+  }
+  const previous = previousOf(selected)
+  return previous ? [previous.id, selected.id] : null
+}
+
+async function loadDiff () {
+  const selected = byId(state.selected)
+  $('actions').hidden = !selected
+  $('outcome').replaceChildren()
+  $('file-head').replaceChildren()
+  $('file-body').replaceChildren()
+  const heading = $('selection')
+  if (!selected) return
+  const span = range()
+  const describe = (id) => id === 'worktree' ? 'the worktree now' : label(byId(id))
+  heading.replaceChildren(span
+    ? el('span', {}, 'Changes from ', el('b', {}, describe(span[0])), ' to ', el('b', {}, describe(span[1])))
+    : el('span', {}, el('b', {}, label(selected)), ' is the first checkpoint of its session: nothing earlier to compare with. Try "Compare with the worktree now".'))
+  const files = $('files')
+  files.replaceChildren()
+  if (!span) return
+  files.append(el('p', { class: 'loading' }, 'loading…'))
+  try {
+    const answer = await api('GET', `/api/diff?from=${encodeURIComponent(span[0])}&to=${encodeURIComponent(span[1])}`)
+    state.files = answer.records.filter((r) => r.type === 'diff.file')
+    const total = answer.records.find((r) => r.type === 'diff')
+    files.replaceChildren(el('p', { class: 'summary' }, `${total?.files ?? 0} file(s), +${total?.added ?? 0} −${total?.removed ?? 0}`))
+    const table = el('table', { class: 'file-list' })
+    for (const file of state.files) {
+      const key = JSON.stringify(file.path)
+      const modes = file.old_mode && file.new_mode && file.old_mode !== file.new_mode ? ` mode ${file.old_mode} → ${file.new_mode}` : ''
+      table.append(el('tr', { class: `status-${file.status}`, 'data-path': pathText(file.path) },
+        el('td', {}, el('input', { type: 'checkbox', title: 'include in a partial preview/restore', onchange: (e) => { if (e.target.checked) state.picked.add(key); else state.picked.delete(key) } })),
+        el('td', { class: 'letter' }, file.status),
+        el('td', { class: 'path' }, el('a', { href: '#', onclick: (e) => { e.preventDefault(); showFile(file, span) } }, pathText(file.path))),
+        el('td', { class: 'counts' }, file.binary ? 'binary' : `+${file.added} −${file.removed}${modes}`)))
+    }
+    files.append(table)
+    if (!state.files.length) files.append(el('p', {}, 'No differences.'))
+  } catch (error) {
+    files.replaceChildren(el('p', { class: 'error' }, error.message))
+  }
+}
+
+async function showFile (file, span) {
+  const head = $('file-head')
+  const body = $('file-body')
+  head.replaceChildren(el('b', {}, pathText(file.path)), ' ',
+    el('button', { type: 'button', id: 'view-toggle', onclick: () => { state.view = state.view === 'unified' ? 'split' : 'unified'; showFile(file, span) } },
+      state.view === 'unified' ? 'side by side' : 'unified'))
+  body.replaceChildren(el('p', { class: 'loading' }, 'loading…'))
+  const started = performance.now()
+  try {
+    const answer = await api('GET', `/api/file?from=${encodeURIComponent(span[0])}&to=${encodeURIComponent(span[1])}&path=${encodeURIComponent(JSON.stringify(file.path))}`)
+    body.replaceChildren()
+    const notes = []
+    if (answer.old_mode !== answer.new_mode && answer.old_mode && answer.new_mode) notes.push(`mode ${answer.old_mode} → ${answer.new_mode}`)
+    if (answer.new_mode === '120000' || answer.old_mode === '120000') notes.push('symbolic link: the lines are its target')
+    if (notes.length) body.append(el('p', { class: 'note' }, notes.join('; ')))
+    if (answer.binary) {
+      body.append(el('p', { class: 'binary' }, `Binary file: ${bytesText(answer.old_size ?? 0)} → ${bytesText(answer.new_size ?? 0)}`))
+    } else if (answer.too_large) {
+      body.append(el('p', { class: 'too-large' }, `Too large to show here (${bytesText(answer.old_size ?? 0)} → ${bytesText(answer.new_size ?? 0)}); use ckpt diff in a terminal.`))
+    } else if (state.view === 'unified') {
+      const table = el('table', { class: 'lines unified' })
+      for (const [sign, oldNo, newNo, text] of answer.lines) {
+        table.append(el('tr', { class: sign === '+' ? 'add' : sign === '-' ? 'del' : 'same' },
+          el('td', { class: 'no' }, oldNo ?? ''), el('td', { class: 'no' }, newNo ?? ''), el('td', { class: 'sign' }, sign), el('td', { class: 'text' }, text)))
+      }
+      body.append(table)
+    } else {
+      const table = el('table', { class: 'lines split' })
+      for (const [sign, oldNo, newNo, text] of answer.lines) {
+        const left = sign === '+' ? [el('td', { class: 'no' }), el('td', { class: 'text' })] : [el('td', { class: 'no' }, oldNo), el('td', { class: `text ${sign === '-' ? 'del' : ''}` }, text)]
+        const right = sign === '-' ? [el('td', { class: 'no' }), el('td', { class: 'text' })] : [el('td', { class: 'no' }, newNo), el('td', { class: `text ${sign === '+' ? 'add' : ''}` }, text)]
+        table.append(el('tr', {}, ...left, ...right))
+      }
+      body.append(table)
+    }
+    body.dataset.ms = String(Math.round(performance.now() - started))
+  } catch (error) {
+    body.replaceChildren(el('p', { class: 'error' }, error.message))
+  }
+}
+
+// ---- preview and restore ----------------------------------------------------------------
+
+function pickedPaths () {
+  return [...state.picked].map((key) => JSON.parse(key))
+}
+
+function pathList (title, paths, cls) {
+  if (!paths?.length) return null
+  return el('div', { class: `paths ${cls}` }, el('h4', {}, `${title} (${paths.length})`),
+    el('ul', {}, paths.map((p) => el('li', {}, typeof p === 'object' && p && 'reason' in p ? `${pathText(p.path)}  [${p.reason}]` : pathText(p)))))
+}
+
+function previewView (preview) {
+  return el('div', { class: 'preview' },
+    pathList('overwrite or recreate', preview.overwrite, 'overwrite'),
+    pathList(preview.exact ? 'delete (created after it)' : 'left in place, created after it (exact deletes them)', preview.exact ? preview.delete : preview.created_after, preview.exact ? 'delete' : 'created-after'),
+    pathList('conflicts', preview.conflicts, 'conflicts'),
+    pathList('not protected, never touched', preview.not_protected, 'not-protected'),
+    el('p', {}, `${preview.unchanged} path(s) already match`))
+}
+
+async function runPreview (id, exact) {
+  const answer = await api('POST', '/api/preview', { id, exact, paths: pickedPaths() })
+  return answer.records.find((r) => r.type === 'preview')
+}
+
+async function previewSelected () {
+  const outcome = $('outcome')
+  try {
+    const preview = await runPreview(state.selected, $('exact').checked)
+    outcome.replaceChildren(el('h3', {}, `Restoring to ${label(byId(state.selected))} would:`), previewView(preview))
+  } catch (error) {
+    outcome.replaceChildren(el('p', { class: 'error' }, error.message))
+  }
+}
+
+/** Asks in the page; resolves true only on the explicit "Yes, restore". */
+function confirmInPage (title, body) {
+  const dialog = $('confirm')
+  $('confirm-title').textContent = title
+  $('confirm-body').replaceChildren(body)
+  return new Promise((resolve) => {
+    const done = (answer) => { dialog.close(); $('confirm-yes').onclick = null; $('confirm-cancel').onclick = null; resolve(answer) }
+    $('confirm-yes').onclick = () => done(true)
+    $('confirm-cancel').onclick = () => done(false)
+    dialog.oncancel = () => done(false)
+    dialog.showModal()
+  })
+}
+
+async function restoreTo (id, exact, paths, what) {
+  const outcome = $('outcome')
+  try {
+    const preview = (await api('POST', '/api/preview', { id, exact, paths })).records.find((r) => r.type === 'preview')
+    const yes = await confirmInPage(`Restore ${what}? A guard checkpoint of the current files is taken first.`, previewView(preview))
+    if (!yes) {
+      outcome.replaceChildren(el('p', { class: 'cancelled' }, 'Not restored; nothing was changed.'))
+      return
+    }
+    const answer = await api('POST', '/api/restore', { id, exact, paths, confirm: true })
+    const report = answer.records.find((r) => r.type === 'restore')
+    state.lastGuard = report.guard
+    const lines = [
+      el('h3', {}, report.verified ? 'Restored, and verified.' : 'Restored with problems:'),
+      pathList('written', report.written, 'written'),
+      pathList('deleted', report.deleted, 'deleted'),
+      pathList('left in place, created after it', report.left, 'left'),
+      pathList('failed', (report.failed ?? []).map((f) => ({ path: f.path, reason: f.error })), 'failed'),
+      el('p', {}, `${report.unchanged} path(s) already matched`),
+    ]
+    if (report.guard) {
+      lines.push(el('p', { class: 'guard' }, `Guard checkpoint ${report.guard.slice(0, 8)} holds the files as they were before. `,
+        el('button', { type: 'button', id: 'undo', onclick: () => restoreTo(report.guard, true, [], `the state before that restore (guard ${report.guard.slice(0, 8)})`) }, 'Undo')))
+    }
+    outcome.replaceChildren(el('div', { class: 'restored' }, lines))
+    await refresh()
+  } catch (error) {
+    outcome.replaceChildren(el('p', { class: 'error' }, error.message))
+  }
+}
+
+// ---- status -----------------------------------------------------------------------------
+
+async function loadStatus () {
+  const root = $('status')
+  root.replaceChildren(el('p', { class: 'loading' }, 'loading…'))
+  try {
+    const answer = await api('GET', '/api/status')
+    const status = answer.status.find((r) => r.type === 'status')
+    const removals = answer.prune.filter((r) => r.type === 'prune.remove')
+    root.replaceChildren(
+      el('h2', {}, `${status.provider} provider for ${pathText(status.workspace)}`),
+      el('p', {}, `protected now: ${status.protected} file(s)`),
+      pathList('not protected', status.not_protected, 'not-protected') ?? el('p', {}, 'Everything on disk is protected.'),
+      el('p', { class: 'disk' }, `disk: ${bytesText(status.ckpt_only_bytes)} kept alive only by ckpt, ${bytesText(status.shared_bytes)} shared with your repository (${status.blobs} distinct files)`),
+      el('h3', {}, `checkpoints: ${status.checkpoints}`),
+      el('ul', { class: 'sessions' }, status.sessions.map((s) => el('li', {}, `${s.session ?? 'no session'}: ${s.count}`))),
+      el('h3', {}, 'prune, dry run'),
+      removals.length
+        ? el('ul', { class: 'prune' }, removals.map((r) => el('li', {}, `would remove ${r.id.slice(0, 8)} [${r.rule}]`)))
+        : el('p', {}, 'The retention policy would remove nothing now.'))
+  } catch (error) {
+    root.replaceChildren(el('p', { class: 'error' }, error.message))
+  }
+}
+
+// ---- wiring -----------------------------------------------------------------------------
+
+async function refresh () {
+  try {
+    const answer = await api('GET', '/api/checkpoints')
+    const records = answer.records.filter((r) => r.type === 'checkpoint')
+    $('workspace').textContent = `${answer.provider} · ${answer.workspace}`
+    const signature = records.map((r) => r.id).join(',')
+    $('live').className = 'ok'
+    if (signature === state.signature) return
+    state.records = records
+    state.signature = signature
+    if (state.selected && !byId(state.selected)) { state.selected = null; state.other = null }
+    renderTimeline()
+    document.body.dataset.rendered = String(records.length)
+  } catch (error) {
+    $('live').className = 'down'
+    $('live').title = error.message
+  }
+}
+
+function showTab (name) {
+  $('view-timeline').hidden = name !== 'timeline'
+  $('view-status').hidden = name !== 'status'
+  $('tab-timeline').classList.toggle('active', name === 'timeline')
+  $('tab-status').classList.toggle('active', name === 'status')
+  if (name === 'status') loadStatus()
+}
+
+$('tab-timeline').addEventListener('click', () => showTab('timeline'))
+$('tab-status').addEventListener('click', () => showTab('status'))
+$('compare').addEventListener('change', (e) => { state.compare = e.target.checked; if (!state.compare) { state.other = null; loadDiff() } })
+$('vs-worktree').addEventListener('click', () => { state.other = 'worktree'; renderTimeline(); loadDiff() })
+$('preview').addEventListener('click', previewSelected)
+$('restore').addEventListener('click', () => {
+  const record = byId(state.selected)
+  if (record) restoreTo(record.id, $('exact').checked, pickedPaths(), `to ${label(record)}${state.picked.size ? ` (${state.picked.size} path(s))` : ''}`)
+})
+
+const started = performance.now()
+refresh().then(() => { document.body.dataset.firstRenderMs = String(Math.round(performance.now() - started)) })
+setInterval(refresh, 2000)
