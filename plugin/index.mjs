@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto'
 
 import { Config as ConfigSchema } from './lib/config.mjs'
 import { checkpointsProjection } from './lib/projection.mjs'
-import { errorText, one, resolveBinary, run } from './lib/ckpt.mjs'
+import { errorText, one, resolveBinary, run, startWebView } from './lib/ckpt.mjs'
 import {
   failureText,
   firstOfEachTurn,
@@ -75,6 +75,9 @@ export function apply(ctx, rawConfig) {
   // stopped when the last of them is disposed, and when the plugin unloads (a later watched
   // snapshot, by anyone, simply starts it again).
   const watchers = new Map()
+  // Per workspace: the web view `/rewind ui` started ({ child, url }), reused while it runs and
+  // stopped when the plugin unloads.
+  const webViews = new Map()
   const name = config.commandName
 
   // Resolved on first use and kept while it works; an unusable binary is looked for again on the
@@ -176,8 +179,24 @@ export function apply(ctx, rawConfig) {
   ctx.effect?.(() => async () => {
     const cwds = [...watchers.keys()]
     watchers.clear()
+    for (const { child } of webViews.values()) {
+      try { child.kill('SIGTERM') } catch {}
+    }
+    webViews.clear()
     await Promise.all(cwds.map(stopWatching))
   })
+
+  /** The running web view of `cwd`, started on first use (and again if it has exited). */
+  const webView = async (cwd) => {
+    const known = webViews.get(cwd)
+    if (known && known.child.exitCode === null && known.child.signalCode === null) return known
+    const found = await binaryReady()
+    if (!found.binary) throw new Error(`${found.error}; ${INSTALL_HINT}`)
+    const started = await startWebView(found.binary, cwd)
+    webViews.set(cwd, started)
+    started.child.on('exit', () => { if (webViews.get(cwd) === started) webViews.delete(cwd) })
+    return started
+  }
 
   ctx.on('fs/write-intent', intent('write'), { prepend: true })
   ctx.on('fs/edit-intent', intent('edit'), { prepend: true })
@@ -193,7 +212,7 @@ export function apply(ctx, rawConfig) {
   const command = {
     name,
     description: 'Rewind the workspace (and the conversation) to before a turn, with preview and undo',
-    input: { hint: '[all | preview <point> | <point> [--exact] [--yes] [--into <fork>] | undo | diff <point> | status | clear]   point: 2, 2.1, turn 2.1, an id, latest' },
+    input: { hint: '[all | preview <point> | <point> [--exact] [--yes] [--into <fork>] | undo | diff <point> | status | ui | clear]   point: 2, 2.1, turn 2.1, an id, latest' },
     handler: async (invocation) => {
       const cwd = invocation?.agent?.session?.header?.cwd
       if (cwd && rewinding.has(cwd)) return { kind: 'error', text: `another /${name} is still running on ${cwd}; nothing was changed` }
@@ -278,6 +297,16 @@ export function apply(ctx, rawConfig) {
       const lines = shown.map((r) => `${pointLabel(r, verb === 'all')}  ${r.short}  ${r.time}  ${r.trigger ?? ''}  ${turnText(session, r.turn)}${r.inherited ? '  (before the fork)' : ''}`.trimEnd())
       const hint = verb === 'all' ? `/${name} preview <point>, /${name} <point> --yes (a point: 2, 2.1, turn 2.1, an id, latest)` : `/${name} preview <turn>, /${name} <turn> --yes; /${name} all lists every step`
       return { kind: 'success', text: `${warning}${lines.join('\n')}\n${hint}` }
+    }
+    if (verb === 'ui') {
+      try {
+        const view = await webView(cwd)
+        // The page opens on this session's part of the timeline.
+        const url = `${view.url}#session=${encodeURIComponent(sid)}`
+        return { kind: 'success', text: `${warning}ckpt web view of ${cwd}:\n${url}\n(open it in a browser on this machine; it runs until the harness stops)` }
+      } catch (error) {
+        return { kind: 'error', text: `${warning}${error.message}` }
+      }
     }
     if (verb === 'status') {
       const [status, listed] = await Promise.all([ckpt(cwd, ['status'], signal), listPoints(cwd, session, signal)])

@@ -367,6 +367,19 @@ async function main() {
   check.match(status.text, /^rewind points in this session: 5$/m, status.text)
   check.match(status.text, /^disk: .* kept alive only by ckpt, .* shared with your repository \(\d+ distinct files\)$/m, status.text)
 
+  // /rewind ui: the web view of this workspace, served by ckpt, answering with the same records.
+  step('web: /rewind ui serves the web view of the workspace')
+  const ui = await command(s, '/rewind ui')
+  check.equal(ui.kind, 'success', ui.text)
+  const uiUrl = /(http:\/\/127\.0\.0\.1:\d+\/\?token=[0-9a-f]{32})/.exec(ui.text)?.[1]
+  check.ok(uiUrl, ui.text)
+  if (uiUrl) {
+    const uiToken = new URL(uiUrl).searchParams.get('token')
+    const served = await (await fetch(new URL('/api/checkpoints', uiUrl), { headers: { 'X-Ckpt-Token': uiToken } })).json()
+    check.deepEqual(served.records?.filter((r) => r.session === s).map((r) => r.id), listed.map((r) => r.id), 'the web view lists the session\'s checkpoints')
+    check.equal((await fetch(new URL('/api/checkpoints', uiUrl))).status, 403, 'the web view refuses a request without its token')
+  }
+
   // /rewind 2 --yes: files to before turn 2, the conversation forked with its tools.
   step('[1][5] web: /rewind 2 --yes (restore + fork), the fork\'s first request')
   const rewound = await command(s, '/rewind 2 --yes')

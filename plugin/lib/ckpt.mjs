@@ -2,7 +2,7 @@
 // `ckpt` on PATH), one subprocess per call with a timeout, and its JSON Lines answer parsed.
 // No engine logic lives here.
 
-import { execFile } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
 import { access, constants } from 'node:fs/promises'
 import { delimiter, join } from 'node:path'
 
@@ -69,4 +69,36 @@ export function errorText(result) {
   if (error) return `${error.code}: ${error.message}`
   const last = result.stderr.trim().split('\n').at(-1)
   return `ckpt exited ${result.code} without a JSON answer${last ? ` (${last})` : ''}`
+}
+
+/**
+ * Starts `ckpt ui --no-open --exit-with-parent` for `cwd`; resolves to { child, url } once it printed its address,
+ * or rejects with what it said if it exits first or stays silent for `timeoutMs`.
+ */
+export function startWebView(binary, cwd, { timeoutMs = 15000 } = {}) {
+  return new Promise((resolve, reject) => {
+    // --exit-with-parent: a harness that is killed outright leaves no server behind.
+    const child = spawn(binary, ['-C', cwd, 'ui', '--no-open', '--exit-with-parent'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    const fail = (why) => {
+      clearTimeout(timer)
+      try { child.kill('SIGTERM') } catch {}
+      reject(new Error(`ckpt ui ${why}${stderr.trim() ? `: ${stderr.trim().split('\n').at(-1)}` : ''}`))
+    }
+    const timer = setTimeout(() => fail(`printed no address in ${timeoutMs} ms`), timeoutMs)
+    child.on('error', (error) => fail(`did not start (${error.message})`))
+    child.on('exit', (code) => fail(`exited (${code}) before it served`))
+    child.stderr.on('data', (chunk) => { stderr += chunk })
+    child.stdout.on('data', (chunk) => {
+      stdout += chunk
+      const found = /(http:\/\/127\.0\.0\.1:\d+\/\?token=[0-9a-f]+)/.exec(stdout)
+      if (!found) return
+      clearTimeout(timer)
+      child.removeAllListeners('exit')
+      child.stdout.removeAllListeners('data')
+      child.stdout.resume()
+      resolve({ child, url: found[1] })
+    })
+  })
 }

@@ -399,3 +399,35 @@ test('the fork is composed as dsh composes its own: the host fork service first,
   assert.deepEqual(mounted, [['agent-ctx', 'code']], 'setup joins the parent preset')
   assert.deepEqual(attached, [options.sessionId], 'the child is attached to the parent workspace')
 })
+
+test('/rewind ui starts the web view for the workspace once, answers with its address, and stops it on unload', async () => {
+  const dir = repo()
+  const ctx = fakeContext()
+  const { command, capture } = apply(ctx, { binary: CKPT })
+  const s = session(dir, [toolCall(1, 'c1', 1, 1)])
+  const agent = { session: s, status: 'idle' }
+  await capture({ agent, callId: 'c1' }, 'write')
+  const first = await command.handler({ agent, rawInput: 'ui' })
+  assert.equal(first.kind, 'success', first.text)
+  const url = /(http:\/\/127\.0\.0\.1:\d+\/\?token=[0-9a-f]{32})#session=s1/.exec(first.text)?.[1]
+  assert.ok(url, first.text)
+  const token = new URL(url).searchParams.get('token')
+  const api = await fetch(new URL('/api/checkpoints', url), { headers: { 'X-Ckpt-Token': token } })
+  assert.equal(api.status, 200)
+  const body = await api.json()
+  assert.deepEqual(body.records.map((r) => r.session), ['s1'], 'the workspace of the session')
+  assert.equal((await fetch(new URL('/api/checkpoints', url))).status, 403, 'no token, no answer')
+  const again = await command.handler({ agent, rawInput: 'ui' })
+  assert.ok(again.text.includes(url), 'the running web view is reused')
+  for (const dispose of ctx.effects) await dispose()
+  let stopped = false
+  for (let i = 0; i < 50 && !stopped; i++) {
+    try {
+      await fetch(new URL('/api/checkpoints', url), { headers: { 'X-Ckpt-Token': token } })
+      await new Promise((r) => setTimeout(r, 100))
+    } catch {
+      stopped = true
+    }
+  }
+  assert.ok(stopped, 'the web view stops when the plugin unloads')
+})

@@ -154,6 +154,9 @@ pub(super) enum WorkspaceCommand {
         /// Every worktree of this repository, not only this one
         #[arg(long)]
         all: bool,
+        /// Stop when the process that started this one exits (for harness adapters)
+        #[arg(long)]
+        exit_with_parent: bool,
     },
     /// The filesystem-watch daemon that lets a snapshot skip walking an unchanged worktree
     Watch {

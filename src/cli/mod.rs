@@ -252,11 +252,17 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
         }
         WorkspaceCommand::Audit => audit(provider.as_ref(), out),
         WorkspaceCommand::Watch { action } => watch::watch(provider.as_ref(), action, out),
-        WorkspaceCommand::Ui { port, no_open, all } => {
+        WorkspaceCommand::Ui {
+            port,
+            no_open,
+            all,
+            exit_with_parent,
+        } => {
             let options = ui::UiOptions {
                 port: *port,
                 open: !*no_open,
                 all: *all,
+                exit_with_parent: *exit_with_parent,
             };
             ui::serve(provider.as_ref(), &config, &options)
         }

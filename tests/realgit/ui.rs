@@ -38,3 +38,58 @@ fn the_web_view_works_in_a_real_browser() {
     std::fs::write(&summary, format!("{text}\n")).ok();
     assert!(passed, "{text}:\n{stdout}\n{stderr}");
 }
+
+/// The process has ended (a zombie waiting for its reaper counts as ended).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+fn wait_ended(pid: u32, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ended(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: ckpt ui (pid {pid}) still runs"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_web_view_stops_with_its_workspace_and_with_a_parent_that_asked() {
+    use crate::common::*;
+    // The workspace disappears: the server stops by itself.
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let mut cmd = repo.ckpt_command();
+    cmd.args(["ui", "--no-open"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    assert!(line.contains("http://127.0.0.1:"), "{line}");
+    std::fs::remove_dir_all(&repo.root).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "ckpt ui outlived its workspace");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+
+    // --exit-with-parent: the shell that started it exits, and so does the server.
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let script = format!(
+        "'{CKPT}' -C '{}' ui --no-open --exit-with-parent >/dev/null 2>&1 & echo $!; sleep 1",
+        repo.root.display()
+    );
+    let out = std::process::Command::new("sh").args(["-c", &script]).output().unwrap();
+    let pid: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    wait_ended(pid, "its parent exited");
+}

@@ -33,6 +33,22 @@ pub(super) struct UiOptions {
     pub port: u16,
     pub open: bool,
     pub all: bool,
+    /// Stop when the process that started this one is gone (a harness that was killed).
+    pub exit_with_parent: bool,
+}
+
+/// Why the server should stop now, if it should: its workspace is gone, or (when asked) the
+/// process that started it.
+fn reason_to_stop(workdir: &std::path::Path, parent: Option<u32>) -> Option<String> {
+    if !workdir.is_dir() {
+        return Some(format!("the workspace {} is gone", workdir.display()));
+    }
+    match parent {
+        Some(parent) if std::os::unix::process::parent_id() != parent => {
+            Some("the process that started it has exited".to_owned())
+        }
+        _ => None,
+    }
 }
 
 /// A random token of 32 hex digits from the kernel's generator.
@@ -254,7 +270,24 @@ pub(super) fn serve(provider: &dyn Provider, config: &Config, options: &UiOption
         config,
         all: options.all,
     };
-    for mut request in server.incoming_requests() {
+    let parent = options.exit_with_parent.then(std::os::unix::process::parent_id);
+    loop {
+        let mut request = match server.recv_timeout(std::time::Duration::from_secs(1)) {
+            Ok(Some(request)) => request,
+            Ok(None) => {
+                if let Some(why) = reason_to_stop(provider.workdir(), parent) {
+                    sayln!("ckpt ui: stopping: {why}");
+                    return Ok(Exit::Ok);
+                }
+                continue;
+            }
+            Err(e) => {
+                return Err(CkptError::Io {
+                    path: host.clone().into(),
+                    source: e,
+                })
+            }
+        };
         // The whole body is read before any answer, refusals included: a client then hears the
         // answer instead of a reset, and a kept-alive connection stays in step.
         let mut body = Vec::new();
@@ -288,7 +321,6 @@ pub(super) fn serve(provider: &dyn Provider, config: &Config, options: &UiOption
             _ => respond_json(request, Answer::error(405, "usage", "only GET and POST are answered")),
         }
     }
-    Ok(Exit::Ok)
 }
 
 #[cfg(test)]

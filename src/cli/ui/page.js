@@ -5,6 +5,8 @@
 'use strict'
 
 const token = document.querySelector('meta[name="ckpt-token"]').content
+// `#session=ID` (the harness adapter's /rewind ui) opens on that session's part of the timeline.
+const focusSession = new URLSearchParams(location.hash.slice(1)).get('session')
 history.replaceState(null, '', '/') // the token leaves the address bar (and the history)
 
 const state = {
@@ -111,7 +113,8 @@ function renderTimeline () {
       if (!turns.has(key)) turns.set(key, [])
       turns.get(key).push(record)
     }
-    const block = el('details', { class: 'session', open: true, 'data-session': session },
+    const open = !focusSession || focusSession === session || !sessions.has(focusSession)
+    const block = el('details', { class: 'session', open, 'data-session': session },
       el('summary', {}, session ? `session ${session}` : 'no session (manual and other checkpoints)', el('span', { class: 'count' }, ` ${records.length}`)))
     for (const [turn, steps] of turns) {
       const list = el('ol', { class: 'steps' })
