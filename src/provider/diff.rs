@@ -34,47 +34,56 @@ pub struct FileChange {
     pub new: Option<TreeItem>,
 }
 
+/// How one path differs, if it does: added, deleted, type-changed (a symlink on one side only)
+/// or modified.
+fn change_of(path: &RepoPath, before: Option<TreeItem>, after: Option<TreeItem>) -> Option<FileChange> {
+    let status = match (before, after) {
+        (None, None) => return None,
+        (Some(a), Some(b)) if a == b => return None,
+        (None, Some(_)) => Status::Added,
+        (Some(_), None) => Status::Deleted,
+        (Some(a), Some(b)) if (a.kind == EntryKind::Symlink) != (b.kind == EntryKind::Symlink) => Status::TypeChanged,
+        (Some(_), Some(_)) => Status::Modified,
+    };
+    Some(FileChange {
+        path: path.clone(),
+        status,
+        old: before,
+        new: after,
+    })
+}
+
+fn in_scope(path: &RepoPath, filter: &[RepoPath]) -> bool {
+    filter.is_empty() || filter.iter().any(|f| path.is_within(f))
+}
+
 /// Paths whose entries differ between `old` and `new`, within `filter` (empty: everything).
 pub fn changes(
     old: &BTreeMap<RepoPath, TreeItem>,
     new: &BTreeMap<RepoPath, TreeItem>,
     filter: &[RepoPath],
 ) -> Vec<FileChange> {
-    let in_scope = |p: &RepoPath| filter.is_empty() || filter.iter().any(|f| p.is_within(f));
-    let mut out = Vec::new();
-    for (path, before) in old.iter().filter(|(p, _)| in_scope(p)) {
-        match new.get(path) {
-            None => out.push(FileChange {
-                path: path.clone(),
-                status: Status::Deleted,
-                old: Some(*before),
-                new: None,
-            }),
-            Some(after) if after == before => {}
-            Some(after) => {
-                let link_changed = (before.kind == EntryKind::Symlink) != (after.kind == EntryKind::Symlink);
-                let status = if link_changed {
-                    Status::TypeChanged
-                } else {
-                    Status::Modified
-                };
-                out.push(FileChange {
-                    path: path.clone(),
-                    status,
-                    old: Some(*before),
-                    new: Some(*after),
-                });
-            }
-        }
-    }
-    for (path, after) in new.iter().filter(|(p, _)| in_scope(p) && !old.contains_key(*p)) {
-        out.push(FileChange {
-            path: path.clone(),
-            status: Status::Added,
-            old: None,
-            new: Some(*after),
-        });
-    }
+    let mut out: Vec<FileChange> = old
+        .iter()
+        .filter(|(p, _)| in_scope(p, filter))
+        .filter_map(|(path, before)| change_of(path, Some(*before), new.get(path).copied()))
+        .collect();
+    out.extend(
+        new.iter()
+            .filter(|(p, _)| in_scope(p, filter) && !old.contains_key(*p))
+            .filter_map(|(path, after)| change_of(path, None, Some(*after))),
+    );
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+/// [`changes`] from a diff of two trees (which reads only the subtrees that differ).
+pub fn changes_of_trees(diffed: Vec<crate::verbs::TreeChange>, filter: &[RepoPath]) -> Vec<FileChange> {
+    let mut out: Vec<FileChange> = diffed
+        .into_iter()
+        .filter(|c| in_scope(&c.path, filter))
+        .filter_map(|c| change_of(&c.path, c.old, c.new))
+        .collect();
     out.sort_by(|a, b| a.path.cmp(&b.path));
     out
 }

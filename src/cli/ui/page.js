@@ -154,8 +154,16 @@ function pick (id) {
     state.other = null
   }
   state.picked.clear()
-  renderTimeline()
+  markSelected()
   loadDiff()
+}
+
+/** Moves the selection marks without rebuilding the timeline (1,000 nodes cost ~80 ms). */
+function markSelected () {
+  for (const node of document.querySelectorAll('.node.selected')) node.classList.remove('selected')
+  for (const id of [state.selected, state.other]) {
+    if (id && id !== 'worktree') document.querySelector(`.node[data-id="${id}"]`)?.classList.add('selected')
+  }
 }
 
 // ---- diff -------------------------------------------------------------------------------
@@ -392,7 +400,7 @@ function showTab (name) {
 $('tab-timeline').addEventListener('click', () => showTab('timeline'))
 $('tab-status').addEventListener('click', () => showTab('status'))
 $('compare').addEventListener('change', (e) => { state.compare = e.target.checked; if (!state.compare) { state.other = null; loadDiff() } })
-$('vs-worktree').addEventListener('click', () => { state.other = 'worktree'; renderTimeline(); loadDiff() })
+$('vs-worktree').addEventListener('click', () => { state.other = 'worktree'; markSelected(); loadDiff() })
 $('preview').addEventListener('click', previewSelected)
 $('restore').addEventListener('click', () => {
   const record = byId(state.selected)

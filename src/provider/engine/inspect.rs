@@ -44,23 +44,30 @@ impl Engine {
         paths: &[RepoPath],
         max_file_size: u64,
     ) -> Result<Vec<crate::provider::FileDiff>, CkptError> {
-        let old = self.checkpoint_tree(from)?;
-        let new = match to {
-            Some(to) => self.checkpoint_tree(to)?,
+        let changes = match to {
+            // Two checkpoints: only the subtrees that differ are read (and each name read is
+            // checked on the way); nothing here is written, so the whole-tree validation a
+            // restore needs is not.
+            Some(to) => {
+                let (old, new) = (self.pinned_tree_id(from)?, self.pinned_tree_id(to)?);
+                crate::provider::diff::changes_of_trees(self.vault.diff_trees(Some(&old), Some(&new))?, paths)
+            }
             None => {
+                let old = self.checkpoint_tree(from)?;
                 let cache = Registry::open_existing(&self.state_dir)?.and_then(|r| self.trusted_stat_cache(&r));
-                scan::capture(
+                let new = scan::capture(
                     &self.vault,
                     max_file_size,
                     BlobSink::HashOnly,
                     cache.as_ref(),
                     &Progress::hidden(),
                 )?
-                .items()
+                .items();
+                crate::provider::diff::changes(&old, &new, paths)
             }
         };
         let mut out = Vec::new();
-        for change in crate::provider::diff::changes(&old, &new, paths) {
+        for change in changes {
             let old_bytes = match change.old {
                 Some(item) if item.kind != EntryKind::Gitlink => Some(self.vault.read_blob(&item.id)?),
                 _ => None,

@@ -212,6 +212,14 @@ impl Engine {
 
     /// [`Self::checkpoint_tree_id`], with the file count of every tree the validation read.
     fn checkpoint_tree_counted(&self, record: &Record) -> Result<(ObjectId, FileCounts), CkptError> {
+        let tree = self.pinned_tree_id(record)?;
+        let counts = self.vault.validate_tree(&tree)?;
+        Ok((tree, counts))
+    }
+
+    /// The tree of a record that is pinned and matches its commit, without reading the tree:
+    /// for reading only (a restore validates every name with [`Self::checkpoint_tree_id`]).
+    fn pinned_tree_id(&self, record: &Record) -> Result<ObjectId, CkptError> {
         record.validate().map_err(CkptError::CorruptRecord)?;
         let commit = record
             .commit_id()
@@ -234,8 +242,7 @@ impl Engine {
                 info.tree
             )));
         }
-        let counts = self.vault.validate_tree(&info.tree)?;
-        Ok((info.tree, counts))
+        Ok(info.tree)
     }
 }
 
