@@ -158,6 +158,11 @@ pub(super) enum WorkspaceCommand {
         #[arg(long)]
         exit_with_parent: bool,
     },
+    /// What an agent's tool calls changed, replayed from the DeepSeek Harness's session logs
+    Trace {
+        #[command(subcommand)]
+        action: TraceAction,
+    },
     /// The filesystem-watch daemon that lets a snapshot skip walking an unchanged worktree
     Watch {
         #[command(subcommand)]
@@ -202,6 +207,21 @@ pub(super) struct SnapshotArgs {
     /// Scan in full even if the config says `watch = true`
     #[arg(long)]
     pub(super) no_watch: bool,
+}
+
+/// `ckpt trace ...`
+#[derive(Subcommand, Debug)]
+pub(super) enum TraceAction {
+    /// The harness sessions of this workspace and, per session, its tool calls and which files
+    /// each can rebuild
+    List {
+        /// Only the session whose id starts with this
+        #[arg(long)]
+        session: Option<String>,
+        /// The harness's home (default: $DSH_HOME, else ~/.dsh)
+        #[arg(long)]
+        dsh_home: Option<PathBuf>,
+    },
 }
 
 /// `ckpt watch ...`

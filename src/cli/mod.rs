@@ -32,6 +32,7 @@ mod output;
 mod pager;
 mod restore;
 mod retention;
+mod trace;
 mod ui;
 mod watch;
 mod wire;
@@ -252,6 +253,7 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
         }
         WorkspaceCommand::Audit => audit(provider.as_ref(), out),
         WorkspaceCommand::Watch { action } => watch::watch(provider.as_ref(), action, out),
+        WorkspaceCommand::Trace { action } => trace::trace(provider.as_ref(), &cwd, action, out),
         WorkspaceCommand::Ui {
             port,
             no_open,

@@ -12,6 +12,7 @@ pub mod report;
 pub mod retention;
 pub mod scan;
 pub mod target;
+pub mod trace;
 pub mod treebuild;
 pub mod watch;
 
@@ -248,6 +249,8 @@ pub trait Provider {
         paths: &[RepoPath],
         max_file_size: u64,
     ) -> Result<Vec<FileDiff>, CkptError>;
+    /// One file's bytes as a checkpoint holds it (`None`: no regular file at that path).
+    fn file_at(&self, record: &Record, path: &RepoPath) -> Result<Option<Vec<u8>>, CkptError>;
     /// Deletes these checkpoints (unpins, then drops the records); returns the ids removed.
     /// Objects are left to git's gc (git provider) or `ckpt gc` (copy store).
     fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError>;
@@ -329,6 +332,9 @@ impl CopyThenGit {
 impl Provider for CopyThenGit {
     fn name(&self) -> &'static str {
         self.primary.name()
+    }
+    fn file_at(&self, record: &Record, path: &RepoPath) -> Result<Option<Vec<u8>>, CkptError> {
+        self.owner(record).file_at(record, path)
     }
     fn workdir(&self) -> &Path {
         self.primary.workdir()

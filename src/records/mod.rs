@@ -5,6 +5,7 @@
 
 pub mod config;
 mod journal;
+pub mod sessionlog;
 pub mod statcache;
 mod trailers;
 pub mod watch;

@@ -142,6 +142,20 @@ fn every_command_speaks_only_json_lines_and_matches_the_readme() {
     run(&["watch", "status"], 0);
     run(&["watch", "stop"], 0);
     run(&["demo"], 0);
+    // A one-call harness session log of this workspace, for `trace list`.
+    let key = format!(
+        "--{}--",
+        repo.root.to_str().unwrap().trim_start_matches('/').replace('/', "-")
+    );
+    let log_dir = repo.home.join("dsh/sessions").join(key).join("s");
+    std::fs::create_dir_all(&log_dir).unwrap();
+    std::fs::write(
+        log_dir.join("session.jsonl"),
+        "{\"type\":\"session\",\"id\":\"s\"}\n{\"type\":\"tool/call\",\"seq\":1,\"data\":{\"turn\":1,\"step\":1,\"callId\":\"c\",\"name\":\"write\",\"arguments\":\"{\\\"file_path\\\":\\\"t.txt\\\",\\\"content\\\":\\\"t\\\"}\"}}\n",
+    )
+    .unwrap();
+    let home = repo.home.join("dsh");
+    run(&["trace", "list", "--dsh-home", home.to_str().unwrap()], 0);
     run(&["preview", "ffffffff"], 1);
     run(&["no-such-command"], 2);
     run(&["--help"], 0);

@@ -19,5 +19,6 @@ mod sandbox;
 mod snapshot;
 mod statcache;
 mod stress;
+mod trace;
 mod ui;
 mod watch;

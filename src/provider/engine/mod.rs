@@ -284,6 +284,23 @@ impl Provider for Engine {
         Engine::status(self, max_file_size)
     }
 
+    fn file_at(&self, record: &Record, path: &RepoPath) -> Result<Option<Vec<u8>>, CkptError> {
+        use crate::verbs::EntryKind;
+        let mut tree = self.pinned_tree_id(record)?;
+        let names: Vec<&[u8]> = path.as_bytes().split(|b| *b == b'/').collect();
+        for (at, name) in names.iter().enumerate() {
+            let Some((_, kind, id)) = self.vault.tree_level(&tree)?.into_iter().find(|(n, _, _)| n == name) else {
+                return Ok(None);
+            };
+            match (kind, at + 1 == names.len()) {
+                (None, false) => tree = id,
+                (Some(EntryKind::File | EntryKind::Executable), true) => return Ok(Some(self.vault.read_blob(&id)?)),
+                _ => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
     fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError> {
         Engine::remove(self, ids)
     }

@@ -1,0 +1,453 @@
+//! Trace replay: what each tool call of a harness session did to the files it names, rebuilt
+//! from the session log alone where that is exact, and said to be unknown everywhere else. A
+//! `write` gives the whole new content; an `edit` (or a `str_replace_editor` command) applies to
+//! a known base — the content an earlier node of the session left, or the file as the nearest
+//! real checkpoint at or before the call holds it, when no shell call ran in between. A failed
+//! call changes nothing; a call whose outcome is unknown, an edit whose text is not found exactly
+//! once (or not at all with `replace_all`), and every file after a shell call (`bash`, `pwsh`,
+//! ...) are unknown until a later `write` or checkpoint pins them. Pure logic: the caller reads
+//! the log and the checkpoints; nothing here touches a file.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::records::sessionlog::{CallOutcome, ToolCall};
+use crate::records::Record;
+use crate::verbs::RepoPath;
+
+/// What the trace knows of one file after a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Known {
+    /// Exactly these bytes (`None`: the file does not exist).
+    Content(Option<Vec<u8>>),
+    /// Not rebuildable, and why.
+    Unknown(String),
+}
+
+/// One tool call of a session, with what it did to the files it names.
+#[derive(Debug, Clone)]
+pub struct TraceNode {
+    pub call: ToolCall,
+    /// The file the call names, when it names one inside the workspace.
+    pub path: Option<RepoPath>,
+    /// Why the call's path was refused or could not be read, if it was.
+    pub refused: Option<String>,
+    /// The files this node changed (or made unknown), with what is known of each after it.
+    pub files: BTreeMap<RepoPath, Known>,
+}
+
+/// The tools whose arguments say nothing about which files they change.
+pub fn is_shell(tool: &str) -> bool {
+    matches!(tool, "bash" | "pwsh" | "shell" | "terminal_send" | "exec")
+}
+
+/// Where a call is, for ordering against checkpoints: (turn, step).
+fn position(call: &ToolCall) -> (u64, u64) {
+    (call.turn.unwrap_or(0), call.step.unwrap_or(0))
+}
+
+/// The workspace path a tool argument names: absolute inside `workdir`, or relative to the
+/// session's `cwd` (itself inside `workdir`).
+pub fn workspace_path(workdir: &Path, cwd: Option<&str>, named: &str) -> Result<RepoPath, String> {
+    let named_path = Path::new(named);
+    let full = if named_path.is_absolute() {
+        named_path.to_path_buf()
+    } else {
+        Path::new(cwd.unwrap_or_default()).join(named_path)
+    };
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for component in full.components() {
+        match component {
+            std::path::Component::RootDir | std::path::Component::Prefix(_) | std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                parts.pop();
+            }
+            std::path::Component::Normal(part) => parts.push(part),
+        }
+    }
+    let normal: std::path::PathBuf = std::iter::once(std::ffi::OsStr::new("/")).chain(parts).collect();
+    let relative = normal
+        .strip_prefix(workdir)
+        .map_err(|_| format!("{named} is outside the workspace {}", workdir.display()))?;
+    RepoPath::new(relative.as_os_str().as_encoded_bytes().to_vec())
+        .map_err(|e| format!("{named} is not a workspace file: {e}"))
+}
+
+/// What a content tool asks for, from its arguments.
+enum Change<'a> {
+    Write(&'a str),
+    Replace {
+        old: &'a str,
+        new: &'a str,
+        all: bool,
+    },
+    Insert {
+        after_line: usize,
+        text: &'a str,
+    },
+    /// A command that reads only.
+    Nothing,
+    /// A command whose effect the trace cannot rebuild (`undo_edit`, an unknown command).
+    Opaque(String),
+}
+
+fn change_of<'a>(tool: &str, args: &'a Value) -> Option<(&'a str, Change<'a>)> {
+    let s = |key: &str| args.get(key).and_then(Value::as_str);
+    match tool {
+        "write" => Some((s("file_path").or(s("path"))?, Change::Write(s("content")?))),
+        "edit" => Some((
+            s("file_path").or(s("path"))?,
+            Change::Replace {
+                old: s("old_string")?,
+                new: s("new_string")?,
+                all: args.get("replace_all").and_then(Value::as_bool).unwrap_or(false),
+            },
+        )),
+        "str_replace_editor" => {
+            let path = s("path")?;
+            let change = match s("command")? {
+                "create" => Change::Write(s("file_text")?),
+                "str_replace" => Change::Replace {
+                    old: s("old_str")?,
+                    new: s("new_str").unwrap_or_default(),
+                    all: false,
+                },
+                "insert" => Change::Insert {
+                    after_line: args.get("insert_line").and_then(Value::as_u64)? as usize,
+                    text: s("new_str")?,
+                },
+                "view" => Change::Nothing,
+                other => Change::Opaque(format!("str_replace_editor {other} cannot be replayed")),
+            };
+            Some((path, change))
+        }
+        _ => None,
+    }
+}
+
+/// Applies an edit to a known base, or says why it cannot be rebuilt exactly.
+fn apply(base: &[u8], change: &Change<'_>) -> Result<Vec<u8>, String> {
+    match change {
+        Change::Write(text) => Ok(text.as_bytes().to_vec()),
+        Change::Replace { old, new, all } => {
+            let base = std::str::from_utf8(base)
+                .map_err(|_| "the base is not UTF-8 text, an edit cannot be replayed on it".to_owned())?;
+            let count = if old.is_empty() { 0 } else { base.matches(old).count() };
+            match (count, all) {
+                (0, _) => Err(
+                    "the edit's text is not in the base (the base the trace knows is not the file the tool saw)".into(),
+                ),
+                (1, _) | (_, true) => Ok(base.replace(old, new).into_bytes()),
+                (n, false) => Err(format!("the edit's text occurs {n} times in the base: ambiguous")),
+            }
+        }
+        Change::Insert { after_line, text } => {
+            let base = std::str::from_utf8(base).map_err(|_| "the base is not UTF-8 text".to_owned())?;
+            let lines: Vec<&str> = base.split_inclusive('\n').collect();
+            if *after_line > lines.len() {
+                return Err(format!(
+                    "insert after line {after_line}, but the base has {} lines",
+                    lines.len()
+                ));
+            }
+            let mut out: String = lines[..*after_line].concat();
+            if !out.is_empty() && !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(text);
+            if !text.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(&lines[*after_line..].concat());
+            Ok(out.into_bytes())
+        }
+        Change::Nothing | Change::Opaque(_) => Err("not a content change".into()),
+    }
+}
+
+/// Replays the calls of one session (in log order). `checkpoints` are that session's real
+/// checkpoints; `content_at` reads one file as a checkpoint holds it (`Ok(None)`: absent).
+pub fn replay(
+    workdir: &Path,
+    cwd: Option<&str>,
+    calls: &[ToolCall],
+    checkpoints: &[Record],
+    mut content_at: impl FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
+) -> Vec<TraceNode> {
+    let mut known: BTreeMap<RepoPath, Known> = BTreeMap::new();
+    let mut nodes: Vec<TraceNode> = Vec::new();
+    // Positions of the shell calls so far: a checkpoint older than one is no base any more.
+    let mut last_shell: Option<(u64, u64)> = None;
+    for call in calls {
+        let mut node = TraceNode {
+            call: call.clone(),
+            path: None,
+            refused: None,
+            files: BTreeMap::new(),
+        };
+        if is_shell(&call.name) {
+            if call.outcome != CallOutcome::Failed {
+                last_shell = Some(position(call));
+                for (path, state) in known.iter_mut() {
+                    *state = Known::Unknown(format!("a {} call ran after the last known content", call.name));
+                    node.files.insert(path.clone(), state.clone());
+                }
+            }
+            nodes.push(node);
+            continue;
+        }
+        let Ok(args) = &call.arguments else {
+            node.refused = call.arguments.clone().err();
+            nodes.push(node);
+            continue;
+        };
+        let Some((named, change)) = change_of(&call.name, args) else {
+            nodes.push(node);
+            continue;
+        };
+        let path = match workspace_path(workdir, cwd, named) {
+            Ok(path) => path,
+            Err(why) => {
+                node.refused = Some(why);
+                nodes.push(node);
+                continue;
+            }
+        };
+        node.path = Some(path.clone());
+        if matches!(change, Change::Nothing) || call.outcome == CallOutcome::Failed {
+            nodes.push(node);
+            continue;
+        }
+        let after = if call.outcome == CallOutcome::Unknown {
+            Known::Unknown("the call's outcome is unknown (no result, or interrupted)".into())
+        } else if let Change::Opaque(why) = &change {
+            Known::Unknown(why.clone())
+        } else if let Change::Write(_) = change {
+            Known::Content(apply(&[], &change).ok())
+        } else {
+            let base = match known.get(&path) {
+                Some(state) => state.clone(),
+                None => base_from_checkpoint(call, &path, checkpoints, last_shell, &mut content_at),
+            };
+            match base {
+                Known::Content(Some(bytes)) => match apply(&bytes, &change) {
+                    Ok(rebuilt) => Known::Content(Some(rebuilt)),
+                    Err(why) => Known::Unknown(why),
+                },
+                Known::Content(None) => Known::Unknown("the file did not exist before the edit".into()),
+                Known::Unknown(why) => Known::Unknown(format!("unknown base: {why}")),
+            }
+        };
+        known.insert(path.clone(), after.clone());
+        node.files.insert(path, after);
+        nodes.push(node);
+    }
+    nodes
+}
+
+/// The file as the newest checkpoint at or before `call` holds it, if no shell call ran since.
+fn base_from_checkpoint(
+    call: &ToolCall,
+    path: &RepoPath,
+    checkpoints: &[Record],
+    last_shell: Option<(u64, u64)>,
+    content_at: &mut impl FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
+) -> Known {
+    let at = position(call);
+    let Some(checkpoint) = checkpoints
+        .iter()
+        .filter(|r| r.turn.is_some() && (r.turn.unwrap_or(0), r.step.unwrap_or(0)) <= at)
+        .max_by_key(|r| (r.turn.unwrap_or(0), r.step.unwrap_or(0)))
+    else {
+        return Known::Unknown("no earlier node or checkpoint holds the file".into());
+    };
+    let taken = (checkpoint.turn.unwrap_or(0), checkpoint.step.unwrap_or(0));
+    if last_shell.is_some_and(|shell| shell >= taken) {
+        return Known::Unknown(format!("a shell call ran after checkpoint {}", checkpoint.short()));
+    }
+    match content_at(checkpoint, path) {
+        Ok(content) => Known::Content(content),
+        Err(why) => Known::Unknown(format!("checkpoint {} cannot be read: {why}", checkpoint.short())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(seq: u64, turn: u64, step: u64, name: &str, args: Value, outcome: CallOutcome) -> ToolCall {
+        ToolCall {
+            seq,
+            time: None,
+            turn: Some(turn),
+            step: Some(step),
+            call_id: format!("c{seq}"),
+            name: name.into(),
+            arguments: Ok(args),
+            outcome,
+        }
+    }
+
+    fn p(text: &str) -> RepoPath {
+        RepoPath::new(text.as_bytes().to_vec()).unwrap()
+    }
+
+    fn content(text: &str) -> Known {
+        Known::Content(Some(text.as_bytes().to_vec()))
+    }
+
+    #[test]
+    fn writes_and_edits_chain_failures_change_nothing_and_shell_calls_blind_everything() {
+        let ok = CallOutcome::Ok;
+        let calls = vec![
+            call(
+                1,
+                1,
+                1,
+                "write",
+                serde_json::json!({"file_path": "/w/a.txt", "content": "one\ntwo\n"}),
+                ok,
+            ),
+            call(
+                2,
+                1,
+                2,
+                "edit",
+                serde_json::json!({"file_path": "a.txt", "old_string": "two", "new_string": "TWO"}),
+                ok,
+            ),
+            call(
+                3,
+                1,
+                3,
+                "edit",
+                serde_json::json!({"file_path": "a.txt", "old_string": "absent", "new_string": "x"}),
+                CallOutcome::Failed,
+            ),
+            call(
+                4,
+                1,
+                4,
+                "edit",
+                serde_json::json!({"file_path": "a.txt", "old_string": "\n", "new_string": "|"}),
+                ok,
+            ),
+            call(
+                5,
+                2,
+                1,
+                "write",
+                serde_json::json!({"file_path": "b.txt", "content": "b"}),
+                ok,
+            ),
+            call(
+                6,
+                2,
+                2,
+                "bash",
+                serde_json::json!({"command": "sed -i s/b/B/ b.txt"}),
+                ok,
+            ),
+            call(
+                7,
+                2,
+                3,
+                "edit",
+                serde_json::json!({"file_path": "b.txt", "old_string": "b", "new_string": "c"}),
+                ok,
+            ),
+            call(
+                8,
+                3,
+                1,
+                "write",
+                serde_json::json!({"file_path": "../outside.txt", "content": "no"}),
+                ok,
+            ),
+            call(
+                9,
+                3,
+                2,
+                "write",
+                serde_json::json!({"file_path": "b.txt", "content": "pinned again"}),
+                ok,
+            ),
+        ];
+        let nodes = replay(Path::new("/w"), Some("/w"), &calls, &[], |_, _| Ok(None));
+        assert_eq!(nodes[0].files[&p("a.txt")], content("one\ntwo\n"));
+        assert_eq!(nodes[1].files[&p("a.txt")], content("one\nTWO\n"));
+        assert!(nodes[2].files.is_empty(), "a failed edit changes nothing");
+        assert!(
+            matches!(&nodes[3].files[&p("a.txt")], Known::Unknown(why) if why.contains("ambiguous")),
+            "a newline occurs twice"
+        );
+        assert!(matches!(&nodes[5].files[&p("b.txt")], Known::Unknown(why) if why.contains("bash")));
+        assert!(matches!(&nodes[6].files[&p("b.txt")], Known::Unknown(why) if why.starts_with("unknown base")));
+        assert!(nodes[7]
+            .refused
+            .as_deref()
+            .is_some_and(|r| r.contains("outside the workspace")));
+        assert_eq!(
+            nodes[8].files[&p("b.txt")],
+            content("pinned again"),
+            "a write pins a file again"
+        );
+    }
+
+    #[test]
+    fn an_edit_takes_its_base_from_the_nearest_checkpoint_unless_a_shell_call_ran_since() {
+        let record = Record {
+            id: "a".repeat(40),
+            provider: "git".into(),
+            commit: Some("a".repeat(40)),
+            tree: "b".repeat(40),
+            workspace: crate::records::WirePath::Text("/w".into()),
+            session: Some("s".into()),
+            turn: Some(1),
+            step: Some(1),
+            trigger: Some("edit".into()),
+            kind: crate::records::Kind::Auto,
+            time: "2026-01-01T00:00:00Z".into(),
+            files: 0,
+            total_files: 1,
+            bytes: 0,
+            skipped: Vec::new(),
+        };
+        let edit = call(
+            2,
+            1,
+            1,
+            "edit",
+            serde_json::json!({"file_path": "a.txt", "old_string": "x", "new_string": "y"}),
+            CallOutcome::Ok,
+        );
+        let nodes = replay(
+            Path::new("/w"),
+            Some("/w"),
+            std::slice::from_ref(&edit),
+            std::slice::from_ref(&record),
+            |_, _| Ok(Some(b"x\n".to_vec())),
+        );
+        assert_eq!(nodes[0].files[&p("a.txt")], content("y\n"));
+        let shell = call(1, 1, 1, "bash", serde_json::json!({}), CallOutcome::Ok);
+        let nodes = replay(Path::new("/w"), Some("/w"), &[shell, edit], &[record], |_, _| {
+            Ok(Some(b"x\n".to_vec()))
+        });
+        assert!(matches!(&nodes[1].files[&p("a.txt")], Known::Unknown(why) if why.contains("shell")));
+    }
+
+    #[test]
+    fn paths_resolve_inside_the_workspace_only() {
+        let w = Path::new("/w");
+        assert_eq!(workspace_path(w, Some("/w/sub"), "x.txt").unwrap(), p("sub/x.txt"));
+        assert_eq!(workspace_path(w, Some("/w"), "/w/a/../b").unwrap(), p("b"));
+        assert!(workspace_path(w, Some("/w"), "/etc/passwd").is_err());
+        assert!(workspace_path(w, Some("/w"), "../w2/x").is_err());
+        assert!(
+            workspace_path(w, Some("/w"), ".git/config").is_err(),
+            "never a path into .git"
+        );
+    }
+}

@@ -1,0 +1,385 @@
+//! The DeepSeek Harness's session logs, read-only: where they live (`$DSH_HOME/sessions/
+//! --<project key>--/<session id>/session.jsonl.zstd`, or `session.jsonl` uncompressed), the
+//! concatenated zstd frames they are made of (a torn last frame after a crash is reported and
+//! the complete frames before it are kept), and the events ckpt's trace needs from them: the
+//! header, `tool/call` (turn, step, call id, tool name, the arguments string parsed as JSON) and
+//! the `tool/result` that pairs each call. Unknown event types and fields are skipped; a line
+//! that is not JSON is reported with its line number, never a panic. It never writes anything.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// A session log's first line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionHeader {
+    pub id: String,
+    pub created_at: Option<String>,
+    pub cwd: Option<String>,
+    pub parent_session: Option<String>,
+}
+
+/// How a tool call ended, as its `tool/result` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// A result without an error.
+    Ok,
+    /// The tool reported an error: it changed nothing it was asked to change.
+    Failed,
+    /// Interrupted after it started, or no result was recorded: it may have changed anything.
+    Unknown,
+}
+
+/// One `tool/call` with its outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub seq: u64,
+    pub time: Option<String>,
+    pub turn: Option<u64>,
+    pub step: Option<u64>,
+    pub call_id: String,
+    pub name: String,
+    /// The model's arguments, parsed; `Err` with why when the string is not JSON.
+    pub arguments: Result<Value, String>,
+    pub outcome: CallOutcome,
+}
+
+/// Something in a log that could not be used, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogProblem {
+    /// 1-based line of the decoded log (0: the file as a whole).
+    pub line: usize,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SessionLog {
+    pub header: SessionHeader,
+    pub calls: Vec<ToolCall>,
+    pub problems: Vec<LogProblem>,
+}
+
+/// The directory the harness keeps session logs in: `<dsh home>/sessions`, the home being
+/// `dsh_home`, else `$DSH_HOME`, else `~/.dsh`.
+pub fn sessions_root(dsh_home: Option<&Path>) -> Option<PathBuf> {
+    let home = match dsh_home {
+        Some(home) => home.to_path_buf(),
+        None => match std::env::var_os("DSH_HOME").filter(|v| !v.is_empty()) {
+            Some(home) => PathBuf::from(home),
+            None => PathBuf::from(std::env::var_os("HOME")?).join(".dsh"),
+        },
+    };
+    Some(home.join("sessions"))
+}
+
+fn escape_unit(out: &mut String, unit: u16) {
+    out.push_str(&format!("~{unit:04X}"));
+}
+
+fn safe(unit: u16) -> bool {
+    matches!(unit, 0x30..=0x39 | 0x41..=0x5A | 0x61..=0x7A | 0x2E | 0x5F | 0x2D)
+}
+
+/// The harness's directory name for a project path: each run of `/`, `\` or `:` becomes one
+/// `-`, `[A-Za-z0-9._-]` stay, every other UTF-16 unit becomes `~XXXX`; leading dashes go, at
+/// most 251 characters are kept (`root` if none), wrapped in `--…--`.
+pub fn project_key(cwd: &str) -> String {
+    let mut readable = String::new();
+    let mut separators = false;
+    for unit in cwd.encode_utf16() {
+        if matches!(unit, 0x2F | 0x5C | 0x3A) {
+            if !separators {
+                readable.push('-');
+            }
+            separators = true;
+        } else {
+            if safe(unit) {
+                readable.push(char::from(unit as u8));
+            } else {
+                escape_unit(&mut readable, unit);
+            }
+            separators = false;
+        }
+    }
+    let trimmed = readable.trim_start_matches('-');
+    let kept: String = if trimmed.is_empty() { "root" } else { trimmed }
+        .chars()
+        .take(251)
+        .collect();
+    format!("--{kept}--")
+}
+
+/// The session logs of the project at `cwd`: each session directory's log file, newest first
+/// by modification time.
+pub fn session_logs(root: &Path, cwd: &str) -> Vec<PathBuf> {
+    let project = root.join(project_key(cwd));
+    let Ok(dirs) = std::fs::read_dir(&project) else {
+        return Vec::new();
+    };
+    let mut logs: Vec<(std::time::SystemTime, PathBuf)> = dirs
+        .filter_map(|entry| entry.ok())
+        .filter_map(|entry| {
+            let dir = entry.path();
+            ["session.jsonl.zstd", "session.jsonl"]
+                .iter()
+                .map(|name| dir.join(name))
+                .find(|p| p.is_file())
+        })
+        .map(|p| {
+            (
+                std::fs::metadata(&p)
+                    .and_then(|m| m.modified())
+                    .unwrap_or(std::time::UNIX_EPOCH),
+                p,
+            )
+        })
+        .collect();
+    logs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    logs.into_iter().map(|(_, p)| p).collect()
+}
+
+/// Decodes every complete zstd frame of `bytes`, in order. A torn or corrupt frame ends the
+/// decoding; what came before it is kept and the problem is said.
+fn decode_frames(bytes: &[u8]) -> (Vec<u8>, Option<String>) {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let size = match zstd::zstd_safe::find_frame_compressed_size(rest) {
+            Ok(size) if size <= rest.len() => size,
+            _ => {
+                return (
+                    out,
+                    Some(format!(
+                        "the last {} byte(s) are not a complete zstd frame (torn by a crash?); the frames before them were read",
+                        rest.len()
+                    )),
+                )
+            }
+        };
+        let (frame, after) = rest.split_at(size);
+        let mut decoded = Vec::new();
+        if let Err(e) = zstd::stream::read::Decoder::new(frame).and_then(|mut d| d.read_to_end(&mut decoded)) {
+            return (
+                out,
+                Some(format!(
+                    "a zstd frame at byte {} does not decode ({e}); the frames before it were read",
+                    bytes.len() - rest.len()
+                )),
+            );
+        }
+        out.extend_from_slice(&decoded);
+        rest = after;
+    }
+    (out, None)
+}
+
+fn string_field(value: &Value, key: &str) -> Option<String> {
+    value.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// How a `tool/result`'s data says the call ended.
+fn outcome_of(data: &Value) -> CallOutcome {
+    if let Some(error) = data.get("error").filter(|e| !e.is_null()) {
+        let name = error.get("name").and_then(Value::as_str).unwrap_or_default();
+        return if name == "ToolNotStartedError" {
+            CallOutcome::Failed
+        } else if name == "ToolOutcomeUnknownError" {
+            CallOutcome::Unknown
+        } else {
+            CallOutcome::Failed
+        };
+    }
+    let failed = data
+        .pointer("/message/content")
+        .and_then(Value::as_array)
+        .is_some_and(|parts| {
+            parts
+                .iter()
+                .any(|p| p.get("isError").and_then(Value::as_bool) == Some(true))
+        });
+    if failed {
+        CallOutcome::Failed
+    } else {
+        CallOutcome::Ok
+    }
+}
+
+/// The call id a `tool/result` answers.
+fn result_call_id(data: &Value) -> Option<String> {
+    data.get("callId")
+        .and_then(Value::as_str)
+        .or_else(|| data.pointer("/message/source/callId").and_then(Value::as_str))
+        .or_else(|| {
+            data.pointer("/message/content")
+                .and_then(Value::as_array)
+                .and_then(|parts| parts.iter().find_map(|p| p.get("toolCallId").and_then(Value::as_str)))
+        })
+        .map(str::to_owned)
+}
+
+/// Parses decoded log text: the header, then every `tool/call` paired with its result.
+pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
+    let mut header = SessionHeader::default();
+    let mut calls: Vec<ToolCall> = Vec::new();
+    let mut problems = Vec::new();
+    let mut results: std::collections::HashMap<String, CallOutcome> = std::collections::HashMap::new();
+    for (index, line) in text.split(|b| *b == b'\n').enumerate() {
+        let number = index + 1;
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let value: Value = match serde_json::from_slice(line) {
+            Ok(value) => value,
+            Err(e) => {
+                problems.push(LogProblem {
+                    line: number,
+                    message: format!("not JSON ({e})"),
+                });
+                continue;
+            }
+        };
+        let kind = value.get("type").and_then(Value::as_str).unwrap_or_default();
+        let data = value.get("data").cloned().unwrap_or(Value::Null);
+        match kind {
+            "session" if number == 1 || header.id.is_empty() => {
+                header = SessionHeader {
+                    id: string_field(&value, "id").unwrap_or_default(),
+                    created_at: string_field(&value, "createdAt"),
+                    cwd: string_field(&value, "cwd"),
+                    parent_session: string_field(&value, "parentSession"),
+                };
+            }
+            "tool/call" => {
+                let (Some(call_id), Some(name)) = (string_field(&data, "callId"), string_field(&data, "name")) else {
+                    problems.push(LogProblem {
+                        line: number,
+                        message: "a tool/call without callId or name".into(),
+                    });
+                    continue;
+                };
+                let arguments = match data.get("arguments") {
+                    Some(Value::String(raw)) => {
+                        serde_json::from_str(raw).map_err(|e| format!("arguments are not JSON ({e})"))
+                    }
+                    Some(Value::Object(map)) => Ok(Value::Object(map.clone())),
+                    _ => Err("no arguments".to_owned()),
+                };
+                calls.push(ToolCall {
+                    seq: value.get("seq").and_then(Value::as_u64).unwrap_or(index as u64),
+                    time: value.get("time").map(|t| match t {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    }),
+                    turn: data.get("turn").and_then(Value::as_u64),
+                    step: data.get("step").and_then(Value::as_u64),
+                    call_id,
+                    name,
+                    arguments,
+                    outcome: CallOutcome::Unknown,
+                });
+            }
+            "tool/result" => {
+                if let Some(call_id) = result_call_id(&data) {
+                    results.insert(call_id, outcome_of(&data));
+                }
+            }
+            _ => {}
+        }
+    }
+    if header.id.is_empty() {
+        problems.push(LogProblem {
+            line: 1,
+            message: "no session header line".into(),
+        });
+    }
+    for call in &mut calls {
+        call.outcome = results.get(&call.call_id).copied().unwrap_or(CallOutcome::Unknown);
+    }
+    (header, calls, problems)
+}
+
+/// Reads one session log (`.zstd` frames or plain JSON Lines), streaming the file once.
+pub fn read_log(path: &Path) -> Result<SessionLog, super::RecordsError> {
+    let mut file = std::fs::File::open(path).map_err(super::io_error(path))?;
+    let mut raw = Vec::new();
+    std::io::BufReader::new(&mut file)
+        .read_to_end(&mut raw)
+        .map_err(super::io_error(path))?;
+    let compressed = path.extension().is_some_and(|e| e == "zstd" || e == "zst");
+    let (text, torn) = if compressed { decode_frames(&raw) } else { (raw, None) };
+    let (header, calls, mut problems) = parse(&text);
+    if let Some(torn) = torn {
+        problems.push(LogProblem { line: 0, message: torn });
+    }
+    Ok(SessionLog {
+        header,
+        calls,
+        problems,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn project_keys_are_the_harness_s() {
+        assert_eq!(project_key("/home/u/my project"), "--home-u-my~0020project--");
+        assert_eq!(project_key("C:\\work\\x"), "--C-work-x--");
+        assert_eq!(project_key("//a//b"), "--a-b--");
+        assert_eq!(project_key("/"), "--root--");
+        assert_eq!(project_key("/tmp/é~"), "--tmp-~00E9~007E--");
+        assert_eq!(project_key(&format!("/{}", "a".repeat(300))).len(), 251 + 4);
+    }
+
+    #[test]
+    fn frames_decode_in_order_and_a_torn_tail_is_reported() {
+        let one = zstd::encode_all(&b"{\"type\":\"session\",\"id\":\"s\"}\n"[..], 3).unwrap();
+        let two = zstd::encode_all(&b"{\"type\":\"tool/call\",\"seq\":1,\"data\":{\"callId\":\"c\",\"name\":\"write\",\"arguments\":\"{}\"}}\n"[..], 3).unwrap();
+        let mut both = one.clone();
+        both.extend_from_slice(&two);
+        let (text, torn) = decode_frames(&both);
+        assert!(torn.is_none());
+        let (header, calls, problems) = parse(&text);
+        assert_eq!(header.id, "s");
+        assert_eq!(calls.len(), 1, "the second frame is read too");
+        assert!(problems.is_empty());
+        let mut torn_file = both.clone();
+        torn_file.extend_from_slice(&two[..two.len() / 2]);
+        let (text, torn) = decode_frames(&torn_file);
+        assert!(torn.is_some_and(|t| t.contains("not a complete zstd frame")));
+        assert_eq!(parse(&text).1.len(), 1);
+    }
+
+    #[test]
+    fn results_pair_with_calls_and_bad_lines_are_named() {
+        let log = concat!(
+            "{\"type\":\"session\",\"id\":\"s\",\"cwd\":\"/w\"}\n",
+            "{\"type\":\"tool/call\",\"seq\":1,\"data\":{\"turn\":1,\"step\":1,\"callId\":\"a\",\"name\":\"write\",\"arguments\":\"{\\\"file_path\\\":\\\"x\\\",\\\"content\\\":\\\"hi\\\"}\"}}\n",
+            "{\"type\":\"tool/result\",\"seq\":2,\"data\":{\"turn\":1,\"step\":1,\"message\":{\"source\":{\"kind\":\"tool\",\"callId\":\"a\"},\"content\":[{\"type\":\"tool-result\",\"toolCallId\":\"a\",\"isError\":false}]}}}\n",
+            "not json\n",
+            "{\"type\":\"tool/call\",\"seq\":4,\"data\":{\"turn\":1,\"step\":2,\"callId\":\"b\",\"name\":\"edit\",\"arguments\":\"{broken\"}}\n",
+            "{\"type\":\"tool/result\",\"seq\":5,\"data\":{\"message\":{\"content\":[{\"type\":\"tool-result\",\"toolCallId\":\"b\",\"isError\":true}]}}}\n",
+            "{\"type\":\"future/event\",\"seq\":6,\"data\":{}}\n",
+            "{\"type\":\"tool/call\",\"seq\":7,\"data\":{\"turn\":2,\"step\":1,\"callId\":\"c\",\"name\":\"bash\",\"arguments\":\"{}\"}}\n",
+            "{\"type\":\"tool/result\",\"seq\":8,\"data\":{\"message\":{\"source\":{\"callId\":\"c\"}},\"error\":{\"name\":\"ToolOutcomeUnknownError\"}}}\n",
+        );
+        let (header, calls, problems) = parse(log.as_bytes());
+        assert_eq!(header.cwd.as_deref(), Some("/w"));
+        assert_eq!(
+            calls.iter().map(|c| c.outcome).collect::<Vec<_>>(),
+            [CallOutcome::Ok, CallOutcome::Failed, CallOutcome::Unknown]
+        );
+        assert_eq!(calls[0].arguments.as_ref().unwrap()["content"], "hi");
+        assert!(calls[1].arguments.is_err());
+        assert_eq!(
+            problems,
+            [LogProblem {
+                line: 4,
+                message: problems[0].message.clone()
+            }]
+        );
+        assert!(problems[0].message.starts_with("not JSON"));
+    }
+}
