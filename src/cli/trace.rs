@@ -45,6 +45,8 @@ struct TraceFile<'a> {
     rebuildable: bool,
     /// Bytes of the rebuilt content (`null`: the file does not exist after the call).
     bytes: Option<usize>,
+    /// The rebuilt content's blob id in this repository, comparable with a checkpoint's.
+    id: Option<String>,
     reason: Option<&'a str>,
 }
 
@@ -153,24 +155,25 @@ pub(super) fn trace(
                 call.turn.map(|t| t.to_string()).unwrap_or_else(|| "?".into()),
                 call.step.map(|s| s.to_string()).unwrap_or_else(|| "?".into())
             );
-            let files: Vec<TraceFile> = node
-                .files
-                .iter()
-                .map(|(path, known)| match known {
+            let mut files: Vec<TraceFile> = Vec::new();
+            for (path, known) in &node.files {
+                files.push(match known {
                     Known::Content(content) => TraceFile {
                         path: WirePath::from_repo_path(path),
                         rebuildable: true,
                         bytes: content.as_ref().map(Vec::len),
+                        id: content.as_deref().map(|c| provider.content_id(c)).transpose()?,
                         reason: None,
                     },
                     Known::Unknown(why) => TraceFile {
                         path: WirePath::from_repo_path(path),
                         rebuildable: false,
                         bytes: None,
+                        id: None,
                         reason: Some(why),
                     },
-                })
-                .collect();
+                });
+            }
             let mut line = format!(
                 "  {label:<7} {:<12} {:<18} {:<7}",
                 call.call_id.chars().take(12).collect::<String>(),

@@ -251,6 +251,8 @@ pub trait Provider {
     ) -> Result<Vec<FileDiff>, CkptError>;
     /// One file's bytes as a checkpoint holds it (`None`: no regular file at that path).
     fn file_at(&self, record: &Record, path: &RepoPath) -> Result<Option<Vec<u8>>, CkptError>;
+    /// The blob id `bytes` would have in this store (hex; nothing is written).
+    fn content_id(&self, bytes: &[u8]) -> Result<String, CkptError>;
     /// Deletes these checkpoints (unpins, then drops the records); returns the ids removed.
     /// Objects are left to git's gc (git provider) or `ckpt gc` (copy store).
     fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError>;
@@ -335,6 +337,9 @@ impl Provider for CopyThenGit {
     }
     fn file_at(&self, record: &Record, path: &RepoPath) -> Result<Option<Vec<u8>>, CkptError> {
         self.owner(record).file_at(record, path)
+    }
+    fn content_id(&self, bytes: &[u8]) -> Result<String, CkptError> {
+        self.primary.content_id(bytes)
     }
     fn workdir(&self) -> &Path {
         self.primary.workdir()

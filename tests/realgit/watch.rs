@@ -787,3 +787,87 @@ fn loose_objects(repo: &TestRepo) -> usize {
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// The same history in a repository with a daemon and one without: the restore to the first
+/// checkpoint, and then the undo through its guard, must do exactly the same in both.
+fn restores_agree(what: &str, build: impl Fn(&TestRepo), mutate: impl Fn(&TestRepo)) {
+    let make = |watched: bool| {
+        let repo = TestRepo::new();
+        build(&repo);
+        repo.settle();
+        let target = repo.snapshot(&[]);
+        if watched {
+            warm(&repo);
+        }
+        mutate(&repo);
+        (repo, target)
+    };
+    let restore = |repo: &TestRepo, target: &str| {
+        let mut cmd = repo.ckpt_command();
+        cmd.args(["--json", "restore", target, "--exact", "--yes"]);
+        restore_outcome(&run_ckpt(cmd))
+    };
+    let (a, target_a) = make(true);
+    let (b, target_b) = make(false);
+    let before = a.worktree();
+    assert_eq!(before, b.worktree(), "{what}: the same history");
+    let (scan_a, guard_a, restored_a) = restore(&a, &target_a);
+    let (scan_b, guard_b, restored_b) = restore(&b, &target_b);
+    assert_eq!((scan_a.as_str(), scan_b.as_str()), ("watch", "full"), "{what}");
+    assert_eq!(restored_a, restored_b, "{what}: the restore");
+    assert_eq!(a.worktree(), b.worktree(), "{what}: the files after the restore");
+    let (_, _, undone_a) = restore(&a, &guard_a);
+    let (_, _, undone_b) = restore(&b, &guard_b);
+    assert_eq!(undone_a, undone_b, "{what}: the undo");
+    assert_eq!(
+        a.worktree(),
+        before,
+        "{what}: the undo restores the state before, with the daemon"
+    );
+    assert_eq!(
+        b.worktree(),
+        before,
+        "{what}: the undo restores the state before, walking"
+    );
+    stop(&a);
+}
+
+#[test]
+fn restores_agree_with_and_without_the_daemon_where_the_review_found_they_did_not() {
+    // A directory became an untracked repository: the target's file below it is a conflict.
+    restores_agree(
+        "a nested repository where a directory was",
+        |repo| repo.write("nest/f.txt", b"f\n"),
+        |repo| {
+            repo.remove("nest/f.txt");
+            repo.git_in(&repo.path("nest"), &["init", "-q"]);
+            repo.write("nest/other", b"o\n");
+        },
+    );
+    restores_agree(
+        "a nested repository above a deeper directory",
+        |repo| repo.write("nest/sub/f.txt", b"f\n"),
+        |repo| {
+            repo.remove("nest/sub");
+            repo.git_in(&repo.path("nest"), &["init", "-q"]);
+        },
+    );
+    // A directory that holds only ignored files is not itself ignored: a file that is not
+    // ignored may be restored into it, and its undo brings the created-after file back.
+    restores_agree(
+        "a directory holding only ignored files",
+        |repo| {
+            repo.write("d/f.txt", b"f\n");
+            repo.write("d/x.log", b"ignored\n");
+        },
+        |repo| repo.remove("d/f.txt"),
+    );
+    restores_agree(
+        "created after, beside ignored files",
+        |repo| repo.write("keep.txt", b"k\n"),
+        |repo| {
+            repo.write("d/f.txt", b"created after\n");
+            repo.write("d/x.log", b"ignored\n");
+        },
+    );
+}

@@ -284,6 +284,10 @@ impl Provider for Engine {
         Engine::status(self, max_file_size)
     }
 
+    fn content_id(&self, bytes: &[u8]) -> Result<String, CkptError> {
+        Ok(self.vault.blob_id(bytes)?.to_hex())
+    }
+
     fn file_at(&self, record: &Record, path: &RepoPath) -> Result<Option<Vec<u8>>, CkptError> {
         use crate::verbs::EntryKind;
         let mut tree = self.pinned_tree_id(record)?;

@@ -284,6 +284,7 @@ impl Engine {
         let t2 = std::time::Instant::now();
         let guard_tree = guard.record.tree_id().map_err(CkptError::CorruptRecord)?;
         let changes = self.vault.diff_trees(Some(&guard_tree), Some(&target_tree))?;
+        let guard_watched = capture.is_none();
         let evidence = match capture {
             Some(capture) => Evidence::Whole(capture),
             None => {
@@ -307,8 +308,26 @@ impl Engine {
                     &scope,
                     self.reporter.progress(),
                 )?;
-                let guard_files = self.vault.count_files(&guard_tree, &mut file_counts)?;
-                Evidence::Scoped { capture, guard_files }
+                // A path the target has below an untracked repository (one that appeared where
+                // a directory was) is seen only by a walk: then the evidence is a whole capture.
+                let written: Vec<RepoPath> = changes
+                    .iter()
+                    .filter(|c| c.new.is_some())
+                    .map(|c| c.path.clone())
+                    .collect();
+                if self.vault.repositories_above(&written)?.is_empty() {
+                    let guard_files = self.vault.count_files(&guard_tree, &mut file_counts)?;
+                    Evidence::Scoped { capture, guard_files }
+                } else {
+                    let cache = self.trusted_stat_cache(&registry);
+                    Evidence::Whole(scan::capture(
+                        &self.vault,
+                        request.max_file_size,
+                        BlobSink::HashOnly,
+                        cache.as_ref(),
+                        self.reporter.progress(),
+                    )?)
+                }
             }
         };
         self.phase_time("evidence", t2);
@@ -333,7 +352,7 @@ impl Engine {
             id: record.id.clone(),
             guard: Some(guard.record.id.clone()),
             guard_created: guard.created,
-            guard_watched: matches!(evidence, Evidence::Scoped { .. }),
+            guard_watched,
             written: Vec::new(),
             deleted: Vec::new(),
             left: if selection.exact {

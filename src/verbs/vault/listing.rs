@@ -163,6 +163,7 @@ fn walk_untracked(
         }
     }
     let mut listing = WorktreeListing::default();
+    let mut collapsed: Vec<RepoPath> = Vec::new();
     for (entry, _) in collect.into_entries_by_path() {
         use gix::dir::entry::{Kind, Status};
         let raw = entry.rela_path;
@@ -177,14 +178,63 @@ fn walk_untracked(
             }
         };
         match (entry.status, entry.disk_kind) {
-            (Status::Ignored(_), kind) => listing.ignored.push((path, matches!(kind, Some(Kind::Directory)))),
+            (Status::Ignored(_), Some(Kind::Directory)) => collapsed.push(path),
+            (Status::Ignored(_), _) => listing.ignored.push((path, false)),
             (Status::Untracked, Some(Kind::Repository)) => listing.nested_repos.push(path),
             (Status::Untracked, Some(Kind::Directory)) => {}
             (Status::Untracked, _) => listing.untracked.push(path),
             _ => {}
         }
     }
+    if !collapsed.is_empty() {
+        let root = repo.workdir().unwrap_or_else(|| Path::new("."));
+        let mut excludes = repo
+            .excludes(
+                index,
+                None,
+                gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
+            )
+            .map_err(|e| VerbError::git("reading the ignore rules", e))?;
+        for dir in collapsed {
+            ignored_below(&mut excludes, root, dir, &mut listing.ignored)?;
+        }
+        listing.ignored.sort();
+    }
     Ok(listing)
+}
+
+/// An ignored directory as what is ignored in it: the directory itself when an ignore rule
+/// names it, else (the walk collapsed it because everything in it is ignored, say `*.log`
+/// files) each entry below it, so a restore may still write a file there that is not ignored.
+fn ignored_below(
+    excludes: &mut gix::AttributeStack<'_>,
+    root: &Path,
+    dir: RepoPath,
+    out: &mut Vec<(RepoPath, bool)>,
+) -> Result<(), VerbError> {
+    use gix::index::entry::Mode;
+    let named = excludes
+        .at_entry(BStr::new(dir.as_bytes()), Some(Mode::DIR))
+        .map_err(|e| VerbError::git(format!("reading the ignore rules for {}", dir.display()), e))?
+        .is_excluded();
+    let entries = match std::fs::read_dir(root.join(dir.to_os_path())) {
+        Ok(entries) if !named => entries,
+        // Named by a rule, or no longer readable as a directory: the directory as a whole.
+        _ => {
+            out.push((dir, true));
+            return Ok(());
+        }
+    };
+    for entry in entries.flatten() {
+        let Ok(path) = dir.join(entry.file_name().as_encoded_bytes()) else {
+            continue;
+        };
+        match entry.file_type() {
+            Ok(kind) if kind.is_dir() => ignored_below(excludes, root, path, out)?,
+            _ => out.push((path, false)),
+        }
+    }
+    Ok(())
 }
 
 /// What the walk finds within a scope, without walking from the root: each scope path that is a
@@ -441,6 +491,34 @@ impl Vault {
         );
         *self.kept_index.borrow_mut() = keep.then(|| (identity, index.clone()));
         Ok(index)
+    }
+
+    /// The untracked repositories among the directories above `paths` (a directory on disk
+    /// that holds `.git`, or a bare repository's `HEAD`, `objects` and `refs`, with no index
+    /// entry below it): a scoped look at paths that are gone cannot see them, a walk does.
+    pub fn repositories_above(&self, paths: &[RepoPath]) -> Result<Vec<RepoPath>, VerbError> {
+        let index = self.read_index(true)?;
+        let mut seen = std::collections::HashSet::new();
+        let mut found = Vec::new();
+        for path in paths {
+            for dir in path.ancestors() {
+                if !seen.insert(dir.clone()) {
+                    continue;
+                }
+                let full = self.workdir.join(dir.to_os_path());
+                if !std::fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir()) {
+                    continue;
+                }
+                let holds = |name: &str| std::fs::symlink_metadata(full.join(name)).is_ok();
+                let mut prefix = dir.as_bytes().to_vec();
+                prefix.push(b'/');
+                let tracked_below = index.prefixed_entries_range(prefix.as_slice().into()).is_some();
+                if !tracked_below && (holds(".git") || (holds("HEAD") && holds("objects") && holds("refs"))) {
+                    found.push(dir);
+                }
+            }
+        }
+        Ok(found)
     }
 
     pub fn list_worktree_overlapped<R>(

@@ -76,6 +76,13 @@ impl std::fmt::Display for VerifyFailure {
 }
 
 impl Vault {
+    /// The id `bytes` would have as a blob in this repository (nothing is written).
+    pub fn blob_id(&self, bytes: &[u8]) -> Result<ObjectId, VerbError> {
+        gix::objs::compute_hash(self.repo.object_hash(), gix::objs::Kind::Blob, bytes)
+            .map(ObjectId)
+            .map_err(|e| VerbError::git("hashing a blob", e))
+    }
+
     pub fn has_object(&self, id: &ObjectId) -> bool {
         self.repo.has_object(id.0)
     }
