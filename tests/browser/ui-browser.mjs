@@ -56,7 +56,7 @@ function write (root, rel, content) {
 /** A raw request, so Host and Origin can be whatever a hostile page would send. */
 function raw (port, { method = 'GET', path, headers = {}, body }) {
   return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, method, path, headers, setHost: false }, (res) => {
+    const req = http.request({ host: '127.0.0.1', port, method, path, headers, setHost: false, agent: false }, (res) => {
       let text = ''
       res.on('data', (c) => { text += c })
       res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, text }))
@@ -150,6 +150,7 @@ async function main () {
     ['a path outside the workspace', { method: 'POST', path: '/api/preview', headers: { Host: host, 'X-Ckpt-Token': token, 'Content-Type': 'application/json' }, body: JSON.stringify({ id: c1.id, paths: ['../outside'] }) }, 400],
     ['a method other than GET and POST', { method: 'DELETE', path: '/api/checkpoints', headers: { Host: host, 'X-Ckpt-Token': token } }, 405],
   ]) {
+    if (process.env.UI_DEBUG) console.log('request:', what)
     const got = await raw(port, request)
     assert.equal(got.status, status, `${what}: ${got.status} ${got.text}`)
     assert.equal(got.headers['access-control-allow-origin'], undefined, what)

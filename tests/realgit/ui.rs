@@ -93,3 +93,99 @@ fn the_web_view_stops_with_its_workspace_and_with_a_parent_that_asked() {
     let pid: u32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     wait_ended(pid, "its parent exited");
 }
+
+/// Starts `ckpt ui --no-open` (through `sh` when `prefix` sets a shell limit); returns the child
+/// and its port and token.
+fn serve(repo: &crate::common::TestRepo, prefix: &str) -> (std::process::Child, u16, String) {
+    let script = format!(
+        "{prefix} exec '{}' -C '{}' ui --no-open",
+        crate::common::CKPT,
+        repo.root.display()
+    );
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let url = line.split_whitespace().last().unwrap().to_owned();
+    let port: u16 = url
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let token = url.rsplit("token=").next().unwrap().to_owned();
+    (child, port, token)
+}
+
+/// A GET of /api/checkpoints with the token; the status line, or the error.
+fn api_status(port: u16, token: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /api/checkpoints HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Ckpt-Token: {token}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).map_err(|e| e.to_string())?;
+    Ok(answer.lines().next().unwrap_or_default().to_owned())
+}
+
+#[test]
+fn a_client_without_the_token_cannot_stall_or_stop_the_web_view() {
+    use std::io::Write;
+    let repo = crate::common::TestRepo::new();
+    repo.snapshot(&[]);
+    // At most 64 open files: a flood of connections runs the server out of descriptors.
+    let (mut child, port, token) = serve(&repo, "ulimit -n 64;");
+    assert_eq!(api_status(port, &token).unwrap(), "HTTP/1.1 200 OK");
+    // A body promised and never sent, without the token: refused at once, nobody waits.
+    let mut stall = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(stall, "POST /api/restore HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n").unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(api_status(port, &token).unwrap(), "HTTP/1.1 200 OK");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "answered while a client stalls"
+    );
+    // More connections than descriptors, then released: the server is still there and answers.
+    let flood: Vec<std::net::TcpStream> = (0..200)
+        .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    drop(flood);
+    drop(stall);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the web view exited under a flood of connections"
+        );
+        if api_status(port, &token).is_ok_and(|s| s == "HTTP/1.1 200 OK") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the web view no longer answers after a flood"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // Steady traffic does not keep it alive once its workspace is gone.
+    std::fs::remove_dir_all(&repo.root).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        let _ = api_status(port, &token);
+        assert!(std::time::Instant::now() < deadline, "busy, it outlived its workspace");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

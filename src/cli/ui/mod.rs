@@ -121,6 +121,35 @@ fn respond_json(request: Request, answer: Answer) {
     let _ = request.respond(response);
 }
 
+/// [`respond_json`], closing the connection afterwards.
+fn respond_json_closing(request: Request, answer: Answer) {
+    let mut response = hardened(
+        Response::from_string(answer.body.to_string()).with_status_code(answer.status),
+        "application/json; charset=utf-8",
+    );
+    if let Some(h) = header("Connection", "close") {
+        response.add_header(h);
+    }
+    let _ = request.respond(response);
+}
+
+/// Listens on 127.0.0.1:`port` again, retrying while the address or descriptors are busy,
+/// unless the server should stop meanwhile.
+fn relisten(port: u16, workdir: &std::path::Path, parent: Option<u32>) -> Result<Server, CkptError> {
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        if let Some(why) = reason_to_stop(workdir, parent) {
+            return Err(CkptError::Io {
+                path: format!("127.0.0.1:{port}").into(),
+                source: std::io::Error::other(format!("stopping: {why}")),
+            });
+        }
+        if let Ok(server) = Server::http(("127.0.0.1", port)) {
+            return Ok(server);
+        }
+    }
+}
+
 fn respond_text(request: Request, status: u16, content_type: &str, text: String) {
     let response = hardened(Response::from_string(text).with_status_code(status), content_type);
     let _ = request.respond(response);
@@ -271,31 +300,58 @@ pub(super) fn serve(provider: &dyn Provider, config: &Config, options: &UiOption
         all: options.all,
     };
     let parent = options.exit_with_parent.then(std::os::unix::process::parent_id);
+    let mut server = server;
+    let mut checked = std::time::Instant::now();
     loop {
-        let mut request = match server.recv_timeout(std::time::Duration::from_secs(1)) {
-            Ok(Some(request)) => request,
-            Ok(None) => {
-                if let Some(why) = reason_to_stop(provider.workdir(), parent) {
-                    sayln!("ckpt ui: stopping: {why}");
-                    return Ok(Exit::Ok);
-                }
+        // Checked once a second even while requests keep coming.
+        if checked.elapsed() >= std::time::Duration::from_secs(1) {
+            checked = std::time::Instant::now();
+            if let Some(why) = reason_to_stop(provider.workdir(), parent) {
+                sayln!("ckpt ui: stopping: {why}");
+                return Ok(Exit::Ok);
+            }
+            // tiny_http's accepting thread dies when it runs out of descriptors (a flood of
+            // connections): a server nobody can reach any more listens again.
+            let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            if std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_millis(500)).is_err() {
+                sayln!("ckpt ui: no longer accepting connections; listening again");
+                drop(server);
+                server = relisten(port, provider.workdir(), parent)?;
                 continue;
             }
+        }
+        let mut request = match server.recv_timeout(std::time::Duration::from_secs(1)) {
+            Ok(Some(request)) => request,
+            Ok(None) => continue,
             Err(e) => {
-                return Err(CkptError::Io {
-                    path: host.clone().into(),
-                    source: e,
-                })
+                // tiny_http stops accepting after an accept error (too many open files, say):
+                // the server is listened for again on the same address, with the same token.
+                sayln!("ckpt ui: accepting a connection failed ({e}); listening again");
+                drop(server);
+                server = relisten(port, provider.workdir(), parent)?;
+                continue;
             }
         };
-        // The whole body is read before any answer, refusals included: a client then hears the
-        // answer instead of a reset, and a kept-alive connection stays in step.
-        let mut body = Vec::new();
-        let read = request.as_reader().take(MAX_BODY + 1).read_to_end(&mut body);
+        // Refused before any body is read: a client without the token cannot hold the server
+        // by promising a body it never sends. The connection is closed after the refusal, so
+        // an unread body cannot put a kept-alive connection out of step.
         if let Some(answer) = refusal(&request, &host, &token) {
-            respond_json(request, answer);
+            // Answered on a thread of its own: tiny_http skips what is left of a body before it
+            // answers, and a client that promised a body it never sends must hold only itself.
+            // A small body tiny_http already buffered (at most 1 KiB, no `Expect`) is drained
+            // first, so the client hears the refusal instead of a reset.
+            let buffered =
+                request.body_length().is_some_and(|n| n <= 1024) && header_value(&request, "Expect").is_none();
+            std::thread::spawn(move || {
+                if buffered {
+                    let _ = std::io::copy(&mut request.as_reader().take(1024), &mut std::io::sink());
+                }
+                respond_json_closing(request, answer);
+            });
             continue;
         }
+        let mut body = Vec::new();
+        let read = request.as_reader().take(MAX_BODY + 1).read_to_end(&mut body);
         let url = request.url().to_owned();
         let path = url.split('?').next().unwrap_or_default().to_owned();
         match (request.method(), path.as_str()) {
