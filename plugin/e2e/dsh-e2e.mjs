@@ -331,6 +331,35 @@ async function main() {
   check.deepEqual(strip?.points?.map((p) => `${p.turn}.${p.step}:${p.tool}`), ['1.1:write', '1.3:edit', '2.1:write', '2.2:bash', '3.1:bash'], JSON.stringify(strip))
   check.deepEqual(strip?.rewinds, [], 'no /rewind ran in this session yet')
 
+  // Trace replay on the real harness's own session log of this session (zstd frames written by
+  // dsh-session-persistence-jsonl): every file a node can rebuild must be, byte for byte, what
+  // the next checkpoint of the session holds (the one taken before the next mutation).
+  step('web: ckpt trace list on the real session log, rebuilt content = the checkpoints\' content')
+  let traced
+  for (let i = 0; i < 50; i++) {
+    const out = execFileSync(CKPT, ['-C', ws, '--json', 'trace', 'list', '--dsh-home', dshHome, '--session', s], { encoding: 'utf8' })
+    traced = out.split('\n').filter(Boolean).map((l) => JSON.parse(l))
+    if (traced.filter((r) => r.type === 'trace.node').length >= 5) break
+    await sleep(100) // the harness batches its appends (up to 200 ms)
+  }
+  const traceSession = traced.find((r) => r.type === 'trace.session')
+  check.ok(traceSession?.log?.endsWith('session.jsonl.zstd'), JSON.stringify(traceSession))
+  check.deepEqual(traceSession?.problems, [], 'the real log reads without problems')
+  const traceNodes = traced.filter((r) => r.type === 'trace.node')
+  const key = (r) => r.turn * 1000 + r.step
+  let compared = 0
+  for (const node of traceNodes) {
+    for (const file of node.files.filter((f) => f.rebuildable && f.id)) {
+      const next = listed.find((r) => key(r) > key(node))
+      if (!next) continue
+      const held = git(ws, 'rev-parse', `${next.id}:${file.path}`).trim()
+      check.equal(file.id, held, `${node.node} ${node.tool} ${file.path}: rebuilt = checkpoint ${next.short}`)
+      compared += 1
+    }
+  }
+  check.ok(compared >= 3, `rebuilt files compared with checkpoints: ${compared} ${JSON.stringify(traceNodes)}`)
+  check.ok(traceNodes.some((n) => n.tool === 'bash' && n.outcome === 'ok'), 'the bash calls are nodes too')
+
   // The texts a person reads.
   step('[2][3] web: /rewind, /rewind all, preview in every listed form, diff, status')
   const points = await command(s, '/rewind')
