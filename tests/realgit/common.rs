@@ -520,3 +520,14 @@ pub fn json_path(value: &Value) -> Vec<u8> {
 pub fn json_paths(value: &Value) -> Vec<Vec<u8>> {
     value.as_array().expect("array").iter().map(json_path).collect()
 }
+
+/// The process has ended (a zombie waiting for its reaper counts as ended).
+pub fn process_ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}

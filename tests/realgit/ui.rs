@@ -39,20 +39,9 @@ fn the_web_view_works_in_a_real_browser() {
     assert!(passed, "{text}:\n{stdout}\n{stderr}");
 }
 
-/// The process has ended (a zombie waiting for its reaper counts as ended).
-fn ended(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-        Err(_) => true,
-    }
-}
-
 fn wait_ended(pid: u32, what: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !ended(pid) {
+    while !crate::common::process_ended(pid) {
         assert!(
             std::time::Instant::now() < deadline,
             "{what}: ckpt ui (pid {pid}) still runs"

@@ -62,15 +62,8 @@ fn warm(repo: &TestRepo) -> String {
     third.id
 }
 
-/// The process has ended (a zombie waiting for its reaper counts as ended).
 fn gone(pid: u64) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-        Err(_) => true,
-    }
+    process_ended(pid as u32)
 }
 
 fn stop(repo: &TestRepo) {

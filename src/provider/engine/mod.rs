@@ -72,6 +72,18 @@ fn now_rfc3339() -> (i64, String) {
 
 impl Engine {
     /// Says (when timings are wanted) how long the phase begun at `started` took.
+    /// Writes an object batch (if one was begun) and reports how, as `phase`.
+    fn finish_batch(&self, batch: Option<crate::verbs::OpenBatch<'_>>, phase: &str) -> Result<(), CkptError> {
+        if let Some(batch) = batch {
+            let started = std::time::Instant::now();
+            let written = batch.finish()?;
+            let how = if written.packed { "as one pack" } else { "loose" };
+            self.reporter
+                .timing(phase, started, || format!("{} {how}", written.objects));
+        }
+        Ok(())
+    }
+
     fn phase_time(&self, phase: &str, started: std::time::Instant) {
         self.reporter.timing(phase, started, String::new);
     }

@@ -121,13 +121,7 @@ impl Engine {
                 let batch = (self.kind == StoreKind::Repository)
                     .then(|| self.vault.begin_batch_packing_at(FULL_SNAPSHOT_PACK_AT_LEAST));
                 let tree = self.write_trees(&capture, cache.as_ref())?;
-                if let Some(batch) = batch {
-                    let started = std::time::Instant::now();
-                    let written = batch.finish()?;
-                    let how = if written.packed { "as one pack" } else { "loose" };
-                    self.reporter
-                        .timing("trees written", started, || format!("{} {how}", written.objects));
-                }
+                self.finish_batch(batch, "trees written")?;
                 tree
             }
         };

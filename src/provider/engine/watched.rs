@@ -226,13 +226,7 @@ impl Engine {
             treebuild::edit_trees(&self.vault, base_tree, &edits)?
         };
         self.phase_time("trees (changed directories only)", started);
-        if let Some(batch) = batch {
-            let started = std::time::Instant::now();
-            let written = batch.finish()?;
-            let how = if written.packed { "as one pack" } else { "loose" };
-            self.reporter
-                .timing("objects written", started, || format!("{} {how}", written.objects));
-        }
+        self.finish_batch(batch, "objects written")?;
         if tree == base_tree {
             save_cache(previous_id);
             let mut outcome = self.unchanged_outcome(previous);

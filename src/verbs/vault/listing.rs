@@ -188,19 +188,26 @@ fn walk_untracked(
     }
     if !collapsed.is_empty() {
         let root = repo.workdir().unwrap_or_else(|| Path::new("."));
-        let mut excludes = repo
-            .excludes(
-                index,
-                None,
-                gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
-            )
-            .map_err(|e| VerbError::git("reading the ignore rules", e))?;
+        let mut excludes = exclude_stack(repo, index)?;
         for dir in collapsed {
             ignored_below(&mut excludes, root, dir, &mut listing.ignored)?;
         }
         listing.ignored.sort();
     }
     Ok(listing)
+}
+
+/// git's ignore rules for this worktree, from every source git reads.
+fn exclude_stack<'repo>(
+    repo: &'repo gix::Repository,
+    index: &gix::index::File,
+) -> Result<gix::AttributeStack<'repo>, VerbError> {
+    repo.excludes(
+        index,
+        None,
+        gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
+    )
+    .map_err(|e| VerbError::git("reading the ignore rules", e))
 }
 
 /// An ignored directory as what is ignored in it: the directory itself when an ignore rule
@@ -255,13 +262,7 @@ fn walk_scope(
     if fs_caps.ignore_case {
         return Ok(None);
     }
-    let mut excludes = repo
-        .excludes(
-            index,
-            None,
-            gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
-        )
-        .map_err(|e| VerbError::git("reading the ignore rules", e))?;
+    let mut excludes = exclude_stack(repo, index)?;
     let mut sorted: Vec<&Vec<u8>> = scope.paths.iter().collect();
     sorted.sort();
     let has_entries_below = |dir: &[u8]| {
