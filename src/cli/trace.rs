@@ -139,6 +139,7 @@ pub(super) fn trace(
                 })
                 .collect(),
         });
+        let human = !out.json;
         text.push_str(&format!(
             "session {id} ({} call(s), {} checkpoint(s)) {}\n",
             log.calls.len(),
@@ -174,28 +175,30 @@ pub(super) fn trace(
                     },
                 });
             }
-            let mut line = format!(
-                "  {label:<7} {:<12} {:<18} {:<7}",
-                call.call_id.chars().take(12).collect::<String>(),
-                call.name,
-                outcome_text(call.outcome)
-            );
-            if let Some(path) = &node.path {
-                line.push_str(&format!(" {}", super::output::human_path(path)));
-            }
-            if let Some(why) = &node.refused {
-                line.push_str(&format!("  [refused: {why}]"));
-            }
-            for (path, known) in &node.files {
-                match known {
-                    Known::Content(_) => line.push_str(&format!("  rebuilds {}", super::output::human_path(path))),
-                    Known::Unknown(why) => {
-                        line.push_str(&format!("  unknown {} ({why})", super::output::human_path(path)))
+            if human {
+                let mut line = format!(
+                    "  {label:<7} {:<12} {:<18} {:<7}",
+                    call.call_id.chars().take(12).collect::<String>(),
+                    call.name,
+                    outcome_text(call.outcome)
+                );
+                if let Some(path) = &node.path {
+                    line.push_str(&format!(" {}", super::output::human_path(path)));
+                }
+                if let Some(why) = &node.refused {
+                    line.push_str(&format!("  [refused: {why}]"));
+                }
+                for (path, known) in &node.files {
+                    match known {
+                        Known::Content(_) => line.push_str(&format!("  rebuilds {}", super::output::human_path(path))),
+                        Known::Unknown(why) => {
+                            line.push_str(&format!("  unknown {} ({why})", super::output::human_path(path)))
+                        }
                     }
                 }
+                text.push_str(&line);
+                text.push('\n');
             }
-            text.push_str(&line);
-            text.push('\n');
             out.record(&TraceNodeRecord {
                 session: id,
                 node: format!("trace:{}:{label}", id.chars().take(8).collect::<String>()),

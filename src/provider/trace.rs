@@ -28,8 +28,8 @@ pub enum Known {
 
 /// One tool call of a session, with what it did to the files it names.
 #[derive(Debug, Clone)]
-pub struct TraceNode {
-    pub call: ToolCall,
+pub struct TraceNode<'a> {
+    pub call: &'a ToolCall,
     /// The file the call names, when it names one inside the workspace.
     pub path: Option<RepoPath>,
     /// Why the call's path was refused or could not be read, if it was.
@@ -169,20 +169,20 @@ fn apply(base: &[u8], change: &Change<'_>) -> Result<Vec<u8>, String> {
 
 /// Replays the calls of one session (in log order). `checkpoints` are that session's real
 /// checkpoints; `content_at` reads one file as a checkpoint holds it (`Ok(None)`: absent).
-pub fn replay(
+pub fn replay<'a>(
     workdir: &Path,
     cwd: Option<&str>,
-    calls: &[ToolCall],
+    calls: &'a [ToolCall],
     checkpoints: &[Record],
     mut content_at: impl FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
-) -> Vec<TraceNode> {
+) -> Vec<TraceNode<'a>> {
     let mut known: BTreeMap<RepoPath, Known> = BTreeMap::new();
     let mut nodes: Vec<TraceNode> = Vec::new();
     // Positions of the shell calls so far: a checkpoint older than one is no base any more.
     let mut last_shell: Option<(u64, u64)> = None;
     for call in calls {
         let mut node = TraceNode {
-            call: call.clone(),
+            call,
             path: None,
             refused: None,
             files: BTreeMap::new(),
@@ -432,7 +432,8 @@ mod tests {
         );
         assert_eq!(nodes[0].files[&p("a.txt")], content("y\n"));
         let shell = call(1, 1, 1, "bash", serde_json::json!({}), CallOutcome::Ok);
-        let nodes = replay(Path::new("/w"), Some("/w"), &[shell, edit], &[record], |_, _| {
+        let calls = [shell, edit];
+        let nodes = replay(Path::new("/w"), Some("/w"), &calls, &[record], |_, _| {
             Ok(Some(b"x\n".to_vec()))
         });
         assert!(matches!(&nodes[1].files[&p("a.txt")], Known::Unknown(why) if why.contains("shell")));

@@ -240,7 +240,7 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
             }
         };
         let kind = value.get("type").and_then(Value::as_str).unwrap_or_default();
-        let data = value.get("data").cloned().unwrap_or(Value::Null);
+        let data = value.get("data").unwrap_or(&Value::Null);
         match kind {
             "session" if number == 1 || header.id.is_empty() => {
                 header = SessionHeader {
@@ -251,7 +251,7 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
                 };
             }
             "tool/call" => {
-                let (Some(call_id), Some(name)) = (string_field(&data, "callId"), string_field(&data, "name")) else {
+                let (Some(call_id), Some(name)) = (string_field(data, "callId"), string_field(data, "name")) else {
                     problems.push(LogProblem {
                         line: number,
                         message: "a tool/call without callId or name".into(),
@@ -280,8 +280,8 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
                 });
             }
             "tool/result" => {
-                if let Some(call_id) = result_call_id(&data) {
-                    results.insert(call_id, outcome_of(&data));
+                if let Some(call_id) = result_call_id(data) {
+                    results.insert(call_id, outcome_of(data));
                 }
             }
             _ => {}
