@@ -5,7 +5,8 @@
 //! real checkpoint at or before the call holds it, when no shell call ran in between. A failed
 //! call changes nothing; a call whose outcome is unknown, an edit whose text is not found exactly
 //! once (or not at all with `replace_all`), and every file after a shell call (`bash`, `pwsh`,
-//! ...) are unknown until a later `write` or checkpoint pins them. Pure logic: the caller reads
+//! ...) or any other tool that is neither replayed nor known to be read-only are unknown until a
+//! later `write` or checkpoint pins them. Pure logic: the caller reads
 //! the log and the checkpoints; nothing here touches a file.
 
 use std::collections::BTreeMap;
@@ -38,9 +39,33 @@ pub struct TraceNode<'a> {
     pub files: BTreeMap<RepoPath, Known>,
 }
 
-/// The tools whose arguments say nothing about which files they change.
-pub fn is_shell(tool: &str) -> bool {
-    matches!(tool, "bash" | "pwsh" | "shell" | "terminal_send" | "exec")
+/// The tools the trace replays: their arguments say exactly which file they change and how.
+fn is_content_tool(tool: &str) -> bool {
+    matches!(tool, "write" | "edit" | "str_replace_editor")
+}
+
+/// The tools known to change no file.
+fn is_read_only(tool: &str) -> bool {
+    matches!(
+        tool,
+        "read"
+            | "glob"
+            | "grep"
+            | "ls"
+            | "list"
+            | "find"
+            | "web_fetch"
+            | "web_search"
+            | "todo_read"
+            | "todo_write"
+            | "think"
+    )
+}
+
+/// Calls whose arguments say nothing certain about which files they change: the shells, and
+/// every tool that is neither replayed nor known to be read-only (a patch tool, a subagent...).
+pub fn blinds_the_trace(tool: &str) -> bool {
+    !is_content_tool(tool) && !is_read_only(tool)
 }
 
 /// Where a call is, for ordering against checkpoints: (turn, step).
@@ -187,7 +212,7 @@ pub fn replay<'a>(
             refused: None,
             files: BTreeMap::new(),
         };
-        if is_shell(&call.name) {
+        if blinds_the_trace(&call.name) {
             if call.outcome != CallOutcome::Failed {
                 last_shell = Some(position(call));
                 for (path, state) in known.iter_mut() {
@@ -265,7 +290,10 @@ fn base_from_checkpoint(
     };
     let taken = (checkpoint.turn.unwrap_or(0), checkpoint.step.unwrap_or(0));
     if last_shell.is_some_and(|shell| shell >= taken) {
-        return Known::Unknown(format!("a shell call ran after checkpoint {}", checkpoint.short()));
+        return Known::Unknown(format!(
+            "a shell (or other unreplayable) call ran after checkpoint {}",
+            checkpoint.short()
+        ));
     }
     match content_at(checkpoint, path) {
         Ok(content) => Known::Content(content),
@@ -437,6 +465,47 @@ mod tests {
             Ok(Some(b"x\n".to_vec()))
         });
         assert!(matches!(&nodes[1].files[&p("a.txt")], Known::Unknown(why) if why.contains("shell")));
+    }
+
+    #[test]
+    fn a_tool_the_trace_cannot_replay_blinds_it_like_a_shell_and_a_read_does_not() {
+        let ok = CallOutcome::Ok;
+        let calls = vec![
+            call(
+                1,
+                1,
+                1,
+                "write",
+                serde_json::json!({"file_path": "a.txt", "content": "a\n"}),
+                ok,
+            ),
+            call(2, 1, 2, "read", serde_json::json!({"file_path": "a.txt"}), ok),
+            call(
+                3,
+                1,
+                3,
+                "edit",
+                serde_json::json!({"file_path": "a.txt", "old_string": "a", "new_string": "b"}),
+                ok,
+            ),
+            call(4, 1, 4, "apply_patch", serde_json::json!({"patch": "*** a.txt"}), ok),
+            call(
+                5,
+                1,
+                5,
+                "edit",
+                serde_json::json!({"file_path": "a.txt", "old_string": "b", "new_string": "c"}),
+                ok,
+            ),
+        ];
+        let nodes = replay(Path::new("/w"), Some("/w"), &calls, &[], |_, _| Ok(None));
+        assert!(nodes[1].files.is_empty(), "a read changes nothing");
+        assert_eq!(nodes[2].files[&p("a.txt")], content("b\n"));
+        assert!(matches!(&nodes[3].files[&p("a.txt")], Known::Unknown(why) if why.contains("apply_patch")));
+        assert!(
+            matches!(&nodes[4].files[&p("a.txt")], Known::Unknown(_)),
+            "no edit on top of an unknown base"
+        );
     }
 
     #[test]

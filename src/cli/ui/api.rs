@@ -47,7 +47,7 @@ fn failure(error: &CkptError) -> Answer {
 fn collect(run: impl FnOnce(&Output) -> Result<Exit, CkptError>) -> Answer {
     let out = Output::collecting();
     match run(&out) {
-        Ok(exit) => Answer::ok(json!({"exit": exit as i32, "records": out.take_records()})),
+        Ok(exit) => Answer::ok(json!({"exit": exit.code(), "records": out.take_records()})),
         Err(error) => failure(&error),
     }
 }

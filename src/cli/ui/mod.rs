@@ -112,24 +112,22 @@ impl Answer {
 }
 
 fn respond_json(request: Request, answer: Answer) {
+    respond(request, answer, false)
+}
+
+/// Answers with `answer`; with `close`, the connection is closed afterwards.
+fn respond(request: Request, answer: Answer, close: bool) {
     let text = answer.body.to_string();
-    let response = hardened(
+    let mut response = hardened(
         Response::from_string(text).with_status_code(answer.status),
         "application/json; charset=utf-8",
     );
-    // A client that went away is not an error of ours.
-    let _ = request.respond(response);
-}
-
-/// [`respond_json`], closing the connection afterwards.
-fn respond_json_closing(request: Request, answer: Answer) {
-    let mut response = hardened(
-        Response::from_string(answer.body.to_string()).with_status_code(answer.status),
-        "application/json; charset=utf-8",
-    );
-    if let Some(h) = header("Connection", "close") {
-        response.add_header(h);
+    if close {
+        if let Some(h) = header("Connection", "close") {
+            response.add_header(h);
+        }
     }
+    // A client that went away is not an error of ours.
     let _ = request.respond(response);
 }
 
@@ -346,7 +344,7 @@ pub(super) fn serve(provider: &dyn Provider, config: &Config, options: &UiOption
                 if buffered {
                     let _ = std::io::copy(&mut request.as_reader().take(1024), &mut std::io::sink());
                 }
-                respond_json_closing(request, answer);
+                respond(request, answer, true);
             });
             continue;
         }

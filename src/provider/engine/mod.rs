@@ -71,7 +71,6 @@ fn now_rfc3339() -> (i64, String) {
 }
 
 impl Engine {
-    /// Says (when timings are wanted) how long the phase begun at `started` took.
     /// Writes an object batch (if one was begun) and reports how, as `phase`.
     fn finish_batch(&self, batch: Option<crate::verbs::OpenBatch<'_>>, phase: &str) -> Result<(), CkptError> {
         if let Some(batch) = batch {
@@ -84,6 +83,7 @@ impl Engine {
         Ok(())
     }
 
+    /// Says (when timings are wanted) how long the phase begun at `started` took.
     fn phase_time(&self, phase: &str, started: std::time::Instant) {
         self.reporter.timing(phase, started, String::new);
     }

@@ -22,10 +22,10 @@ pub(super) struct Counts {
     pub bytes: u64,
 }
 
-/// What a capture did not protect, as records keep it.
 /// A walking snapshot packs its new trees only from this many on (a first snapshot's).
 const FULL_SNAPSHOT_PACK_AT_LEAST: usize = 1024;
 
+/// What a capture did not protect, as records keep it.
 pub(super) fn skipped_of(capture: &Capture) -> Vec<Skipped> {
     skipped_list(&capture.skipped)
 }

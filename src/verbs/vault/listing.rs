@@ -454,13 +454,6 @@ impl Vault {
             .map(|(listing, ())| listing)
     }
 
-    /// [`Self::list_worktree`], with the walk for untracked paths running on a thread of its own
-    /// while `with_index` works on this thread with the index half of the listing (`tracked`,
-    /// `index_mtime`, `index_ids_are_raw`). Whatever `with_index` leaves in the listing is
-    /// returned with the walk's findings added.
-    /// With a `scope`, only index entries and untracked paths within it are listed (and every
-    /// submodule pointer, wherever it is). With `seeding`, attributes that convert content are
-    /// resolved path by path (`converted`) instead of ruling out every index id.
     /// The index, read-only. A whole listing reads it afresh, so the decoded index (tens of MB
     /// at 200k files) is freed as soon as the listing is done; scoped listings (a watched guard,
     /// then the restore's look at the paths it touches) keep it while the file stays the same
@@ -522,6 +515,13 @@ impl Vault {
         Ok(found)
     }
 
+    /// [`Self::list_worktree`], with the walk for untracked paths running on a thread of its own
+    /// while `with_index` works on this thread with the index half of the listing (`tracked`,
+    /// `index_mtime`, `index_ids_are_raw`). Whatever `with_index` leaves in the listing is
+    /// returned with the walk's findings added.
+    /// With a `scope`, only index entries and untracked paths within it are listed (and every
+    /// submodule pointer, wherever it is). With `seeding`, attributes that convert content are
+    /// resolved path by path (`converted`) instead of ruling out every index id.
     pub fn list_worktree_overlapped<R>(
         &self,
         scope: Option<&PathScope>,

@@ -146,19 +146,33 @@ impl Vault {
                 levels.insert(id, (files, subtrees));
             }
         }
-        // Totals bottom-up; a subtree reached twice is summed from its one entry.
-        fn total(id: &ObjectId, levels: &crate::verbs::IdMap<(u64, Vec<ObjectId>)>, counts: &mut FileCounts) -> u64 {
-            if let Some(known) = counts.0.get(id) {
-                return *known;
+        // Totals bottom-up, without recursion (a hostile tree may be nested arbitrarily deep): a
+        // tree is summed once all its subtrees are; one reached twice is summed once.
+        let mut pending = vec![(*tree, false)];
+        while let Some((id, children_done)) = pending.pop() {
+            if counts.0.contains_key(&id) {
+                continue;
             }
-            let Some((files, subtrees)) = levels.get(id) else {
-                return 0;
+            let Some((files, subtrees)) = levels.get(&id) else {
+                continue;
             };
-            let sum = files + subtrees.iter().map(|child| total(child, levels, counts)).sum::<u64>();
-            counts.0.insert(*id, sum);
-            sum
+            if children_done {
+                let below: u64 = subtrees
+                    .iter()
+                    .map(|child| counts.0.get(child).copied().unwrap_or(0))
+                    .sum();
+                counts.0.insert(id, files + below);
+            } else {
+                pending.push((id, true));
+                pending.extend(
+                    subtrees
+                        .iter()
+                        .filter(|c| !counts.0.contains_key(*c))
+                        .map(|c| (*c, false)),
+                );
+            }
         }
-        Ok(total(tree, &levels, counts))
+        Ok(counts.0.get(tree).copied().unwrap_or(0))
     }
 
     /// Every non-tree entry below `tree`, like `ls-tree -r`. A hostile name in the tree (`..`,
