@@ -58,7 +58,7 @@ export function parseTarget(words) {
   if (m) text = m[1].trim()
   if (text === 'latest') return { kind: 'latest', text: 'latest' }
   m = /^(\d+)(?:\.(\d+))?$/u.exec(text)
-  if (m) return m[2] === undefined ? { kind: 'turn', turn: Number(m[1]) } : { kind: 'step', turn: Number(m[1]), step: Number(m[2]) }
+  if (m) return m[2] === undefined ? { kind: 'turn', turn: Number(m[1]), digits: m[1] } : { kind: 'step', turn: Number(m[1]), step: Number(m[2]) }
   if (/^[0-9a-f]{4,64}$/u.test(text) && !/^turn/u.test(words[0] ?? '')) return { kind: 'id', prefix: text }
   return { error: `bad target "${words.join(' ')}"` }
 }
@@ -77,8 +77,10 @@ export function resolvePoint(target, points, allCheckpoints = points) {
   if (target.kind === 'turn') {
     const point = points.find((p) => p.turn === target.turn)
     if (point) return { point: { ...point, wholeTurn: true } }
-    const byId = String(target.turn).length >= 4 ? points.filter((p) => String(p.id).startsWith(String(target.turn))) : []
-    if (byId.length === 1) return { point: byId[0] } // an all-digit id prefix
+    // Digits that name no turn may be an id prefix (ids are hex, so some are all digits): resolve
+    // them as an id, guards and ambiguity included, when some checkpoint starts with them.
+    const digits = target.digits ?? String(target.turn)
+    if (digits.length >= 4 && allCheckpoints.some((r) => String(r.id).startsWith(digits))) return resolvePoint({ kind: 'id', prefix: digits }, points, allCheckpoints)
     return { error: `no rewind point for turn ${target.turn}${turns.length ? ` (turns with points: ${turns.join(', ')})` : ''}` }
   }
   if (target.kind === 'step') {

@@ -34,6 +34,11 @@ test('an id that is all digits names its checkpoint, and reads as that step, not
   assert.equal(reads(['1']), 'before turn 1 (checkpoint 11112222)')
   assert.equal(reads(['99050444']), 'before turn 1.3 (checkpoint 99050444)', 'an id is not a whole turn')
   assert.equal(reads(['1.3']), 'before turn 1.3 (checkpoint 99050444)')
+  const withGuard = [cp('11112222', 1, 1), cp('82842621', null, null, 'guard'), cp('0012aaaa', 2, 1), cp('0012bbbb', 2, 2)]
+  const guardPick = resolvePoint(parseTarget(['82842621']), rewindPoints(withGuard), withGuard)
+  assert.match(guardPick.error ?? '', /82842621 is a guard checkpoint .*use \/rewind undo/, 'an all-digit guard id is refused as a guard')
+  assert.match(resolvePoint(parseTarget(['0012']), rewindPoints(withGuard), withGuard).error ?? '', /ambiguous id 0012/, 'leading zeros are kept')
+  assert.match(resolvePoint(parseTarget(['7777']), rewindPoints(withGuard), withGuard).error ?? '', /no rewind point for turn 7777/)
 })
 
 test('restore, status and diff render from their records; the notice says exactly what changed', () => {
