@@ -63,11 +63,13 @@ impl Engine {
         let base = files.load_base();
         // Both taken before the capture: a change during it shows up in the next answer.
         // The size limit decides what a capture holds as much as the git state does.
-        let fingerprint = format!(
-            "{}max_file_size {}\n",
-            self.vault.watch_fingerprint(),
-            request.max_file_size
-        );
+        let (git_state, index_version) = self.vault.watch_fingerprint();
+        let fingerprint = format!("{git_state}max_file_size {}\n", request.max_file_size);
+        if base.as_ref().is_some_and(|b| b.fingerprint == fingerprint) {
+            // That base dates back, through deltas with this same fingerprint, to a full capture
+            // whose read of this index version verified it.
+            self.vault.vouch_for_index(index_version);
+        }
         let started = std::time::Instant::now();
         let mounts = self.vault.mount_points_inside();
         let answer = match mounts.first() {

@@ -459,30 +459,30 @@ impl Vault {
     /// then the restore's look at the paths it touches) keep it while the file stays the same
     /// (same inode, size, mtime and ctime), so the second one does not decode it again.
     fn read_index(&self, keep: bool) -> Result<std::sync::Arc<gix::index::File>, VerbError> {
-        use std::os::unix::fs::MetadataExt;
         let path = self.repo.index_path();
-        let Ok(meta) = std::fs::metadata(&path) else {
+        let Some(identity) = super::index_identity(&path) else {
             let empty = gix::index::State::new(self.repo.object_hash());
             return Ok(std::sync::Arc::new(gix::index::File::from_state(empty, path)));
         };
-        let identity = (
-            meta.ino(),
-            meta.size(),
-            meta.mtime(),
-            meta.mtime_nsec(),
-            meta.ctime(),
-            meta.ctime_nsec(),
-        );
         if let Some((known, index)) = &*self.kept_index.borrow() {
             if keep && *known == identity {
                 return Ok(index.clone());
             }
         }
-        let index = std::sync::Arc::new(
+        let read = if self.vouched_index.get() == Some(identity) {
+            gix::index::File::at(
+                &path,
+                self.repo.object_hash(),
+                true,
+                gix::index::decode::Options::default(),
+            )
+            .map_err(|e| VerbError::git("reading the index (read-only)", e))?
+        } else {
             self.repo
                 .open_index()
-                .map_err(|e| VerbError::git("reading the index (read-only)", e))?,
-        );
+                .map_err(|e| VerbError::git("reading the index (read-only)", e))?
+        };
+        let index = std::sync::Arc::new(read);
         *self.kept_index.borrow_mut() = keep.then(|| (identity, index.clone()));
         Ok(index)
     }

@@ -59,10 +59,30 @@ pub struct Vault {
     batch: std::cell::RefCell<Option<std::sync::Arc<batch::ObjectBatch>>>,
     /// The index a scoped listing read, with the file's identity then ([`Vault::read_index`]).
     kept_index: std::cell::RefCell<Option<(IndexIdentity, std::sync::Arc<gix::index::File>)>>,
+    /// A version of the index a verified read has accepted before ([`Vault::vouch_for_index`]).
+    vouched_index: std::cell::Cell<Option<IndexIdentity>>,
 }
 
 /// What identifies one version of the index file: inode, size, mtime and ctime (s, ns).
 type IndexIdentity = (u64, u64, i64, i64, i64, i64);
+
+/// The version of the index a [`Vault::watch_fingerprint`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexVersion(Option<IndexIdentity>);
+
+/// The identity of the file at `path` as an index version, `None` when it cannot be read.
+fn index_identity(path: &Path) -> Option<IndexIdentity> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((
+        meta.ino(),
+        meta.size(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ctime(),
+        meta.ctime_nsec(),
+    ))
+}
 
 /// A mountinfo path: spaces, tabs, newlines and backslashes come as `\\ooo` octal escapes.
 fn unescape_mount_path(field: &[u8]) -> PathBuf {
@@ -200,6 +220,7 @@ impl Vault {
             reserved: Vec::new(),
             batch: Default::default(),
             kept_index: Default::default(),
+            vouched_index: Default::default(),
         }))
     }
 
@@ -259,7 +280,9 @@ impl Vault {
     /// A fingerprint of everything outside the worktree that decides what a capture holds: the
     /// index, HEAD's commit, every config file git would read, the exclude files. Equal
     /// fingerprints mean a watch daemon's "nothing changed in the worktree" is the whole truth.
-    pub fn watch_fingerprint(&self) -> String {
+    /// The index version it names comes with it, for [`Self::vouch_for_index`].
+    pub fn watch_fingerprint(&self) -> (String, IndexVersion) {
+        let index = IndexVersion(index_identity(&self.repo.index_path()));
         use std::os::unix::fs::MetadataExt;
         let git_dir = self.repo.git_dir().to_path_buf();
         let common = self.repo.common_dir().to_path_buf();
@@ -301,7 +324,15 @@ impl Vault {
             };
             text.push_str(&format!("{} {stat}\n", file.display()));
         }
-        text
+        (text, index)
+    }
+
+    /// Says that `version` of the index was read with its checksum verified before: a watch
+    /// base's fingerprint names the index version of the full capture it dates from, and that
+    /// capture's read verified it. Reads of that same version then skip hashing the whole file
+    /// (most of the cost of reading a large index); any other version is verified as always.
+    pub fn vouch_for_index(&self, version: IndexVersion) {
+        self.vouched_index.set(version.0);
     }
 
     /// Mount points strictly inside the worktree (from `/proc/self/mountinfo`): inotify does not
