@@ -73,6 +73,12 @@ pub(super) enum WorkspaceCommand {
         /// Every worktree of this repository, not only this one
         #[arg(long)]
         all: bool,
+        /// Also the tool calls of this workspace's harness sessions, in one time order
+        #[arg(long)]
+        trace: bool,
+        /// With --trace: the harness's home (default: $DSH_HOME, else ~/.dsh)
+        #[arg(long, requires = "trace")]
+        dsh_home: Option<PathBuf>,
     },
     /// Show one checkpoint's record
     Show(TargetArgs),
@@ -221,6 +227,35 @@ pub(super) enum TraceAction {
         /// The harness's home (default: $DSH_HOME, else ~/.dsh)
         #[arg(long)]
         dsh_home: Option<PathBuf>,
+    },
+    /// What a tool call changed (NODE alone), or the files as the trace knows them after NODE
+    /// against another node or a checkpoint (`latest`, an id prefix, `turn:T`...)
+    Diff {
+        /// `trace:<session prefix>:<turn>.<step>` or `trace:<session prefix>:<call id>`
+        node: String,
+        /// Another node, or a checkpoint target
+        other: Option<String>,
+        /// Session for a `turn:` checkpoint target
+        #[arg(long)]
+        session: Option<String>,
+        /// The harness's home (default: $DSH_HOME, else ~/.dsh)
+        #[arg(long)]
+        dsh_home: Option<PathBuf>,
+    },
+    /// Put back the files the trace rebuilds exactly as they were after NODE (never deletes);
+    /// takes a guard checkpoint first, like every restore
+    Restore {
+        /// `trace:<session prefix>:<turn>.<step>` or `trace:<session prefix>:<call id>`
+        node: String,
+        /// Confirm without asking
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// The harness's home (default: $DSH_HOME, else ~/.dsh)
+        #[arg(long)]
+        dsh_home: Option<PathBuf>,
+        /// Only these paths, after `--`
+        #[arg(last = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
     },
 }
 

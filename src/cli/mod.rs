@@ -235,7 +235,22 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
     let limit = |arg: &Option<u64>| arg.or(config.max_file_size).unwrap_or(DEFAULT_MAX_FILE_SIZE);
     match command {
         WorkspaceCommand::Snapshot(args) => snapshot(provider.as_ref(), args, limit(&args.max_file_size), &config, out),
-        WorkspaceCommand::List { session, all } => list(provider.as_ref(), session.as_deref(), *all, out),
+        WorkspaceCommand::List {
+            session,
+            all,
+            trace: false,
+            ..
+        } => list(provider.as_ref(), session.as_deref(), *all, out),
+        WorkspaceCommand::List {
+            session, all, dsh_home, ..
+        } => trace::timeline(
+            provider.as_ref(),
+            &cwd,
+            session.as_deref(),
+            *all,
+            dsh_home.as_deref(),
+            out,
+        ),
         WorkspaceCommand::Show(args) => show(provider.as_ref(), args, out),
         WorkspaceCommand::Preview(args) => preview(provider.as_ref(), &cwd, args, limit(&args.max_file_size), out),
         WorkspaceCommand::Restore { args, yes } => {
@@ -253,7 +268,13 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
         }
         WorkspaceCommand::Audit => audit(provider.as_ref(), out),
         WorkspaceCommand::Watch { action } => watch::watch(provider.as_ref(), action, out),
-        WorkspaceCommand::Trace { action } => trace::trace(provider.as_ref(), &cwd, action, out),
+        WorkspaceCommand::Trace { action } => {
+            let guard = trace::GuardSettings {
+                max_file_size: limit(&None),
+                watch: config.watch != Some(false),
+            };
+            trace::trace(provider.as_ref(), &cwd, action, &guard, out)
+        }
         WorkspaceCommand::Ui {
             port,
             no_open,

@@ -1,7 +1,11 @@
 //! `ckpt trace ...`: the harness session logs of this workspace, replayed call by call
-//! (`provider::trace`), as `trace.session` and `trace.node` records and human text. Read-only.
+//! (`provider::trace`), as `trace.session`, `trace.node` and `trace.diff` records and human
+//! text. `list` and `diff` are read-only; `restore` writes only through the provider's restore
+//! transaction, and only files the trace rebuilds exactly.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -9,10 +13,17 @@ use super::args::TraceAction;
 use super::exit::Exit;
 use super::output::Output;
 use super::wire::WireRecord;
-use crate::provider::trace::{self, Known};
-use crate::provider::{CkptError, Provider};
-use crate::records::sessionlog::{self, CallOutcome};
-use crate::records::WirePath;
+use crate::provider::trace::{self, Known, TraceNode};
+use crate::provider::{diff, CkptError, Confirmation, Provider, Selection, SnapshotRequest};
+use crate::records::sessionlog::{self, CallOutcome, SessionLog};
+use crate::records::{Kind, Record, WirePath};
+use crate::verbs::RepoPath;
+
+/// What a trace restore's guard snapshot uses, from the command line and the config.
+pub(super) struct GuardSettings {
+    pub max_file_size: u64,
+    pub watch: bool,
+}
 
 #[derive(Serialize)]
 struct Problem<'a> {
@@ -84,14 +95,36 @@ pub(super) fn trace(
     provider: &dyn Provider,
     cwd: &Path,
     action: &TraceAction,
+    guard: &GuardSettings,
     out: &Output,
 ) -> Result<Exit, CkptError> {
-    let TraceAction::List { session, dsh_home } = action;
-    let root = sessionlog::sessions_root(dsh_home.as_deref())
+    match action {
+        TraceAction::List { session, dsh_home } => list(provider, cwd, session.as_deref(), dsh_home.as_deref(), out),
+        TraceAction::Diff {
+            node,
+            other,
+            session,
+            dsh_home,
+        } => trace_diff(provider, cwd, node, other.as_deref(), session, dsh_home.as_deref(), out),
+        TraceAction::Restore {
+            node,
+            yes,
+            dsh_home,
+            paths,
+        } => trace_restore(provider, cwd, node, paths, *yes, dsh_home.as_deref(), guard, out),
+    }
+}
+
+/// The harness session logs of this workspace (for its root and for `cwd`), each once.
+fn workspace_logs(
+    provider: &dyn Provider,
+    cwd: &Path,
+    dsh_home: Option<&Path>,
+) -> Result<(PathBuf, Vec<PathBuf>), CkptError> {
+    let root = sessionlog::sessions_root(dsh_home)
         .ok_or_else(|| CkptError::InvalidInput("no harness home: set DSH_HOME or HOME, or pass --dsh-home".into()))?;
-    let workdir = provider.workdir();
     let mut logs = Vec::new();
-    for dir in [workdir, cwd] {
+    for dir in [provider.workdir(), cwd] {
         let Some(text) = dir.to_str() else {
             return Err(CkptError::InvalidInput(format!(
                 "{} is not UTF-8; the harness names its project directories after UTF-8 paths",
@@ -104,13 +137,47 @@ pub(super) fn trace(
             }
         }
     }
+    Ok((root, logs))
+}
+
+/// A session id as node addresses name it: without the harness's `session-` prefix.
+fn session_short(id: &str) -> &str {
+    id.strip_prefix("session-").unwrap_or(id)
+}
+
+/// A node's address: `trace:<first 8 of the session id>:<turn>.<step>`.
+fn node_address(session: &str, call: &sessionlog::ToolCall) -> String {
+    format!(
+        "trace:{}:{}",
+        session_short(session).chars().take(8).collect::<String>(),
+        turn_step(call)
+    )
+}
+
+fn turn_step(call: &sessionlog::ToolCall) -> String {
+    format!(
+        "{}.{}",
+        call.turn.map(|t| t.to_string()).unwrap_or_else(|| "?".into()),
+        call.step.map(|s| s.to_string()).unwrap_or_else(|| "?".into())
+    )
+}
+
+fn list(
+    provider: &dyn Provider,
+    cwd: &Path,
+    session: Option<&str>,
+    dsh_home: Option<&Path>,
+    out: &Output,
+) -> Result<Exit, CkptError> {
+    let (root, logs) = workspace_logs(provider, cwd, dsh_home)?;
+    let workdir = provider.workdir();
     let checkpoints = provider.checkpoints(false)?;
     let mut text = String::new();
     let mut shown = 0;
     for path in &logs {
         let log = sessionlog::read_log(path)?;
         let id = log.header.id.as_str();
-        if session.as_deref().is_some_and(|s| !id.starts_with(s)) {
+        if session.is_some_and(|s| !id.starts_with(s) && !session_short(id).starts_with(s)) {
             continue;
         }
         shown += 1;
@@ -150,68 +217,10 @@ pub(super) fn trace(
             text.push_str(&format!("  problem at line {}: {}\n", problem.line, problem.message));
         }
         for node in &nodes {
-            let call = &node.call;
-            let label = format!(
-                "{}.{}",
-                call.turn.map(|t| t.to_string()).unwrap_or_else(|| "?".into()),
-                call.step.map(|s| s.to_string()).unwrap_or_else(|| "?".into())
-            );
-            let mut files: Vec<TraceFile> = Vec::new();
-            for (path, known) in &node.files {
-                files.push(match known {
-                    Known::Content(content) => TraceFile {
-                        path: WirePath::from_repo_path(path),
-                        rebuildable: true,
-                        bytes: content.as_ref().map(Vec::len),
-                        id: content.as_deref().map(|c| provider.content_id(c)).transpose()?,
-                        reason: None,
-                    },
-                    Known::Unknown(why) => TraceFile {
-                        path: WirePath::from_repo_path(path),
-                        rebuildable: false,
-                        bytes: None,
-                        id: None,
-                        reason: Some(why),
-                    },
-                });
-            }
             if human {
-                let mut line = format!(
-                    "  {label:<7} {:<12} {:<18} {:<7}",
-                    call.call_id.chars().take(12).collect::<String>(),
-                    call.name,
-                    outcome_text(call.outcome)
-                );
-                if let Some(path) = &node.path {
-                    line.push_str(&format!(" {}", super::output::human_path(path)));
-                }
-                if let Some(why) = &node.refused {
-                    line.push_str(&format!("  [refused: {why}]"));
-                }
-                for (path, known) in &node.files {
-                    match known {
-                        Known::Content(_) => line.push_str(&format!("  rebuilds {}", super::output::human_path(path))),
-                        Known::Unknown(why) => {
-                            line.push_str(&format!("  unknown {} ({why})", super::output::human_path(path)))
-                        }
-                    }
-                }
-                text.push_str(&line);
-                text.push('\n');
+                text.push_str(&format!("  {}\n", node_text(node)));
             }
-            out.record(&TraceNodeRecord {
-                session: id,
-                node: format!("trace:{}:{label}", id.chars().take(8).collect::<String>()),
-                turn: call.turn,
-                step: call.step,
-                call_id: &call.call_id,
-                tool: &call.name,
-                time: call.time.as_deref(),
-                outcome: outcome_text(call.outcome),
-                path: node.path.as_ref().map(WirePath::from_repo_path),
-                refused: node.refused.as_deref(),
-                files,
-            });
+            out.record(&node_record(provider, id, node)?);
         }
     }
     if shown == 0 {
@@ -223,4 +232,562 @@ pub(super) fn trace(
     }
     out.human(text.trim_end());
     Ok(Exit::Ok)
+}
+
+/// The `trace.node` record of one node of session `session`.
+fn node_record<'a>(
+    provider: &dyn Provider,
+    session: &'a str,
+    node: &'a TraceNode<'a>,
+) -> Result<TraceNodeRecord<'a>, CkptError> {
+    let call = node.call;
+    let mut files: Vec<TraceFile> = Vec::new();
+    for (path, known) in &node.files {
+        files.push(match known {
+            Known::Content(content) => TraceFile {
+                path: WirePath::from_repo_path(path),
+                rebuildable: true,
+                bytes: content.as_ref().map(Vec::len),
+                id: content.as_deref().map(|c| provider.content_id(c)).transpose()?,
+                reason: None,
+            },
+            Known::Unknown(why) => TraceFile {
+                path: WirePath::from_repo_path(path),
+                rebuildable: false,
+                bytes: None,
+                id: None,
+                reason: Some(why),
+            },
+        });
+    }
+    Ok(TraceNodeRecord {
+        session,
+        node: node_address(session, call),
+        turn: call.turn,
+        step: call.step,
+        call_id: &call.call_id,
+        tool: &call.name,
+        time: call.time.as_deref(),
+        outcome: outcome_text(call.outcome),
+        path: node.path.as_ref().map(WirePath::from_repo_path),
+        refused: node.refused.as_deref(),
+        files,
+    })
+}
+
+/// One node as a line of human text: turn.step, call id, tool, outcome, path, what it rebuilds.
+fn node_text(node: &TraceNode<'_>) -> String {
+    let call = node.call;
+    let mut line = format!(
+        "{:<7} {:<12} {:<18} {:<7}",
+        turn_step(call),
+        call.call_id.chars().take(12).collect::<String>(),
+        call.name,
+        outcome_text(call.outcome)
+    );
+    if let Some(path) = &node.path {
+        line.push_str(&format!(" {}", super::output::human_path(path)));
+    }
+    if let Some(why) = &node.refused {
+        line.push_str(&format!("  [refused: {why}]"));
+    }
+    for (path, known) in &node.files {
+        match known {
+            Known::Content(_) => line.push_str(&format!("  rebuilds {}", super::output::human_path(path))),
+            Known::Unknown(why) => line.push_str(&format!("  unknown {} ({why})", super::output::human_path(path))),
+        }
+    }
+    line
+}
+
+/// When a call ran, in milliseconds since the epoch: the harness writes epoch milliseconds
+/// (an RFC 3339 text is read too).
+fn call_millis(call: &sessionlog::ToolCall) -> Option<i64> {
+    let time = call.time.as_deref()?;
+    time.parse::<i64>().ok().or_else(|| {
+        chrono::DateTime::parse_from_rfc3339(time)
+            .ok()
+            .map(|t| t.timestamp_millis())
+    })
+}
+
+/// `ckpt list --trace`: this workspace's checkpoints and the tool calls of its harness sessions
+/// in one time order; the record type (`checkpoint` or `trace.node`) says which is which.
+pub(super) fn timeline(
+    provider: &dyn Provider,
+    cwd: &Path,
+    session: Option<&str>,
+    all: bool,
+    dsh_home: Option<&Path>,
+    out: &Output,
+) -> Result<Exit, CkptError> {
+    let checkpoints: Vec<Record> = provider
+        .checkpoints(all)?
+        .into_iter()
+        .filter(|r| session.is_none_or(|s| r.session.as_deref() == Some(s)))
+        .collect();
+    let (_, paths) = workspace_logs(provider, cwd, dsh_home)?;
+    let mut sessions: Vec<Replayed> = Vec::new();
+    for path in &paths {
+        let log = sessionlog::read_log(path)?;
+        if session.is_some_and(|s| log.header.id != s) {
+            continue;
+        }
+        let own = checkpoints
+            .iter()
+            .filter(|r| r.session.as_deref() == Some(log.header.id.as_str()))
+            .cloned()
+            .collect();
+        sessions.push(Replayed { log, checkpoints: own });
+    }
+    let replayed: Vec<(&str, Vec<TraceNode<'_>>)> = sessions
+        .iter()
+        .map(|s| (s.log.header.id.as_str(), s.nodes(provider)))
+        .collect();
+    enum Entry<'a> {
+        Checkpoint(&'a Record),
+        Node(&'a str, &'a TraceNode<'a>),
+    }
+    let mut entries: Vec<(i64, Entry<'_>)> = checkpoints
+        .iter()
+        .map(|r| {
+            let at = chrono::DateTime::parse_from_rfc3339(&r.time).map_or(i64::MAX, |t| t.timestamp_millis());
+            (at, Entry::Checkpoint(r))
+        })
+        .collect();
+    for (id, nodes) in &replayed {
+        for node in nodes {
+            entries.push((call_millis(node.call).unwrap_or(i64::MAX), Entry::Node(id, node)));
+        }
+    }
+    // Stable: calls of one session without times stay in log order.
+    entries.sort_by_key(|(at, _)| *at);
+    let mut text = format!("{:<10}  {:<9}  {}\n", "SOURCE", "ID", "WHAT");
+    for (_, entry) in &entries {
+        match entry {
+            Entry::Checkpoint(record) => {
+                out.record(&super::wire::CheckpointRecord::listed(record));
+                text.push_str(&format!(
+                    "checkpoint  {:<9}  {}\n",
+                    record.short(),
+                    super::output::list_line(record)
+                ));
+            }
+            Entry::Node(id, node) => {
+                out.record(&node_record(provider, id, node)?);
+                text.push_str(&format!(
+                    "trace       {:<9}  {}\n",
+                    session_short(id).chars().take(8).collect::<String>(),
+                    node_text(node)
+                ));
+            }
+        }
+    }
+    if entries.is_empty() {
+        text = "no checkpoints and no harness session logs for this workspace yet".to_owned();
+    }
+    if !out.json {
+        out.paging.show_if_long(text.trim_end());
+    }
+    Ok(Exit::Ok)
+}
+
+/// One session's log, replayed against its own checkpoints.
+struct Replayed {
+    log: SessionLog,
+    checkpoints: Vec<Record>,
+}
+
+impl Replayed {
+    fn nodes(&self, provider: &dyn Provider) -> Vec<TraceNode<'_>> {
+        trace::replay(
+            provider.workdir(),
+            self.log.header.cwd.as_deref(),
+            &self.log.calls,
+            &self.checkpoints,
+            |record, file| provider.file_at(record, file).map_err(|e| e.to_string()),
+        )
+    }
+}
+
+/// A parsed node address: the session prefix and the turn.step or call id.
+fn parse_node(text: &str) -> Result<(&str, &str), CkptError> {
+    let bad = || {
+        CkptError::InvalidInput(format!(
+            "bad trace node {text:?}: expected trace:<session prefix>:<turn>.<step> or trace:<session prefix>:<call id> (ckpt trace list names them)"
+        ))
+    };
+    let rest = text.strip_prefix("trace:").ok_or_else(bad)?;
+    let (session, node) = rest.split_once(':').ok_or_else(bad)?;
+    if session.is_empty() || node.is_empty() {
+        return Err(bad());
+    }
+    Ok((session, node))
+}
+
+/// The session a node address names (by a prefix of its id, with or without `session-`).
+fn load_session(
+    provider: &dyn Provider,
+    cwd: &Path,
+    prefix: &str,
+    dsh_home: Option<&Path>,
+) -> Result<Replayed, CkptError> {
+    let (root, logs) = workspace_logs(provider, cwd, dsh_home)?;
+    let mut found: Vec<SessionLog> = Vec::new();
+    for path in &logs {
+        let log = sessionlog::read_log(path)?;
+        let id = log.header.id.as_str();
+        if id.starts_with(prefix) || session_short(id).starts_with(prefix) {
+            found.push(log);
+        }
+    }
+    match found.len() {
+        0 => Err(CkptError::NotFound(format!(
+            "no harness session of this workspace starts with {prefix:?} (under {})",
+            root.display()
+        ))),
+        1 => {
+            let log = found.remove(0);
+            let checkpoints = provider
+                .checkpoints(false)?
+                .into_iter()
+                .filter(|r| r.session.as_deref() == Some(log.header.id.as_str()))
+                .collect();
+            Ok(Replayed { log, checkpoints })
+        }
+        _ => Err(CkptError::Ambiguous {
+            target: format!("trace:{prefix}"),
+            candidates: found.iter().map(|log| log.header.id.clone()).collect(),
+        }),
+    }
+}
+
+/// The index of the node `name` (turn.step or call id) among `nodes`.
+fn find_node(nodes: &[TraceNode<'_>], name: &str, address: &str) -> Result<usize, CkptError> {
+    let matches: Vec<usize> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.call.call_id == name || turn_step(n.call) == name)
+        .map(|(at, _)| at)
+        .collect();
+    match matches.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(CkptError::NotFound(format!(
+            "no tool call {name:?} in that session ({address}); ckpt trace list names its nodes"
+        ))),
+        _ => Err(CkptError::Ambiguous {
+            target: address.to_owned(),
+            candidates: matches.iter().map(|&at| nodes[at].call.call_id.clone()).collect(),
+        }),
+    }
+}
+
+/// What the trace knows of every file it has seen, after `nodes[..=upto]`.
+fn state_after(nodes: &[TraceNode<'_>], upto: usize) -> BTreeMap<RepoPath, Known> {
+    let mut state = BTreeMap::new();
+    for node in &nodes[..=upto] {
+        for (path, known) in &node.files {
+            state.insert(path.clone(), known.clone());
+        }
+    }
+    state
+}
+
+/// One side of a trace diff, for one file.
+enum Side {
+    Known(Option<Vec<u8>>),
+    Unknown(String),
+}
+
+impl Side {
+    fn of(known: Option<&Known>, absent_means: &str) -> Side {
+        match known {
+            Some(Known::Content(content)) => Side::Known(content.clone()),
+            Some(Known::Unknown(why)) => Side::Unknown(why.clone()),
+            None => Side::Unknown(absent_means.to_owned()),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct TraceDiffFile {
+    path: WirePath,
+    /// `added`, `deleted`, `modified`, `same`, or `unknown` (a side the trace cannot rebuild).
+    status: &'static str,
+    added: usize,
+    removed: usize,
+    binary: bool,
+    reason: Option<String>,
+}
+
+/// `trace.diff`: the files of one trace diff.
+#[derive(Serialize)]
+struct TraceDiffRecord {
+    from: String,
+    to: String,
+    files: Vec<TraceDiffFile>,
+}
+
+impl WireRecord for TraceDiffRecord {
+    fn record_type(&self) -> &'static str {
+        "trace.diff"
+    }
+}
+
+fn trace_diff(
+    provider: &dyn Provider,
+    cwd: &Path,
+    node: &str,
+    other: Option<&str>,
+    session: &Option<String>,
+    dsh_home: Option<&Path>,
+    out: &Output,
+) -> Result<Exit, CkptError> {
+    let (prefix, name) = parse_node(node)?;
+    let replayed = load_session(provider, cwd, prefix, dsh_home)?;
+    let nodes = replayed.nodes(provider);
+    let at = find_node(&nodes, name, node)?;
+    let from_label = node_address(&replayed.log.header.id, nodes[at].call);
+    // (path, before, after): "before" is the older side.
+    let mut pairs: Vec<(RepoPath, Side, Side)> = Vec::new();
+    let to_label;
+    match other {
+        None => {
+            // What this call changed: the state before it against the state after it.
+            let before = if at == 0 {
+                BTreeMap::new()
+            } else {
+                state_after(&nodes, at - 1)
+            };
+            for (path, after) in &nodes[at].files {
+                pairs.push((
+                    path.clone(),
+                    Side::of(before.get(path), "not known to the trace before this call"),
+                    Side::of(Some(after), ""),
+                ));
+            }
+            to_label = format!("{from_label} (its own change)");
+        }
+        Some(text) if text.starts_with("trace:") => {
+            let (other_prefix, other_name) = parse_node(text)?;
+            let other_replayed;
+            let (other_nodes, other_session) = if other_prefix == prefix {
+                (nodes.clone(), &replayed)
+            } else {
+                other_replayed = load_session(provider, cwd, other_prefix, dsh_home)?;
+                (other_replayed.nodes(provider), &other_replayed)
+            };
+            let other_at = find_node(&other_nodes, other_name, text)?;
+            let a = state_after(&nodes, at);
+            let b = state_after(&other_nodes, other_at);
+            let paths: std::collections::BTreeSet<&RepoPath> = a.keys().chain(b.keys()).collect();
+            for path in paths {
+                pairs.push((
+                    path.clone(),
+                    Side::of(a.get(path), "not known to the trace at this node"),
+                    Side::of(b.get(path), "not known to the trace at that node"),
+                ));
+            }
+            to_label = node_address(&other_session.log.header.id, other_nodes[other_at].call);
+        }
+        Some(text) => {
+            let record = super::checkpoints::resolve(
+                provider,
+                &super::args::TargetArgs {
+                    target: text.to_owned(),
+                    session: session.clone(),
+                },
+            )?;
+            for (path, known) in state_after(&nodes, at) {
+                let held = provider.file_at(&record, &path)?;
+                pairs.push((path, Side::of(Some(&known), ""), Side::Known(held)));
+            }
+            to_label = format!("checkpoint {}", record.short());
+        }
+    }
+    let mut files = Vec::new();
+    let mut text = format!("trace diff {from_label} -> {to_label}\n");
+    for (path, before, after) in pairs {
+        let shown = super::output::human_path(&path);
+        let (status, reason, counts, binary) = match (&before, &after) {
+            (Side::Unknown(why), _) | (_, Side::Unknown(why)) => ("unknown", Some(why.clone()), (0, 0), false),
+            (Side::Known(old), Side::Known(new)) => {
+                let binary = old.as_deref().is_some_and(diff::is_binary) || new.as_deref().is_some_and(diff::is_binary);
+                let old_bytes = old.as_deref().unwrap_or_default();
+                let new_bytes = new.as_deref().unwrap_or_default();
+                let counts = if binary {
+                    (0, 0)
+                } else {
+                    diff::line_counts(old_bytes, new_bytes)
+                };
+                let status = match (old, new) {
+                    (None, None) => "same",
+                    (None, Some(_)) => "added",
+                    (Some(_), None) => "deleted",
+                    (Some(a), Some(b)) if a == b => "same",
+                    _ => "modified",
+                };
+                if status != "same" {
+                    if binary {
+                        text.push_str(&format!("Binary file {shown} differs\n"));
+                    } else {
+                        text.push_str(&diff::unified(&shown, old_bytes, new_bytes));
+                    }
+                }
+                (status, None, counts, binary)
+            }
+        };
+        if let Some(why) = &reason {
+            text.push_str(&format!("? {shown}: the trace cannot rebuild it ({why})\n"));
+        }
+        files.push(TraceDiffFile {
+            path: WirePath::from_repo_path(&path),
+            status,
+            added: counts.0,
+            removed: counts.1,
+            binary,
+            reason,
+        });
+    }
+    if files.is_empty() {
+        text.push_str("no file changes the trace knows of\n");
+    }
+    out.record(&TraceDiffRecord {
+        from: from_label,
+        to: to_label,
+        files,
+    });
+    out.human(text.trim_end());
+    Ok(Exit::Ok)
+}
+
+#[derive(Serialize)]
+struct NotRestored {
+    path: WirePath,
+    reason: String,
+}
+
+/// `trace.restore`: which files a trace restore could put back, and the checkpoint it made of
+/// them (the `restore` record that follows says what was written).
+#[derive(Serialize)]
+struct TraceRestoreRecord<'a> {
+    node: &'a str,
+    checkpoint: &'a str,
+    rebuilt: Vec<WirePath>,
+    not_restored: Vec<NotRestored>,
+}
+
+impl WireRecord for TraceRestoreRecord<'_> {
+    fn record_type(&self) -> &'static str {
+        "trace.restore"
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn trace_restore(
+    provider: &dyn Provider,
+    cwd: &Path,
+    node: &str,
+    paths: &[PathBuf],
+    yes: bool,
+    dsh_home: Option<&Path>,
+    guard: &GuardSettings,
+    out: &Output,
+) -> Result<Exit, CkptError> {
+    let (prefix, name) = parse_node(node)?;
+    let wanted = paths
+        .iter()
+        .map(|arg| crate::provider::repo_path_from_user(provider.workdir(), cwd, arg))
+        .collect::<Result<Vec<_>, _>>()?;
+    let replayed = load_session(provider, cwd, prefix, dsh_home)?;
+    let nodes = replayed.nodes(provider);
+    let at = find_node(&nodes, name, node)?;
+    let address = node_address(&replayed.log.header.id, nodes[at].call);
+    let mut rebuilt: Vec<(RepoPath, Vec<u8>)> = Vec::new();
+    let mut not_restored: Vec<(RepoPath, String)> = Vec::new();
+    for (path, known) in state_after(&nodes, at) {
+        if !wanted.is_empty() && !wanted.iter().any(|w| path == *w || path.is_within(w)) {
+            continue;
+        }
+        match known {
+            Known::Content(Some(bytes)) => rebuilt.push((path, bytes)),
+            Known::Content(None) => {
+                not_restored.push((path, "absent at that point; a trace restore never deletes".into()))
+            }
+            Known::Unknown(why) => not_restored.push((path, why)),
+        }
+    }
+    for path in &wanted {
+        if !rebuilt.iter().any(|(p, _)| p == path || p.is_within(path))
+            && !not_restored.iter().any(|(p, _)| p == path || p.is_within(path))
+        {
+            not_restored.push((path.clone(), "the trace knows nothing of it at that point".into()));
+        }
+    }
+    let not_restored_text: String = not_restored
+        .iter()
+        .map(|(p, why)| format!("  not restored: {} ({why})\n", super::output::human_path(p)))
+        .collect();
+    if rebuilt.is_empty() {
+        return Err(CkptError::Refused(format!(
+            "{address}: the trace rebuilds no file exactly there, so nothing can be restored; nothing was changed\n{}",
+            not_restored_text.trim_end()
+        )));
+    }
+    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    if !yes && !interactive {
+        return Err(CkptError::Refused(format!(
+            "trace restore of {address} needs confirmation: pass --yes (it would put back {} file(s) as the trace rebuilds them); nothing was changed",
+            rebuilt.len()
+        )));
+    }
+    let guard_request = SnapshotRequest {
+        session: None,
+        turn: None,
+        step: None,
+        trigger: Some("restore".into()),
+        kind: Kind::Guard,
+        max_file_size: guard.max_file_size,
+        watch: guard.watch,
+    };
+    let materialized_request = SnapshotRequest {
+        trigger: Some(address.clone()),
+        kind: Kind::Manual,
+        ..guard_request.clone()
+    };
+    let (_, record) = provider.materialize(&guard_request, &materialized_request, &rebuilt)?;
+    let selection = Selection {
+        paths: rebuilt.iter().map(|(p, _)| p.clone()).collect(),
+        exact: false,
+    };
+    let mut ask = super::restore::ask_on_terminal(&record);
+    let confirmation = if yes {
+        Confirmation::Given
+    } else {
+        Confirmation::Ask(&mut ask)
+    };
+    let report = provider.restore(&record, &selection, &guard_request, confirmation)?;
+    out.record(&TraceRestoreRecord {
+        node: &address,
+        checkpoint: &record.id,
+        rebuilt: rebuilt.iter().map(|(p, _)| WirePath::from_repo_path(p)).collect(),
+        not_restored: not_restored
+            .iter()
+            .map(|(p, why)| NotRestored {
+                path: WirePath::from_repo_path(p),
+                reason: why.clone(),
+            })
+            .collect(),
+    });
+    out.record(&super::wire::RestoreRecord::new(&report));
+    out.human(
+        format!(
+            "{address}, as the trace rebuilds it, is checkpoint {}\n{}{}",
+            record.short(),
+            not_restored_text,
+            super::output::restore_text(&report)
+        )
+        .trim_end(),
+    );
+    Ok(Exit::partial_if(!report.failed.is_empty()))
 }

@@ -253,6 +253,15 @@ pub trait Provider {
     fn file_at(&self, record: &Record, path: &RepoPath) -> Result<Option<Vec<u8>>, CkptError>;
     /// The blob id `bytes` would have in this store (hex; nothing is written).
     fn content_id(&self, bytes: &[u8]) -> Result<String, CkptError>;
+    /// A checkpoint (published with `request`) of the worktree as it is now, snapshotted first
+    /// with `now`, but with each of `files` holding its bytes: a state a restore of those paths
+    /// then produces. Returns (the snapshot of now, the new checkpoint). Writes no worktree file.
+    fn materialize(
+        &self,
+        now: &SnapshotRequest,
+        request: &SnapshotRequest,
+        files: &[(RepoPath, Vec<u8>)],
+    ) -> Result<(Record, Record), CkptError>;
     /// Deletes these checkpoints (unpins, then drops the records); returns the ids removed.
     /// Objects are left to git's gc (git provider) or `ckpt gc` (copy store).
     fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError>;
@@ -340,6 +349,14 @@ impl Provider for CopyThenGit {
     }
     fn content_id(&self, bytes: &[u8]) -> Result<String, CkptError> {
         self.primary.content_id(bytes)
+    }
+    fn materialize(
+        &self,
+        now: &SnapshotRequest,
+        request: &SnapshotRequest,
+        files: &[(RepoPath, Vec<u8>)],
+    ) -> Result<(Record, Record), CkptError> {
+        self.primary.materialize(now, request, files)
     }
     fn workdir(&self) -> &Path {
         self.primary.workdir()

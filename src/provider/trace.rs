@@ -74,13 +74,14 @@ fn position(call: &ToolCall) -> (u64, u64) {
 }
 
 /// The workspace path a tool argument names: absolute inside `workdir`, or relative to the
-/// session's `cwd` (itself inside `workdir`).
+/// session's `cwd` (itself inside `workdir`; `workdir` itself when the log names none).
 pub fn workspace_path(workdir: &Path, cwd: Option<&str>, named: &str) -> Result<RepoPath, String> {
     let named_path = Path::new(named);
     let full = if named_path.is_absolute() {
         named_path.to_path_buf()
     } else {
-        Path::new(cwd.unwrap_or_default()).join(named_path)
+        // A log without a cwd is still this workspace's (its directory is named after it).
+        cwd.map(Path::new).unwrap_or(workdir).join(named_path)
     };
     let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
     for component in full.components() {
@@ -515,6 +516,12 @@ mod tests {
         assert_eq!(workspace_path(w, Some("/w"), "/w/a/../b").unwrap(), p("b"));
         assert!(workspace_path(w, Some("/w"), "/etc/passwd").is_err());
         assert!(workspace_path(w, Some("/w"), "../w2/x").is_err());
+        assert_eq!(
+            workspace_path(w, None, "x.txt").unwrap(),
+            p("x.txt"),
+            "no cwd: the workspace"
+        );
+        assert!(workspace_path(w, None, "../x").is_err());
         assert!(
             workspace_path(w, Some("/w"), ".git/config").is_err(),
             "never a path into .git"

@@ -151,11 +151,26 @@ fn every_command_speaks_only_json_lines_and_matches_the_readme() {
     std::fs::create_dir_all(&log_dir).unwrap();
     std::fs::write(
         log_dir.join("session.jsonl"),
-        "{\"type\":\"session\",\"id\":\"s\"}\n{\"type\":\"tool/call\",\"seq\":1,\"data\":{\"turn\":1,\"step\":1,\"callId\":\"c\",\"name\":\"write\",\"arguments\":\"{\\\"file_path\\\":\\\"t.txt\\\",\\\"content\\\":\\\"t\\\"}\"}}\n",
+        "{\"type\":\"session\",\"id\":\"s\"}\n{\"type\":\"tool/call\",\"seq\":1,\"data\":{\"turn\":1,\"step\":1,\"callId\":\"c\",\"name\":\"write\",\"arguments\":\"{\\\"file_path\\\":\\\"t.txt\\\",\\\"content\\\":\\\"t\\\"}\"}}\n{\"type\":\"tool/result\",\"seq\":2,\"data\":{\"message\":{\"source\":{\"kind\":\"tool\",\"callId\":\"c\"},\"content\":[{\"type\":\"tool-result\",\"toolCallId\":\"c\",\"isError\":false}]}}}\n",
     )
     .unwrap();
     let home = repo.home.join("dsh");
     run(&["trace", "list", "--dsh-home", home.to_str().unwrap()], 0);
+    run(
+        &["trace", "diff", "trace:s:1.1", "--dsh-home", home.to_str().unwrap()],
+        0,
+    );
+    run(
+        &[
+            "trace",
+            "restore",
+            "trace:s:1.1",
+            "--yes",
+            "--dsh-home",
+            home.to_str().unwrap(),
+        ],
+        0,
+    );
     run(&["preview", "ffffffff"], 1);
     run(&["no-such-command"], 2);
     run(&["--help"], 0);

@@ -227,3 +227,212 @@ fn trace_list_rebuilds_what_the_log_proves_and_says_unknown_for_the_rest() {
     assert_eq!(node["outcome"], "unknown", "no result was recorded");
     assert_eq!(node["files"][0]["rebuildable"], false);
 }
+
+/// A hand-made log for `trace diff` / `trace restore`: a write and an edit of a.txt, a shell
+/// call (which blinds the trace to a.txt), then a write of n.txt.
+fn restore_fixture(repo: &TestRepo) -> std::path::PathBuf {
+    let root = repo.root.to_str().unwrap().to_owned();
+    let home = repo.home.join("dsh");
+    let dir = home.join("sessions").join(project_key(&root)).join("session-7f3a9c21");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lines = [
+        serde_json::json!({"type": "session", "id": "session-7f3a9c21", "cwd": root}).to_string(),
+        call(
+            1,
+            1,
+            1,
+            "w1",
+            "write",
+            serde_json::json!({"file_path": "a.txt", "content": "one\ntwo\n"}),
+        ),
+        result(2, "w1", false),
+        call(
+            3,
+            1,
+            2,
+            "e1",
+            "edit",
+            serde_json::json!({"file_path": "a.txt", "old_string": "two", "new_string": "TWO"}),
+        ),
+        result(4, "e1", false),
+        call(5, 2, 1, "b1", "bash", serde_json::json!({"command": "rm -rf ."})),
+        result(6, "b1", false),
+        call(
+            7,
+            2,
+            2,
+            "w2",
+            "write",
+            serde_json::json!({"file_path": "sub/n.txt", "content": "new\n"}),
+        ),
+        result(8, "w2", false),
+    ];
+    let log = zstd::encode_all(format!("{}\n", lines.join("\n")).as_bytes(), 3).unwrap();
+    std::fs::write(dir.join("session.jsonl.zstd"), log).unwrap();
+    home
+}
+
+#[test]
+fn trace_diff_and_restore_put_back_only_what_the_trace_rebuilds_and_are_undoable() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"garbage the agent left\n");
+    repo.write("keep.txt", b"the user's own work\n");
+    let home = restore_fixture(&repo);
+    let home = home.to_str().unwrap();
+    let before = repo.fingerprint().without_status();
+    let files_before = repo.worktree();
+
+    // What one call changed, and two nodes against each other.
+    let run = repo.ckpt_json(&["trace", "diff", "trace:7f3a9c21:1.2", "--dsh-home", home], 0);
+    let diff = run.one("trace.diff");
+    assert_eq!(diff["from"], "trace:7f3a9c21:1.2");
+    assert_eq!(diff["files"][0]["status"], "modified");
+    assert_eq!(
+        (diff["files"][0]["added"].clone(), diff["files"][0]["removed"].clone()),
+        (1.into(), 1.into())
+    );
+    let human = repo.ckpt(&["trace", "diff", "trace:session-7f3a:e1", "--dsh-home", home]);
+    assert!(
+        human.stdout.contains("-two") && human.stdout.contains("+TWO"),
+        "{}",
+        human.stdout
+    );
+    let run = repo.ckpt_json(
+        &["trace", "diff", "trace:7f3a:1.2", "trace:7f3a:2.2", "--dsh-home", home],
+        0,
+    );
+    let files = run.one("trace.diff")["files"].as_array().unwrap().clone();
+    assert_eq!(files[0]["status"], "unknown", "a.txt after the shell call: {files:?}");
+    assert_eq!(
+        files[1]["status"], "unknown",
+        "sub/n.txt is not known at 1.2: {files:?}"
+    );
+    assert!(files[1]["reason"].as_str().unwrap().contains("at this node"));
+    assert_eq!(repo.fingerprint().without_status(), before, "diff is read-only");
+    assert_eq!(repo.worktree(), files_before);
+
+    // Refusals write nothing.
+    for (args, code) in [
+        (vec!["trace", "restore", "trace:7f3a:1.2"], 4),
+        (vec!["trace", "restore", "trace:7f3a:2.1", "--yes"], 4),
+        (vec!["trace", "restore", "trace:nomatch:1.1", "--yes"], 1),
+        (vec!["trace", "restore", "trace:7f3a:9.9", "--yes"], 1),
+        (vec!["trace", "restore", "7f3a:1.2", "--yes"], 2),
+    ] {
+        let mut full = args.clone();
+        full.extend(["--dsh-home", home]);
+        let run = repo.ckpt(&full);
+        assert_eq!(run.code, code, "{full:?}: {}", run.stderr);
+        assert_eq!(repo.worktree(), files_before, "{full:?} wrote nothing");
+    }
+    assert!(repo.ckpt_refs().is_empty(), "a refusal publishes no checkpoint");
+
+    // The state after the edit: a.txt as the trace rebuilds it; nothing else is touched.
+    let run = repo.ckpt_json(&["trace", "restore", "trace:7f3a:1.2", "--yes", "--dsh-home", home], 0);
+    let restored = run.one("trace.restore");
+    assert_eq!(restored["rebuilt"], serde_json::json!(["a.txt"]));
+    let report = run.one("restore");
+    assert_eq!(report["written"], serde_json::json!(["a.txt"]));
+    assert_eq!(report["verified"], true);
+    assert_eq!(repo.read("a.txt"), b"one\nTWO\n");
+    assert_eq!(repo.read("keep.txt"), b"the user's own work\n");
+    assert_eq!(repo.fingerprint().without_status(), before, "only refs/ckpt/ changed");
+    assert_eq!(
+        repo.ckpt_refs().len(),
+        2,
+        "one guard of the state before (the restore's own guard is that same checkpoint) and the rebuilt state"
+    );
+    assert_eq!(report["guard_created"], false);
+
+    // After the shell call: only what a later write pinned; a.txt is reported, not guessed.
+    let run = repo.ckpt_json(&["trace", "restore", "trace:7f3a:2.2", "--yes", "--dsh-home", home], 0);
+    let restored = run.one("trace.restore");
+    assert_eq!(restored["rebuilt"], serde_json::json!(["sub/n.txt"]));
+    assert_eq!(restored["not_restored"][0]["path"], "a.txt");
+    assert_eq!(repo.read("sub/n.txt"), b"new\n");
+    assert_eq!(
+        repo.read("a.txt"),
+        b"one\nTWO\n",
+        "a file the trace cannot rebuild is left alone"
+    );
+
+    // Every trace restore is undoable: the first guard holds the state before it, byte-exact.
+    let guards: Vec<String> = repo
+        .ckpt_json(&["list"], 0)
+        .json
+        .iter()
+        .filter(|r| r["type"] == "checkpoint" && r["kind"] == "guard")
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    repo.ckpt_json(&["restore", &guards[0], "--exact", "--yes"], 0);
+    assert_eq!(repo.worktree(), files_before, "undo is byte-exact");
+    assert_eq!(repo.fingerprint().without_status(), before);
+}
+
+#[test]
+fn list_trace_merges_checkpoints_and_tool_calls_in_time_order() {
+    let repo = TestRepo::new();
+    let millis = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    };
+    let before = millis() - 5_000;
+    repo.write("a.txt", b"a\n");
+    let id = repo.snapshot(&["--session", "session-merge01", "--turn", "1", "--step", "2"]);
+    let after = millis() + 5_000;
+    let root = repo.root.to_str().unwrap().to_owned();
+    let home = repo.home.join("dsh");
+    let dir = home.join("sessions").join(project_key(&root)).join("session-merge01");
+    std::fs::create_dir_all(&dir).unwrap();
+    let event = |seq: u64, time: u64, id: &str, step: u64| {
+        serde_json::json!({"type": "tool/call", "seq": seq, "time": time,
+            "data": {"turn": 1, "step": step, "callId": id, "name": "write",
+                "arguments": serde_json::json!({"file_path": "a.txt", "content": id}).to_string()}})
+        .to_string()
+    };
+    let lines = [
+        serde_json::json!({"type": "session", "id": "session-merge01", "cwd": root}).to_string(),
+        // Written out of time order: the timeline orders by time, not by line.
+        event(1, after, "late", 3),
+        event(2, before, "early", 1),
+    ];
+    std::fs::write(dir.join("session.jsonl"), format!("{}\n", lines.join("\n"))).unwrap();
+    let files = repo.worktree();
+
+    let run = repo.ckpt_json(&["list", "--trace", "--dsh-home", home.to_str().unwrap()], 0);
+    let order: Vec<String> = run
+        .json
+        .iter()
+        .map(|r| match r["type"].as_str().unwrap() {
+            "checkpoint" => r["id"].as_str().unwrap().to_owned(),
+            "trace.node" => r["call_id"].as_str().unwrap().to_owned(),
+            other => panic!("unexpected record {other}"),
+        })
+        .collect();
+    assert_eq!(order, vec!["early".to_owned(), id.clone(), "late".to_owned()]);
+    let human = repo.ckpt(&["list", "--trace", "--dsh-home", home.to_str().unwrap()]);
+    assert_eq!(human.code, 0, "{}", human.stderr);
+    let sources: Vec<&str> = human
+        .stdout
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(sources, vec!["trace", "checkpoint", "trace"], "{}", human.stdout);
+    // --session keeps one session's checkpoints and calls.
+    let run = repo.ckpt_json(
+        &[
+            "list",
+            "--trace",
+            "--session",
+            "other",
+            "--dsh-home",
+            home.to_str().unwrap(),
+        ],
+        0,
+    );
+    assert!(run.json.is_empty(), "{:?}", run.json);
+    assert_eq!(repo.worktree(), files, "read-only");
+}

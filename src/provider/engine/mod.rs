@@ -7,6 +7,7 @@
 
 mod health;
 mod inspect;
+mod materialize;
 mod restore;
 mod snapshot;
 mod watched;
@@ -300,21 +301,24 @@ impl Provider for Engine {
         Ok(self.vault.blob_id(bytes)?.to_hex())
     }
 
+    fn materialize(
+        &self,
+        now: &SnapshotRequest,
+        request: &SnapshotRequest,
+        files: &[(RepoPath, Vec<u8>)],
+    ) -> Result<(Record, Record), CkptError> {
+        Engine::materialize(self, now, request, files)
+    }
+
     fn file_at(&self, record: &Record, path: &RepoPath) -> Result<Option<Vec<u8>>, CkptError> {
         use crate::verbs::EntryKind;
-        let mut tree = self.pinned_tree_id(record)?;
-        let names: Vec<&[u8]> = path.as_bytes().split(|b| *b == b'/').collect();
-        for (at, name) in names.iter().enumerate() {
-            let Some((_, kind, id)) = self.vault.tree_level(&tree)?.into_iter().find(|(n, _, _)| n == name) else {
-                return Ok(None);
-            };
-            match (kind, at + 1 == names.len()) {
-                (None, false) => tree = id,
-                (Some(EntryKind::File | EntryKind::Executable), true) => return Ok(Some(self.vault.read_blob(&id)?)),
-                _ => return Ok(None),
-            }
+        match self.item_at(&self.pinned_tree_id(record)?, path)? {
+            Some(TreeItem {
+                kind: EntryKind::File | EntryKind::Executable,
+                id,
+            }) => Ok(Some(self.vault.read_blob(&id)?)),
+            _ => Ok(None),
         }
-        Ok(None)
     }
 
     fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError> {

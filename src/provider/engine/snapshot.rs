@@ -131,21 +131,32 @@ impl Engine {
         drop(cache);
         let warnings = capture.warnings.clone();
 
-        if let Some(previous) = &previous {
-            if previous.tree_id().ok() == Some(tree) {
-                let outcome = SnapshotOutcome {
-                    record: previous.clone(),
-                    created: false,
-                    not_protected: skipped_of(&capture),
-                    warnings,
-                    scan_mode,
-                    scan: capture.stats,
-                };
-                let t2 = std::time::Instant::now();
-                self.save_stat_cache(registry, lock, &capture, &outcome.record, loaded);
-                self.phase_time("stat cache save", t2);
-                return Ok((outcome, capture));
-            }
+        // The newest checkpoint holds this very state, or the one the (pinned) stat cache was
+        // written for does: a materialized checkpoint can be newer than the worktree's own state.
+        let cached_checkpoint = loaded.and_then(|(_, checkpoint)| checkpoint).map(|id| id.to_hex());
+        let same_state = previous
+            .iter()
+            .chain(
+                records
+                    .iter()
+                    .rev()
+                    .filter(|r| Some(&r.id) == cached_checkpoint.as_ref()),
+            )
+            .find(|r| r.tree_id().ok() == Some(tree))
+            .cloned();
+        if let Some(same) = same_state {
+            let outcome = SnapshotOutcome {
+                record: same,
+                created: false,
+                not_protected: skipped_of(&capture),
+                warnings,
+                scan_mode,
+                scan: capture.stats,
+            };
+            let t2 = std::time::Instant::now();
+            self.save_stat_cache(registry, lock, &capture, &outcome.record, loaded);
+            self.phase_time("stat cache save", t2);
+            return Ok((outcome, capture));
         }
 
         // `files` counts paths that differ from the previous checkpoint (or, for the first one,
