@@ -20,6 +20,10 @@ import {
   resolvePoint,
   restoreNotice,
   rewindPoints,
+  renderTraceNodes,
+  renderTracePlan,
+  traceNodes,
+  traceRestoreNotice,
 } from './lib/render.mjs'
 
 export const name = 'ckpt'
@@ -293,10 +297,47 @@ export function apply(ctx, rawConfig) {
       const listed = await listPoints(cwd, session, signal)
       if (listed.error) return { kind: 'error', text: listed.error }
       const shown = verb === 'all' ? listed.points : firstOfEachTurn(listed.points)
-      if (!shown.length) return { kind: 'success', text: `${warning}no rewind points yet` }
+      if (!shown.length) {
+        // No checkpoint in this session: what its own log can rebuild is still a way back.
+        const traced = await ckpt(cwd, ['trace', 'list', '--session', sid], signal)
+        const nodes = traced.code === 0 ? traceNodes(traced.records) : []
+        if (!nodes.length) return { kind: 'success', text: `${warning}no rewind points yet` }
+        return { kind: 'success', text: `${warning}no checkpoints in this session, but its log rebuilds these files:\n${renderTraceNodes(nodes)}\n/${name} trace <turn.step> puts them back as they were after that call` }
+      }
       const lines = shown.map((r) => `${pointLabel(r, verb === 'all')}  ${r.short}  ${r.time}  ${r.trigger ?? ''}  ${turnText(session, r.turn)}${r.inherited ? '  (before the fork)' : ''}`.trimEnd())
       const hint = verb === 'all' ? `/${name} preview <point>, /${name} <point> --yes (a point: 2, 2.1, turn 2.1, an id, latest)` : `/${name} preview <turn>, /${name} <turn> --yes; /${name} all lists every step`
       return { kind: 'success', text: `${warning}${lines.join('\n')}\n${hint}` }
+    }
+    if (verb === 'trace') {
+      if (!rest.length) {
+        const traced = await ckpt(cwd, ['trace', 'list', '--session', sid], signal)
+        if (traced.code !== 0) return { kind: 'error', text: `${warning}${errorText(traced)}` }
+        const nodes = traceNodes(traced.records)
+        if (!nodes.length) return { kind: 'success', text: `${warning}this session's log rebuilds no file exactly (a shell call, or edits of files it never saw, hide their content)` }
+        return { kind: 'success', text: `${warning}${renderTraceNodes(nodes)}\n/${name} trace <turn.step> [--yes] puts the files back as they were after that call (/${name} trace preview <turn.step> shows what it would write)` }
+      }
+      const previewOnly = rest[0] === 'preview'
+      const label = previewOnly ? rest[1] : rest[0]
+      if (!label || !/^(\d+\.\d+|[\w-]+)$/u.test(label)) return { kind: 'error', text: `bad call ${label}: a call is turn.step (1.2) or a call id, as /${name} trace lists them` }
+      const node = `trace:${sid}:${label}`
+      const planned = await ckpt(cwd, ['trace', 'restore', node, '--dry-run'], signal)
+      const plan = one(planned, 'trace.restore')
+      if (planned.code !== 0 || !plan) return { kind: 'error', text: `${warning}${errorText(planned)}` }
+      const planText = renderTracePlan(plan, label)
+      if (previewOnly) return { kind: 'success', text: `${warning}${planText}` }
+      if (!plan.rebuilt?.length) return { kind: 'error', text: `${planText}\nnothing can be put back; nothing was changed` }
+      if (!flags.has('--yes') && !(await confirm(agent, `${planText}\n\nPut these files back?`, signal))) {
+        return { kind: 'error', text: `not confirmed; nothing was changed.\n${planText}` }
+      }
+      if (agent.status === 'running') return { kind: 'error', text: 'the agent started a turn while the question was open; nothing was changed (ask again between turns)' }
+      const restored = await ckpt(cwd, ['trace', 'restore', node, '--yes'], signal, RESTORE_TIMEOUT_MS)
+      const report = one(restored, 'restore')
+      if (!report) return { kind: 'error', text: `${warning}${errorText(restored)}` }
+      const made = one(restored, 'trace.restore')
+      const title = `Put back the files as they were after tool call ${label} (rebuilt from the session log as checkpoint ${String(made?.checkpoint ?? '').slice(0, 8)})`
+      notify(sid, traceRestoreNotice(report, label, cwd))
+      if (report.guard) lastGuard.set(sid, { id: report.guard, sessions: [sid], paths: touchedPaths(report) })
+      return { kind: restored.code === 0 ? 'success' : 'error', text: `${warning}${renderRestore(report, {}, name, restored.code === 3, title)}` }
     }
     if (verb === 'ui') {
       try {

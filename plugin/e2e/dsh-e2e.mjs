@@ -359,6 +359,17 @@ async function main() {
   }
   check.ok(compared >= 3, `rebuilt files compared with checkpoints: ${compared} ${JSON.stringify(traceNodes)}`)
   check.ok(traceNodes.some((n) => n.tool === 'bash' && n.outcome === 'ok'), 'the bash calls are nodes too')
+  // The same replay through the adapter in the real host (its ckpt finds the log by DSH_HOME):
+  // the list, and a trace restore that asks first (no answer here: nothing is changed).
+  step('web: /rewind trace lists what the log rebuilds; /rewind trace preview 1.1 shows its plan')
+  const traceList = await command(s, '/rewind trace')
+  check.equal(traceList.kind, 'success', traceList.text)
+  check.match(traceList.text, /^call 1\.1 {2}write {2}\S+ {2}rebuilds \S+$/m, traceList.text)
+  const beforeTrace = snapshotFiles(ws)
+  const tracePlan = await command(s, '/rewind trace preview 1.1')
+  check.equal(tracePlan.kind, 'success', tracePlan.text)
+  check.match(tracePlan.text, /Putting back the files as they were after tool call 1\.1, rebuilt from the session log, would:\n {2}write \(1\):/, tracePlan.text)
+  check.deepEqual(snapshotFiles(ws), beforeTrace, 'a trace preview changes nothing')
 
   // The texts a person reads.
   step('[2][3] web: /rewind, /rewind all, preview in every listed form, diff, status')

@@ -198,3 +198,35 @@ export function renderStatus(status, { points, guards, failure }) {
 export function failureText(failure) {
   return `WARNING: ${failure.count} mutation(s) in this session ran without a checkpoint; first before ${failure.first.trigger} at ${failure.first.time}: ${failure.first.message}${failure.count > 1 ? `; last: ${failure.last.message}` : ''}`
 }
+
+/** The trace nodes of a session that rebuild at least one file, as /rewind trace lists them. */
+export function traceNodes(records) {
+  return (records ?? []).filter((r) => r?.type === 'trace.node' && (r.files ?? []).some((f) => f.rebuildable))
+}
+
+/** One line per trace node: `call 1.2  write  a.txt  rebuilds a.txt`. */
+export function renderTraceNodes(nodes) {
+  return nodes
+    .map((n) => {
+      const rebuilt = (n.files ?? []).filter((f) => f.rebuildable).map((f) => pathText(f.path))
+      return `call ${n.turn ?? '?'}.${n.step ?? '?'}  ${n.tool}${n.path ? `  ${pathText(n.path)}` : ''}  rebuilds ${rebuilt.join(', ')}`
+    })
+    .join('\n')
+}
+
+/** What a trace restore would put back and what it cannot (from its dry-run record). */
+export function renderTracePlan(plan, label) {
+  const rebuilt = plan?.rebuilt ?? []
+  const left = plan?.not_restored ?? []
+  const lines = [`Putting back the files as they were after tool call ${label}, rebuilt from the session log, would:`]
+  if (rebuilt.length) lines.push(`  write (${rebuilt.length}):`, ...paths(rebuilt))
+  if (left.length) lines.push(`  leave as they are, the log cannot rebuild them there (${left.length}):`, ...paths(left, withReason('reason')))
+  return lines.join('\n')
+}
+
+/** What the model is told after a trace restore. */
+export function traceRestoreNotice(restore, label, cwd) {
+  const written = restore?.written ?? []
+  const list = written.length ? written.slice(0, MAX_PATHS).map(pathText).join(', ') + (written.length > MAX_PATHS ? ` and ${written.length - MAX_PATHS} more` : '') : 'none'
+  return `The user put back files in ${cwd} as they were after tool call ${label} of this session (rebuilt from the session log); this conversation was not rewound. Written back: ${list}. Re-read any file before editing it.`
+}

@@ -431,3 +431,59 @@ test('/rewind ui starts the web view for the workspace once, answers with its ad
   }
   assert.ok(stopped, 'the web view stops when the plugin unloads')
 })
+
+test('/rewind in a session without checkpoints offers what its log rebuilds; /rewind trace puts it back after a confirmation, undoably', async () => {
+  const dir = repo()
+  const home = tempDir('ckpt-plugin-dsh-')
+  const logDir = join(home, 'sessions', `--${dir.replace(/^\//, '').replaceAll('/', '-')}--`, 'session-cold01')
+  mkdirSync(logDir, { recursive: true })
+  const call = (seq, step, name, args) => JSON.stringify({ type: 'tool/call', seq, data: { turn: 1, step, callId: `c${step}`, name, arguments: JSON.stringify(args) } })
+  const result = (seq, step) => JSON.stringify({ type: 'tool/result', seq, data: { message: { source: { kind: 'tool', callId: `c${step}` }, content: [{ type: 'tool-result', toolCallId: `c${step}`, isError: false }] } } })
+  const lines = [
+    JSON.stringify({ type: 'session', id: 'session-cold01', cwd: dir }),
+    call(1, 1, 'write', { file_path: 'a.txt', content: 'written by the agent\n' }),
+    result(2, 1),
+    call(3, 2, 'edit', { file_path: 'a.txt', old_string: 'agent', new_string: 'AGENT' }),
+    result(4, 2),
+  ]
+  writeFileSync(join(logDir, 'session.jsonl'), `${lines.join('\n')}\n`)
+  writeFileSync(join(dir, 'a.txt'), 'ruined later\n')
+  const saved = process.env.DSH_HOME
+  process.env.DSH_HOME = home
+  try {
+    let answer = 'Cancel'
+    const ctx = fakeContext({ userQuestions: { ask: async () => ({ answers: [{ id: 'ckpt-rewind', selected: [answer] }] }) } })
+    const { command } = apply(ctx, { binary: CKPT })
+    const agent = { session: { id: 'session-cold01', header: { cwd: dir }, events: [] }, status: 'idle' }
+
+    const listed = await command.handler({ agent, rawInput: '' })
+    assert.equal(listed.kind, 'success', listed.text)
+    assert.match(listed.text, /no checkpoints in this session, but its log rebuilds these files:\ncall 1\.1 {2}write {2}a\.txt {2}rebuilds a\.txt\ncall 1\.2 {2}edit {2}a\.txt {2}rebuilds a\.txt/)
+
+    const previewed = await command.handler({ agent, rawInput: ' trace preview 1.2' })
+    assert.equal(previewed.kind, 'success', previewed.text)
+    assert.match(previewed.text, /^Putting back the files as they were after tool call 1\.2, rebuilt from the session log, would:\n {2}write \(1\):\n {4}a\.txt$/)
+    const refused = await command.handler({ agent, rawInput: ' trace 1.2' })
+    assert.equal(refused.kind, 'error')
+    assert.match(refused.text, /not confirmed; nothing was changed\.\nPutting back the files as they were after tool call 1\.2.*\n {2}write \(1\):\n {4}a\.txt/)
+    assert.equal(readFileSync(join(dir, 'a.txt'), 'utf8'), 'ruined later\n')
+    assert.equal(checkpoints(dir).length, 0, 'a dry run and a refusal take no checkpoint')
+
+    answer = 'Restore'
+    const restored = await command.handler({ agent, rawInput: ' trace 1.2' })
+    assert.equal(restored.kind, 'success', restored.text)
+    assert.match(restored.text, /^Put back the files as they were after tool call 1\.2 \(rebuilt from the session log as checkpoint [0-9a-f]{8}\):\n {2}written \(1\):\n {4}a\.txt/)
+    assert.equal(readFileSync(join(dir, 'a.txt'), 'utf8'), 'written by the AGENT\n')
+
+    const undone = await command.handler({ agent, rawInput: ' undo --yes' })
+    assert.equal(undone.kind, 'success', undone.text)
+    assert.equal(readFileSync(join(dir, 'a.txt'), 'utf8'), 'ruined later\n', 'undo is byte-exact')
+
+    const bad = await command.handler({ agent, rawInput: ' trace 9.9 --yes' })
+    assert.equal(bad.kind, 'error')
+    assert.match(bad.text, /no tool call "9\.9"/)
+  } finally {
+    if (saved === undefined) delete process.env.DSH_HOME
+    else process.env.DSH_HOME = saved
+  }
+})

@@ -250,6 +250,9 @@ pub(super) enum TraceAction {
         /// Confirm without asking
         #[arg(long, short = 'y')]
         yes: bool,
+        /// Only say which files it would put back and which it cannot; change nothing
+        #[arg(long, conflicts_with = "yes")]
+        dry_run: bool,
         /// The harness's home (default: $DSH_HOME, else ~/.dsh)
         #[arg(long)]
         dsh_home: Option<PathBuf>,

@@ -109,9 +109,19 @@ pub(super) fn trace(
         TraceAction::Restore {
             node,
             yes,
+            dry_run,
             dsh_home,
             paths,
-        } => trace_restore(provider, cwd, node, paths, *yes, dsh_home.as_deref(), guard, out),
+        } => {
+            let how = if *dry_run {
+                RestoreHow::DryRun
+            } else if *yes {
+                RestoreHow::Confirmed
+            } else {
+                RestoreHow::Ask
+            };
+            trace_restore(provider, cwd, node, paths, how, dsh_home.as_deref(), guard, out)
+        }
     }
 }
 
@@ -672,7 +682,8 @@ struct NotRestored {
 #[derive(Serialize)]
 struct TraceRestoreRecord<'a> {
     node: &'a str,
-    checkpoint: &'a str,
+    /// The checkpoint of the rebuilt state (`null` for a dry run).
+    checkpoint: Option<&'a str>,
     rebuilt: Vec<WirePath>,
     not_restored: Vec<NotRestored>,
 }
@@ -683,13 +694,21 @@ impl WireRecord for TraceRestoreRecord<'_> {
     }
 }
 
+/// How a trace restore goes ahead: not at all (`--dry-run`), confirmed (`--yes`), or asking.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RestoreHow {
+    DryRun,
+    Confirmed,
+    Ask,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn trace_restore(
     provider: &dyn Provider,
     cwd: &Path,
     node: &str,
     paths: &[PathBuf],
-    yes: bool,
+    how: RestoreHow,
     dsh_home: Option<&Path>,
     guard: &GuardSettings,
     out: &Output,
@@ -734,7 +753,31 @@ fn trace_restore(
             not_restored_text.trim_end()
         )));
     }
+    let not_restored_records = || {
+        not_restored
+            .iter()
+            .map(|(p, why)| NotRestored {
+                path: WirePath::from_repo_path(p),
+                reason: why.clone(),
+            })
+            .collect()
+    };
+    if how == RestoreHow::DryRun {
+        out.record(&TraceRestoreRecord {
+            node: &address,
+            checkpoint: None,
+            rebuilt: rebuilt.iter().map(|(p, _)| WirePath::from_repo_path(p)).collect(),
+            not_restored: not_restored_records(),
+        });
+        let would: String = rebuilt
+            .iter()
+            .map(|(p, _)| format!("  put back: {}\n", super::output::human_path(p)))
+            .collect();
+        out.human(format!("{address} (dry run; nothing was changed):\n{would}{not_restored_text}").trim_end());
+        return Ok(Exit::Ok);
+    }
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let yes = how == RestoreHow::Confirmed;
     if !yes && !interactive {
         return Err(CkptError::Refused(format!(
             "trace restore of {address} needs confirmation: pass --yes (it would put back {} file(s) as the trace rebuilds them); nothing was changed",
@@ -769,15 +812,9 @@ fn trace_restore(
     let report = provider.restore(&record, &selection, &guard_request, confirmation)?;
     out.record(&TraceRestoreRecord {
         node: &address,
-        checkpoint: &record.id,
+        checkpoint: Some(&record.id),
         rebuilt: rebuilt.iter().map(|(p, _)| WirePath::from_repo_path(p)).collect(),
-        not_restored: not_restored
-            .iter()
-            .map(|(p, why)| NotRestored {
-                path: WirePath::from_repo_path(p),
-                reason: why.clone(),
-            })
-            .collect(),
+        not_restored: not_restored_records(),
     });
     out.record(&super::wire::RestoreRecord::new(&report));
     out.human(
