@@ -323,6 +323,27 @@ mod tests {
         RepoPath::new(text.as_bytes().to_vec()).unwrap()
     }
 
+    /// A checkpoint of session `s` taken before call 1.1.
+    fn checkpoint_at_1_1() -> Record {
+        Record {
+            id: "a".repeat(40),
+            provider: "git".into(),
+            commit: Some("a".repeat(40)),
+            tree: "b".repeat(40),
+            workspace: crate::records::WirePath::Text("/w".into()),
+            session: Some("s".into()),
+            turn: Some(1),
+            step: Some(1),
+            trigger: Some("edit".into()),
+            kind: crate::records::Kind::Auto,
+            time: "2026-01-01T00:00:00Z".into(),
+            files: 0,
+            total_files: 1,
+            bytes: 0,
+            skipped: Vec::new(),
+        }
+    }
+
     fn content(text: &str) -> Known {
         Known::Content(Some(text.as_bytes().to_vec()))
     }
@@ -427,23 +448,7 @@ mod tests {
 
     #[test]
     fn an_edit_takes_its_base_from_the_nearest_checkpoint_unless_a_shell_call_ran_since() {
-        let record = Record {
-            id: "a".repeat(40),
-            provider: "git".into(),
-            commit: Some("a".repeat(40)),
-            tree: "b".repeat(40),
-            workspace: crate::records::WirePath::Text("/w".into()),
-            session: Some("s".into()),
-            turn: Some(1),
-            step: Some(1),
-            trigger: Some("edit".into()),
-            kind: crate::records::Kind::Auto,
-            time: "2026-01-01T00:00:00Z".into(),
-            files: 0,
-            total_files: 1,
-            bytes: 0,
-            skipped: Vec::new(),
-        };
+        let record = checkpoint_at_1_1();
         let edit = call(
             2,
             1,
@@ -507,6 +512,39 @@ mod tests {
             matches!(&nodes[4].files[&p("a.txt")], Known::Unknown(_)),
             "no edit on top of an unknown base"
         );
+    }
+
+    #[test]
+    fn an_edit_of_a_base_that_is_not_utf8_is_unknown_and_a_later_write_pins_the_file_again() {
+        let ok = CallOutcome::Ok;
+        let record = checkpoint_at_1_1();
+        let calls = vec![
+            call(
+                1,
+                1,
+                1,
+                "edit",
+                serde_json::json!({"file_path": "bin.dat", "old_string": "x", "new_string": "y"}),
+                ok,
+            ),
+            call(
+                2,
+                1,
+                2,
+                "write",
+                serde_json::json!({"file_path": "bin.dat", "content": "text now\n"}),
+                ok,
+            ),
+        ];
+        let nodes = replay(Path::new("/w"), Some("/w"), &calls, &[record], |_, _| {
+            Ok(Some(b"x\xff\xfe\n".to_vec()))
+        });
+        assert!(
+            matches!(&nodes[0].files[&p("bin.dat")], Known::Unknown(why) if why.contains("not UTF-8")),
+            "{:?}",
+            nodes[0].files
+        );
+        assert_eq!(nodes[1].files[&p("bin.dat")], content("text now\n"));
     }
 
     #[test]

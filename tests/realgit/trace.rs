@@ -312,7 +312,10 @@ fn trace_diff_and_restore_put_back_only_what_the_trace_rebuilds_and_are_undoable
     assert_eq!(repo.worktree(), files_before);
 
     // A dry run names what it would put back and what it cannot, and changes nothing.
-    let run = repo.ckpt_json(&["trace", "restore", "trace:7f3a:2.2", "--dry-run", "--dsh-home", home], 0);
+    let run = repo.ckpt_json(
+        &["trace", "restore", "trace:7f3a:2.2", "--dry-run", "--dsh-home", home],
+        0,
+    );
     let dry = run.one("trace.restore");
     assert_eq!(dry["checkpoint"], serde_json::Value::Null);
     assert_eq!(dry["rebuilt"], serde_json::json!(["sub/n.txt"]));
