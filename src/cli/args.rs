@@ -253,6 +253,9 @@ pub(super) enum TraceAction {
         /// Only say which files it would put back and which it cannot; change nothing
         #[arg(long, conflicts_with = "yes")]
         dry_run: bool,
+        /// Files larger than this many bytes are not captured by the guard (so not written)
+        #[arg(long)]
+        max_file_size: Option<u64>,
         /// The harness's home (default: $DSH_HOME, else ~/.dsh)
         #[arg(long)]
         dsh_home: Option<PathBuf>,

@@ -269,8 +269,12 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
         WorkspaceCommand::Audit => audit(provider.as_ref(), out),
         WorkspaceCommand::Watch { action } => watch::watch(provider.as_ref(), action, out),
         WorkspaceCommand::Trace { action } => {
+            let max_file_size = match action {
+                TraceAction::Restore { max_file_size, .. } => limit(max_file_size),
+                _ => limit(&None),
+            };
             let guard = trace::GuardSettings {
-                max_file_size: limit(&None),
+                max_file_size,
                 watch: config.watch != Some(false),
             };
             trace::trace(provider.as_ref(), &cwd, action, &guard, out)

@@ -112,6 +112,7 @@ pub(super) fn trace(
             dry_run,
             dsh_home,
             paths,
+            ..
         } => {
             let how = if *dry_run {
                 RestoreHow::DryRun
@@ -798,7 +799,20 @@ fn trace_restore(
         kind: Kind::Manual,
         ..guard_request.clone()
     };
-    let (_, record) = provider.materialize(&guard_request, &materialized_request, &rebuilt)?;
+    let made = provider.materialize(&guard_request, &materialized_request, &rebuilt)?;
+    let record = made.checkpoint;
+    rebuilt.retain(|(path, _)| !made.refused.iter().any(|(refused, _)| refused == path));
+    not_restored.extend(made.refused);
+    let not_restored_text: String = not_restored
+        .iter()
+        .map(|(p, why)| format!("  not restored: {} ({why})\n", super::output::human_path(p)))
+        .collect();
+    if rebuilt.is_empty() {
+        return Err(CkptError::Refused(format!(
+            "{address}: none of the files the trace rebuilds can be written safely; nothing was changed\n{}",
+            not_restored_text.trim_end()
+        )));
+    }
     let selection = Selection {
         paths: rebuilt.iter().map(|(p, _)| p.clone()).collect(),
         exact: false,
@@ -814,7 +828,13 @@ fn trace_restore(
         node: &address,
         checkpoint: Some(&record.id),
         rebuilt: rebuilt.iter().map(|(p, _)| WirePath::from_repo_path(p)).collect(),
-        not_restored: not_restored_records(),
+        not_restored: not_restored
+            .iter()
+            .map(|(p, why)| NotRestored {
+                path: WirePath::from_repo_path(p),
+                reason: why.clone(),
+            })
+            .collect(),
     });
     out.record(&super::wire::RestoreRecord::new(&report));
     out.human(
@@ -826,5 +846,5 @@ fn trace_restore(
         )
         .trim_end(),
     );
-    Ok(Exit::partial_if(!report.failed.is_empty()))
+    Ok(Exit::partial_if(!report.failed.is_empty() || !not_restored.is_empty()))
 }

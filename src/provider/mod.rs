@@ -255,13 +255,16 @@ pub trait Provider {
     fn content_id(&self, bytes: &[u8]) -> Result<String, CkptError>;
     /// A checkpoint (published with `request`) of the worktree as it is now, snapshotted first
     /// with `now`, but with each of `files` holding its bytes: a state a restore of those paths
-    /// then produces. Returns (the snapshot of now, the new checkpoint). Writes no worktree file.
+    /// then produces (the snapshot of now when nothing needs replacing). A file whose path is a
+    /// directory, symlink or submodule now, lies below a
+    /// non-directory, or is not protected by the snapshot of now is refused (and named). Writes
+    /// no worktree file.
     fn materialize(
         &self,
         now: &SnapshotRequest,
         request: &SnapshotRequest,
         files: &[(RepoPath, Vec<u8>)],
-    ) -> Result<(Record, Record), CkptError>;
+    ) -> Result<engine::Materialized, CkptError>;
     /// Deletes these checkpoints (unpins, then drops the records); returns the ids removed.
     /// Objects are left to git's gc (git provider) or `ckpt gc` (copy store).
     fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError>;
@@ -355,7 +358,7 @@ impl Provider for CopyThenGit {
         now: &SnapshotRequest,
         request: &SnapshotRequest,
         files: &[(RepoPath, Vec<u8>)],
-    ) -> Result<(Record, Record), CkptError> {
+    ) -> Result<engine::Materialized, CkptError> {
         self.primary.materialize(now, request, files)
     }
     fn workdir(&self) -> &Path {

@@ -356,7 +356,7 @@ fn trace_diff_and_restore_put_back_only_what_the_trace_rebuilds_and_are_undoable
     assert_eq!(report["guard_created"], false);
 
     // After the shell call: only what a later write pinned; a.txt is reported, not guessed.
-    let run = repo.ckpt_json(&["trace", "restore", "trace:7f3a:2.2", "--yes", "--dsh-home", home], 0);
+    let run = repo.ckpt_json(&["trace", "restore", "trace:7f3a:2.2", "--yes", "--dsh-home", home], 3);
     let restored = run.one("trace.restore");
     assert_eq!(restored["rebuilt"], serde_json::json!(["sub/n.txt"]));
     assert_eq!(restored["not_restored"][0]["path"], "a.txt");
@@ -446,4 +446,80 @@ fn list_trace_merges_checkpoints_and_tool_calls_in_time_order() {
     );
     assert!(run.json.is_empty(), "{:?}", run.json);
     assert_eq!(repo.worktree(), files, "read-only");
+}
+
+#[test]
+fn a_trace_restore_never_replaces_a_directory_a_symlink_or_a_file_in_the_way_nor_an_unprotected_file() {
+    let repo = TestRepo::new();
+    let outside = tempfile::tempdir().unwrap();
+    repo.write("dir/in.txt", b"precious\n");
+    repo.write("plain.txt", b"a file, not a directory\n");
+    repo.symlink(outside.path(), "linkout");
+    repo.write("big.bin", &vec![b'x'; 2048]);
+    repo.write("ok.txt", b"old\n");
+    let root = repo.root.to_str().unwrap().to_owned();
+    let home = repo.home.join("dsh");
+    let dir = home.join("sessions").join(project_key(&root)).join("session-obst01");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut lines = vec![serde_json::json!({"type": "session", "id": "session-obst01", "cwd": root}).to_string()];
+    for (step, path) in ["dir", "plain.txt/child", "linkout/x", "linkout", "big.bin", "ok.txt"]
+        .iter()
+        .enumerate()
+    {
+        let id = format!("w{step}");
+        lines.push(call(
+            step as u64 * 2 + 1,
+            1,
+            step as u64 + 1,
+            &id,
+            "write",
+            serde_json::json!({"file_path": path, "content": "from the trace\n"}),
+        ));
+        lines.push(result(step as u64 * 2 + 2, &id, false));
+    }
+    std::fs::write(dir.join("session.jsonl"), format!("{}\n", lines.join("\n"))).unwrap();
+    let before = repo.fingerprint().without_status();
+    let files = repo.worktree();
+    let run = repo.ckpt_json(
+        &[
+            "trace",
+            "restore",
+            "trace:obst01:1.6",
+            "--yes",
+            "--max-file-size",
+            "1024",
+            "--dsh-home",
+            home.to_str().unwrap(),
+        ],
+        3,
+    );
+    let restored = run.one("trace.restore");
+    assert_eq!(restored["rebuilt"], serde_json::json!(["ok.txt"]), "{restored}");
+    let refused = restored["not_restored"].to_string();
+    for (path, why) in [
+        ("dir", "is a directory"),
+        (
+            "plain.txt/child",
+            "plain.txt is a file in the worktree, not a directory",
+        ),
+        ("linkout/x", "linkout is a symlink"),
+        ("linkout", "is a symlink"),
+        ("big.bin", "not protected"),
+    ] {
+        assert!(
+            refused.contains(path) && refused.contains(why),
+            "{path}: {why}: {refused}"
+        );
+    }
+    assert_eq!(repo.read("ok.txt"), b"from the trace\n");
+    let mut expected = files.clone();
+    expected.remove(&b"ok.txt"[..]);
+    let mut now = repo.worktree();
+    now.remove(&b"ok.txt"[..]);
+    assert_eq!(now, expected, "nothing but ok.txt changed");
+    assert!(
+        std::fs::read_dir(outside.path()).unwrap().next().is_none(),
+        "nothing written outside"
+    );
+    assert_eq!(repo.fingerprint().without_status(), before);
 }

@@ -8,6 +8,7 @@
 mod health;
 mod inspect;
 mod materialize;
+pub use materialize::Materialized;
 mod restore;
 mod snapshot;
 mod watched;
@@ -306,7 +307,7 @@ impl Provider for Engine {
         now: &SnapshotRequest,
         request: &SnapshotRequest,
         files: &[(RepoPath, Vec<u8>)],
-    ) -> Result<(Record, Record), CkptError> {
+    ) -> Result<Materialized, CkptError> {
         Engine::materialize(self, now, request, files)
     }
 
