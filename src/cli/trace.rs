@@ -452,6 +452,14 @@ fn load_session(
             found.push(log);
         }
     }
+    // A session named whole wins over others it is a prefix of.
+    if let Some(exact) = found
+        .iter()
+        .position(|log| log.header.id == prefix || session_short(&log.header.id) == prefix)
+    {
+        let log = found.swap_remove(exact);
+        found = vec![log];
+    }
     match found.len() {
         0 => Err(CkptError::NotFound(format!(
             "no harness session of this workspace starts with {prefix:?} (under {})",
@@ -571,9 +579,11 @@ fn trace_diff(
                 state_after(&nodes, at - 1)
             };
             for (path, after) in &nodes[at].files {
+                // The base the replay used (an earlier node, or a checkpoint) comes first.
+                let was = nodes[at].before.get(path).or_else(|| before.get(path));
                 pairs.push((
                     path.clone(),
-                    Side::of(before.get(path), "not known to the trace before this call"),
+                    Side::of(was, "not known to the trace before this call"),
                     Side::of(Some(after), ""),
                 ));
             }

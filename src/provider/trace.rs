@@ -37,6 +37,9 @@ pub struct TraceNode<'a> {
     pub refused: Option<String>,
     /// The files this node changed (or made unknown), with what is known of each after it.
     pub files: BTreeMap<RepoPath, Known>,
+    /// What the replay took each replayed file to hold just before this call (the base of an
+    /// edit, from an earlier node or a checkpoint), where it looked.
+    pub before: BTreeMap<RepoPath, Known>,
 }
 
 /// The tools the trace replays: their arguments say exactly which file they change and how.
@@ -212,6 +215,7 @@ pub fn replay<'a>(
             path: None,
             refused: None,
             files: BTreeMap::new(),
+            before: BTreeMap::new(),
         };
         if blinds_the_trace(&call.name) {
             if call.outcome != CallOutcome::Failed {
@@ -224,12 +228,34 @@ pub fn replay<'a>(
             nodes.push(node);
             continue;
         }
-        let Ok(args) = &call.arguments else {
-            node.refused = call.arguments.clone().err();
-            nodes.push(node);
-            continue;
+        // A content call that may have changed a file but whose arguments cannot be read says
+        // nothing certain about which one: it blinds the trace like a shell call.
+        let unreadable = |node: &mut TraceNode<'a>, known: &mut BTreeMap<RepoPath, Known>, why: &str| {
+            if is_content_tool(&call.name) && call.outcome != CallOutcome::Failed {
+                for (path, state) in known.iter_mut() {
+                    *state = Known::Unknown(format!(
+                        "a {} call whose arguments cannot be read ran ({why})",
+                        call.name
+                    ));
+                    node.files.insert(path.clone(), state.clone());
+                }
+            }
+        };
+        let args = match &call.arguments {
+            Ok(args) => args,
+            Err(why) => {
+                node.refused = Some(why.clone());
+                unreadable(&mut node, &mut known, why);
+                nodes.push(node);
+                continue;
+            }
         };
         let Some((named, change)) = change_of(&call.name, args) else {
+            if is_content_tool(&call.name) {
+                let why = "its arguments lack a field the tool needs, or have the wrong type";
+                node.refused = Some(why.to_owned());
+                unreadable(&mut node, &mut known, why);
+            }
             nodes.push(node);
             continue;
         };
@@ -251,12 +277,16 @@ pub fn replay<'a>(
         } else if let Change::Opaque(why) = &change {
             Known::Unknown(why.clone())
         } else if let Change::Write(_) = change {
+            if let Some(state) = known.get(&path) {
+                node.before.insert(path.clone(), state.clone());
+            }
             Known::Content(apply(&[], &change).ok())
         } else {
             let base = match known.get(&path) {
                 Some(state) => state.clone(),
                 None => base_from_checkpoint(call, &path, checkpoints, last_shell, &mut content_at),
             };
+            node.before.insert(path.clone(), base.clone());
             match base {
                 Known::Content(Some(bytes)) => match apply(&bytes, &change) {
                     Ok(rebuilt) => Known::Content(Some(rebuilt)),
@@ -545,6 +575,46 @@ mod tests {
             nodes[0].files
         );
         assert_eq!(nodes[1].files[&p("bin.dat")], content("text now\n"));
+    }
+
+    #[test]
+    fn a_content_call_whose_arguments_cannot_be_read_blinds_the_trace_and_a_read_does_not() {
+        let ok = CallOutcome::Ok;
+        let write = |seq, file: &str| {
+            call(
+                seq,
+                1,
+                seq,
+                "write",
+                serde_json::json!({"file_path": file, "content": "known\n"}),
+                ok,
+            )
+        };
+        let mut broken = write(2, "t.txt");
+        broken.arguments = Err("arguments are not JSON".into());
+        let calls = vec![
+            write(1, "t.txt"),
+            call(2, 1, 2, "read", serde_json::json!({"no_path": 1}), ok),
+            broken,
+            write(4, "z.txt"),
+            call(
+                5,
+                1,
+                5,
+                "write",
+                serde_json::json!({"file_path": "z.txt", "content": 123}),
+                ok,
+            ),
+        ];
+        let nodes = replay(Path::new("/w"), Some("/w"), &calls, &[], |_, _| Ok(None));
+        assert!(nodes[1].files.is_empty(), "a read with odd arguments changes nothing");
+        assert!(matches!(&nodes[2].files[&p("t.txt")], Known::Unknown(why) if why.contains("cannot be read")));
+        assert_eq!(nodes[3].files[&p("z.txt")], content("known\n"));
+        assert!(
+            matches!(&nodes[4].files[&p("z.txt")], Known::Unknown(_)),
+            "a write whose content is not text: {:?}",
+            nodes[4].files
+        );
     }
 
     #[test]

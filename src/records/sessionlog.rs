@@ -31,6 +31,9 @@ pub enum CallOutcome {
     Unknown,
 }
 
+/// The tool name of a log line that could not be read (it may have been a tool call).
+pub const UNREADABLE_LINE: &str = "(unreadable log line)";
+
 /// One `tool/call` with its outcome.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
@@ -223,19 +226,33 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
     let mut header = SessionHeader::default();
     let mut calls: Vec<ToolCall> = Vec::new();
     let mut problems = Vec::new();
-    let mut results: std::collections::HashMap<String, CallOutcome> = std::collections::HashMap::new();
+    // `None`: results that disagree arrived for one call id.
+    let mut results: std::collections::HashMap<String, Option<CallOutcome>> = std::collections::HashMap::new();
     for (index, line) in text.split(|b| *b == b'\n').enumerate() {
         let number = index + 1;
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
+        // A line that cannot be read may have been a tool call: it stays in the calls, as one
+        // whose effect is unknown, so the replay is blind from there on instead of trusting it.
+        let unreadable = |calls: &mut Vec<ToolCall>, message: String| {
+            calls.push(ToolCall {
+                seq: index as u64,
+                time: None,
+                turn: None,
+                step: None,
+                call_id: format!("line-{number}"),
+                name: UNREADABLE_LINE.to_owned(),
+                arguments: Err(message),
+                outcome: CallOutcome::Unknown,
+            });
+        };
         let value: Value = match serde_json::from_slice(line) {
             Ok(value) => value,
             Err(e) => {
-                problems.push(LogProblem {
-                    line: number,
-                    message: format!("not JSON ({e})"),
-                });
+                let message = format!("not JSON ({e})");
+                unreadable(&mut calls, message.clone());
+                problems.push(LogProblem { line: number, message });
                 continue;
             }
         };
@@ -252,10 +269,9 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
             }
             "tool/call" => {
                 let (Some(call_id), Some(name)) = (string_field(data, "callId"), string_field(data, "name")) else {
-                    problems.push(LogProblem {
-                        line: number,
-                        message: "a tool/call without callId or name".into(),
-                    });
+                    let message = "a tool/call without callId or name".to_owned();
+                    unreadable(&mut calls, message.clone());
+                    problems.push(LogProblem { line: number, message });
                     continue;
                 };
                 let arguments = match data.get("arguments") {
@@ -281,7 +297,15 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
             }
             "tool/result" => {
                 if let Some(call_id) = result_call_id(data) {
-                    results.insert(call_id, outcome_of(data));
+                    let outcome = outcome_of(data);
+                    results
+                        .entry(call_id)
+                        .and_modify(|known| {
+                            if *known != Some(outcome) {
+                                *known = None;
+                            }
+                        })
+                        .or_insert(Some(outcome));
                 }
             }
             _ => {}
@@ -293,8 +317,27 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
             message: "no session header line".into(),
         });
     }
+    // A result names its call by id only: where calls share an id, no result can be told to be
+    // whose, so each of them has an unknown outcome.
+    let mut uses: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for call in &calls {
+        *uses.entry(call.call_id.as_str()).or_default() += 1;
+    }
+    let shared: std::collections::HashSet<String> = uses
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(id, _)| id.to_owned())
+        .collect();
     for call in &mut calls {
-        call.outcome = results.get(&call.call_id).copied().unwrap_or(CallOutcome::Unknown);
+        call.outcome = if shared.contains(&call.call_id) {
+            CallOutcome::Unknown
+        } else {
+            results
+                .get(&call.call_id)
+                .copied()
+                .flatten()
+                .unwrap_or(CallOutcome::Unknown)
+        };
     }
     (header, calls, problems)
 }
@@ -369,10 +412,20 @@ mod tests {
         assert_eq!(header.cwd.as_deref(), Some("/w"));
         assert_eq!(
             calls.iter().map(|c| c.outcome).collect::<Vec<_>>(),
-            [CallOutcome::Ok, CallOutcome::Failed, CallOutcome::Unknown]
+            [
+                CallOutcome::Ok,
+                CallOutcome::Unknown,
+                CallOutcome::Failed,
+                CallOutcome::Unknown
+            ]
         );
         assert_eq!(calls[0].arguments.as_ref().unwrap()["content"], "hi");
-        assert!(calls[1].arguments.is_err());
+        assert_eq!(
+            (calls[1].name.as_str(), calls[1].call_id.as_str()),
+            (UNREADABLE_LINE, "line-4"),
+            "a line that cannot be read stays as a call of unknown effect"
+        );
+        assert!(calls[2].arguments.is_err());
         assert_eq!(
             problems,
             [LogProblem {
@@ -381,5 +434,38 @@ mod tests {
             }]
         );
         assert!(problems[0].message.starts_with("not JSON"));
+    }
+
+    #[test]
+    fn calls_that_share_an_id_have_unknown_outcomes_and_disagreeing_results_too() {
+        let call = |seq: u64, id: &str| {
+            format!("{{\"type\":\"tool/call\",\"seq\":{seq},\"data\":{{\"turn\":1,\"step\":{seq},\"callId\":\"{id}\",\"name\":\"write\",\"arguments\":\"{{}}\"}}}}\n")
+        };
+        let result = |seq: u64, id: &str, failed: bool| {
+            format!("{{\"type\":\"tool/result\",\"seq\":{seq},\"data\":{{\"message\":{{\"content\":[{{\"type\":\"tool-result\",\"toolCallId\":\"{id}\",\"isError\":{failed}}}]}}}}}}\n")
+        };
+        let log = [
+            "{\"type\":\"session\",\"id\":\"s\"}\n".to_owned(),
+            call(1, "dup"),
+            result(2, "dup", true),
+            call(3, "dup"),
+            result(4, "dup", false),
+            call(5, "twice"),
+            result(6, "twice", false),
+            result(7, "twice", true),
+            call(8, "fine"),
+            result(9, "fine", false),
+        ]
+        .concat();
+        let (_, calls, _) = parse(log.as_bytes());
+        assert_eq!(
+            calls.iter().map(|c| c.outcome).collect::<Vec<_>>(),
+            [
+                CallOutcome::Unknown,
+                CallOutcome::Unknown,
+                CallOutcome::Unknown,
+                CallOutcome::Ok
+            ]
+        );
     }
 }

@@ -69,7 +69,6 @@ fn trace_list_rebuilds_what_the_log_proves_and_says_unknown_for_the_rest() {
                 serde_json::json!({"file_path": "b.txt", "old_string": "base", "new_string": "BASE"}),
             ),
             result(6, "c3", false),
-            "this line is not JSON".to_owned(),
             serde_json::json!({"type": "a/future-event", "seq": 7, "data": {"x": 1}}).to_string(),
             call(
                 8,
@@ -118,6 +117,7 @@ fn trace_list_rebuilds_what_the_log_proves_and_says_unknown_for_the_rest() {
                 serde_json::json!({"file_path": "/etc/ckpt-trace-test", "content": "no"}),
             ),
             result(17, "c8", false),
+            "this line is not JSON".to_owned(),
         ],
     ];
     let mut log = Vec::new();
@@ -146,8 +146,8 @@ fn trace_list_rebuilds_what_the_log_proves_and_says_unknown_for_the_rest() {
     let session = run.one("trace.session");
     assert_eq!(session["session"], "sess-1");
     assert_eq!(
-        session["calls"], 8,
-        "every complete frame was read, the torn one was not"
+        session["calls"], 9,
+        "every complete frame was read (the line that is not JSON counts as a call of unknown effect), the torn one was not"
     );
     assert_eq!(session["checkpoints"], 1);
     let problems = session["problems"].to_string();
@@ -226,6 +226,29 @@ fn trace_list_rebuilds_what_the_log_proves_and_says_unknown_for_the_rest() {
     let node = run.one("trace.node");
     assert_eq!(node["outcome"], "unknown", "no result was recorded");
     assert_eq!(node["files"][0]["rebuildable"], false);
+
+    // What one call changed shows the base the replay used (here: the checkpoint's content), and
+    // a session named whole wins over another it is a prefix of.
+    let longer = home.join("sessions").join(project_key(&root)).join("sess-12");
+    std::fs::create_dir_all(&longer).unwrap();
+    std::fs::write(
+        longer.join("session.jsonl"),
+        format!(
+            "{}\n",
+            serde_json::json!({"type": "session", "id": "sess-12", "cwd": root})
+        ),
+    )
+    .unwrap();
+    let home_text = home.to_str().unwrap();
+    let run = repo.ckpt_json(&["trace", "diff", "trace:sess-1:1.3", "--dsh-home", home_text], 0);
+    let diffed = &run.one("trace.diff")["files"][0];
+    assert_eq!(diffed["status"], "modified", "{diffed}");
+    assert_eq!(
+        (diffed["added"].clone(), diffed["removed"].clone()),
+        (1.into(), 1.into())
+    );
+    let ambiguous = repo.ckpt(&["trace", "diff", "trace:sess:1.3", "--dsh-home", home_text]);
+    assert_eq!(ambiguous.code, 4, "{}", ambiguous.stderr);
 }
 
 /// A hand-made log for `trace diff` / `trace restore`: a write and an edit of a.txt, a shell
