@@ -180,26 +180,16 @@ fn list(
     dsh_home: Option<&Path>,
     out: &Output,
 ) -> Result<Exit, CkptError> {
-    let (root, logs) = workspace_logs(provider, cwd, dsh_home)?;
     let workdir = provider.workdir();
-    let checkpoints = provider.checkpoints(false)?;
+    let (root, sessions) = replay_sessions(provider, cwd, dsh_home, |id| {
+        session.is_none_or(|s| id.starts_with(s) || session_short(id).starts_with(s))
+    })?;
     let mut text = String::new();
-    let mut shown = 0;
-    for path in &logs {
-        let log = sessionlog::read_log(path)?;
+    let shown = sessions.len();
+    for replayed in &sessions {
+        let (log, own, path) = (&replayed.log, &replayed.checkpoints, &replayed.path);
         let id = log.header.id.as_str();
-        if session.is_some_and(|s| !id.starts_with(s) && !session_short(id).starts_with(s)) {
-            continue;
-        }
-        shown += 1;
-        let own: Vec<_> = checkpoints
-            .iter()
-            .filter(|r| r.session.as_deref() == Some(id))
-            .cloned()
-            .collect();
-        let nodes = trace::replay(workdir, log.header.cwd.as_deref(), &log.calls, &own, |record, file| {
-            provider.file_at(record, file).map_err(|e| e.to_string())
-        });
+        let nodes = replayed.nodes(provider);
         out.record(&TraceSessionRecord {
             session: id,
             log: path.display().to_string(),
@@ -311,17 +301,6 @@ fn node_text(node: &TraceNode<'_>) -> String {
     line
 }
 
-/// When a call ran, in milliseconds since the epoch: the harness writes epoch milliseconds
-/// (an RFC 3339 text is read too).
-fn call_millis(call: &sessionlog::ToolCall) -> Option<i64> {
-    let time = call.time.as_deref()?;
-    time.parse::<i64>().ok().or_else(|| {
-        chrono::DateTime::parse_from_rfc3339(time)
-            .ok()
-            .map(|t| t.timestamp_millis())
-    })
-}
-
 /// `ckpt list --trace`: this workspace's checkpoints and the tool calls of its harness sessions
 /// in one time order; the record type (`checkpoint` or `trace.node`) says which is which.
 pub(super) fn timeline(
@@ -337,20 +316,7 @@ pub(super) fn timeline(
         .into_iter()
         .filter(|r| session.is_none_or(|s| r.session.as_deref() == Some(s)))
         .collect();
-    let (_, paths) = workspace_logs(provider, cwd, dsh_home)?;
-    let mut sessions: Vec<Replayed> = Vec::new();
-    for path in &paths {
-        let log = sessionlog::read_log(path)?;
-        if session.is_some_and(|s| log.header.id != s) {
-            continue;
-        }
-        let own = checkpoints
-            .iter()
-            .filter(|r| r.session.as_deref() == Some(log.header.id.as_str()))
-            .cloned()
-            .collect();
-        sessions.push(Replayed { log, checkpoints: own });
-    }
+    let (_, sessions) = replay_sessions(provider, cwd, dsh_home, |id| session.is_none_or(|s| id == s))?;
     let replayed: Vec<(&str, Vec<TraceNode<'_>>)> = sessions
         .iter()
         .map(|s| (s.log.header.id.as_str(), s.nodes(provider)))
@@ -368,7 +334,7 @@ pub(super) fn timeline(
         .collect();
     for (id, nodes) in &replayed {
         for node in nodes {
-            entries.push((call_millis(node.call).unwrap_or(i64::MAX), Entry::Node(id, node)));
+            entries.push((trace::call_millis(node.call).unwrap_or(i64::MAX), Entry::Node(id, node)));
         }
     }
     // Stable: calls of one session without times stay in log order.
@@ -405,20 +371,79 @@ pub(super) fn timeline(
 
 /// One session's log, replayed against its own checkpoints.
 struct Replayed {
+    /// Where the log was read from.
+    path: PathBuf,
     log: SessionLog,
     checkpoints: Vec<Record>,
+    /// What the other sessions of the workspace may have changed meanwhile.
+    foreign: Vec<trace::ForeignChange>,
 }
 
 impl Replayed {
     fn nodes(&self, provider: &dyn Provider) -> Vec<TraceNode<'_>> {
-        trace::replay(
+        trace::replay_among(
             provider.workdir(),
             self.log.header.cwd.as_deref(),
             &self.log.calls,
             &self.checkpoints,
+            &self.foreign,
             |record, file| provider.file_at(record, file).map_err(|e| e.to_string()),
         )
     }
+}
+
+/// Every session log of this workspace read, and the ones `keep` accepts replayed against their
+/// own checkpoints and against what every other session may have changed (a call a fork's log
+/// copied from its parent, known by its call id, is the session's own).
+fn replay_sessions(
+    provider: &dyn Provider,
+    cwd: &Path,
+    dsh_home: Option<&Path>,
+    keep: impl Fn(&str) -> bool,
+) -> Result<(PathBuf, Vec<Replayed>), CkptError> {
+    let (root, paths) = workspace_logs(provider, cwd, dsh_home)?;
+    let mut logs = Vec::with_capacity(paths.len());
+    for path in paths {
+        let log = sessionlog::read_log(&path)?;
+        logs.push((path, log));
+    }
+    let checkpoints = provider.checkpoints(false)?;
+    let mut foreign_of: Vec<Option<Vec<trace::ForeignChange>>> = Vec::with_capacity(logs.len());
+    for (at, (_, log)) in logs.iter().enumerate() {
+        if !keep(&log.header.id) {
+            foreign_of.push(None);
+            continue;
+        }
+        let own_calls: std::collections::HashSet<&str> = log.calls.iter().map(|c| c.call_id.as_str()).collect();
+        let mut foreign = Vec::new();
+        for (other_at, (_, other)) in logs.iter().enumerate() {
+            if other_at != at {
+                foreign.extend(trace::foreign_changes(
+                    provider.workdir(),
+                    &other.header.id,
+                    other.header.cwd.as_deref(),
+                    other.calls.iter().filter(|c| !own_calls.contains(c.call_id.as_str())),
+                ));
+            }
+        }
+        foreign_of.push(Some(foreign));
+    }
+    let mut kept = Vec::new();
+    for ((path, log), foreign) in logs.into_iter().zip(foreign_of) {
+        let Some(foreign) = foreign else { continue };
+        let checkpoints = checkpoints
+            .iter()
+            .filter(|r| r.session.as_deref() == Some(log.header.id.as_str()))
+            .cloned()
+            .collect();
+        kept.push(Replayed {
+            path,
+            log,
+            checkpoints,
+            foreign,
+        });
+    }
+    Ok((root, kept))
 }
 
 /// A parsed node address: the session prefix and the turn.step or call id.
@@ -443,40 +468,26 @@ fn load_session(
     prefix: &str,
     dsh_home: Option<&Path>,
 ) -> Result<Replayed, CkptError> {
-    let (root, logs) = workspace_logs(provider, cwd, dsh_home)?;
-    let mut found: Vec<SessionLog> = Vec::new();
-    for path in &logs {
-        let log = sessionlog::read_log(path)?;
-        let id = log.header.id.as_str();
-        if id.starts_with(prefix) || session_short(id).starts_with(prefix) {
-            found.push(log);
-        }
-    }
+    let (root, mut found) = replay_sessions(provider, cwd, dsh_home, |id| {
+        id.starts_with(prefix) || session_short(id).starts_with(prefix)
+    })?;
     // A session named whole wins over others it is a prefix of.
     if let Some(exact) = found
         .iter()
-        .position(|log| log.header.id == prefix || session_short(&log.header.id) == prefix)
+        .position(|s| s.log.header.id == prefix || session_short(&s.log.header.id) == prefix)
     {
-        let log = found.swap_remove(exact);
-        found = vec![log];
+        let session = found.swap_remove(exact);
+        found = vec![session];
     }
     match found.len() {
         0 => Err(CkptError::NotFound(format!(
             "no harness session of this workspace starts with {prefix:?} (under {})",
             root.display()
         ))),
-        1 => {
-            let log = found.remove(0);
-            let checkpoints = provider
-                .checkpoints(false)?
-                .into_iter()
-                .filter(|r| r.session.as_deref() == Some(log.header.id.as_str()))
-                .collect();
-            Ok(Replayed { log, checkpoints })
-        }
+        1 => Ok(found.remove(0)),
         _ => Err(CkptError::Ambiguous {
             target: format!("trace:{prefix}"),
-            candidates: found.iter().map(|log| log.header.id.clone()).collect(),
+            candidates: found.iter().map(|s| s.log.header.id.clone()).collect(),
         }),
     }
 }

@@ -196,19 +196,101 @@ fn apply(base: &[u8], change: &Change<'_>) -> Result<Vec<u8>, String> {
     }
 }
 
+/// When a call ran, in milliseconds since the epoch: the harness logs epoch milliseconds (an
+/// RFC 3339 text is read too).
+pub fn call_millis(call: &ToolCall) -> Option<i64> {
+    let time = call.time.as_deref()?;
+    time.parse::<i64>().ok().or_else(|| {
+        chrono::DateTime::parse_from_rfc3339(time)
+            .ok()
+            .map(|t| t.timestamp_millis())
+    })
+}
+
+/// A call of another session of the same workspace that may have changed files there: one file
+/// (a content tool) or any (`path: None`: a shell, or a tool the trace cannot replay).
+#[derive(Debug, Clone)]
+pub struct ForeignChange {
+    /// When it ran (ms since the epoch); `None`: unknown, so possibly before any call.
+    pub at: Option<i64>,
+    pub session: String,
+    pub tool: String,
+    pub path: Option<RepoPath>,
+}
+
+/// The calls of another session (`session`, whose log names `cwd`) that may have changed files
+/// of the workspace: every call that did not fail and is not read-only.
+pub fn foreign_changes<'c>(
+    workdir: &Path,
+    session: &str,
+    cwd: Option<&str>,
+    calls: impl Iterator<Item = &'c ToolCall>,
+) -> Vec<ForeignChange> {
+    calls
+        .filter(|call| call.outcome != CallOutcome::Failed && !is_read_only(&call.name))
+        .filter_map(|call| {
+            let path = if blinds_the_trace(&call.name) {
+                None
+            } else {
+                match call
+                    .arguments
+                    .as_ref()
+                    .ok()
+                    .and_then(|args| change_of(&call.name, args))
+                {
+                    Some((_, Change::Nothing)) => return None,
+                    Some((named, _)) => match workspace_path(workdir, cwd, named) {
+                        Ok(path) => Some(path),
+                        // Outside this workspace: it changed nothing here.
+                        Err(_) => return None,
+                    },
+                    None => None,
+                }
+            };
+            Some(ForeignChange {
+                at: call_millis(call),
+                session: session.to_owned(),
+                tool: call.name.clone(),
+                path,
+            })
+        })
+        .collect()
+}
+
 /// Replays the calls of one session (in log order). `checkpoints` are that session's real
 /// checkpoints; `content_at` reads one file as a checkpoint holds it (`Ok(None)`: absent).
+#[cfg(test)]
 pub fn replay<'a>(
     workdir: &Path,
     cwd: Option<&str>,
     calls: &'a [ToolCall],
     checkpoints: &[Record],
+    content_at: impl FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
+) -> Vec<TraceNode<'a>> {
+    replay_among(workdir, cwd, calls, checkpoints, &[], content_at)
+}
+
+/// [`replay`] in a workspace where other sessions ran too: each of their `foreign` changes
+/// that came before a call (by time; one of unknown time comes before every call, and a call of
+/// unknown time comes after every change) makes its file unknown, or every file for a shell,
+/// and no checkpoint taken before it is a base any more.
+pub fn replay_among<'a>(
+    workdir: &Path,
+    cwd: Option<&str>,
+    calls: &'a [ToolCall],
+    checkpoints: &[Record],
+    foreign: &[ForeignChange],
     mut content_at: impl FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
 ) -> Vec<TraceNode<'a>> {
     let mut known: BTreeMap<RepoPath, Known> = BTreeMap::new();
     let mut nodes: Vec<TraceNode> = Vec::new();
     // Positions of the shell calls so far: a checkpoint older than one is no base any more.
     let mut last_shell: Option<(u64, u64)> = None;
+    // The same for another session's shell, by time: checkpoints taken before it are no base.
+    let mut foreign_shell_at: Option<i64> = None;
+    let mut pending: Vec<&ForeignChange> = foreign.iter().collect();
+    pending.sort_by_key(|change| change.at.unwrap_or(i64::MIN));
+    let mut pending = pending.into_iter().peekable();
     for call in calls {
         let mut node = TraceNode {
             call,
@@ -217,6 +299,25 @@ pub fn replay<'a>(
             files: BTreeMap::new(),
             before: BTreeMap::new(),
         };
+        let now = call_millis(call).unwrap_or(i64::MAX);
+        while let Some(change) = pending.next_if(|change| change.at.unwrap_or(i64::MIN) < now) {
+            let why = format!("session {} ran {} on it before this call", change.session, change.tool);
+            // Recorded on this node too: what a restore to any later node knows is folded from
+            // the nodes' files.
+            match &change.path {
+                Some(path) => {
+                    known.insert(path.clone(), Known::Unknown(why.clone()));
+                    node.files.insert(path.clone(), Known::Unknown(why));
+                }
+                None => {
+                    foreign_shell_at = Some(change.at.unwrap_or(i64::MAX).max(foreign_shell_at.unwrap_or(i64::MIN)));
+                    for (path, state) in known.iter_mut() {
+                        *state = Known::Unknown(why.clone());
+                        node.files.insert(path.clone(), state.clone());
+                    }
+                }
+            }
+        }
         if blinds_the_trace(&call.name) {
             if call.outcome != CallOutcome::Failed {
                 last_shell = Some(position(call));
@@ -284,7 +385,13 @@ pub fn replay<'a>(
         } else {
             let base = match known.get(&path) {
                 Some(state) => state.clone(),
-                None => base_from_checkpoint(call, &path, checkpoints, last_shell, &mut content_at),
+                None => base_from_checkpoint(
+                    call,
+                    &path,
+                    checkpoints,
+                    (last_shell, foreign_shell_at),
+                    &mut content_at,
+                ),
             };
             node.before.insert(path.clone(), base.clone());
             match base {
@@ -308,7 +415,7 @@ fn base_from_checkpoint(
     call: &ToolCall,
     path: &RepoPath,
     checkpoints: &[Record],
-    last_shell: Option<(u64, u64)>,
+    (last_shell, foreign_shell_at): (Option<(u64, u64)>, Option<i64>),
     content_at: &mut impl FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
 ) -> Known {
     let at = position(call);
@@ -323,6 +430,13 @@ fn base_from_checkpoint(
     if last_shell.is_some_and(|shell| shell >= taken) {
         return Known::Unknown(format!(
             "a shell (or other unreplayable) call ran after checkpoint {}",
+            checkpoint.short()
+        ));
+    }
+    let taken_at = chrono::DateTime::parse_from_rfc3339(&checkpoint.time).map_or(i64::MIN, |t| t.timestamp_millis());
+    if foreign_shell_at.is_some_and(|shell| shell >= taken_at) {
+        return Known::Unknown(format!(
+            "another session's shell (or other unreplayable) call ran after checkpoint {}",
             checkpoint.short()
         ));
     }
@@ -615,6 +729,57 @@ mod tests {
             "a write whose content is not text: {:?}",
             nodes[4].files
         );
+    }
+
+    #[test]
+    fn another_session_s_changes_in_between_make_files_unknown_by_time() {
+        let ok = CallOutcome::Ok;
+        let timed = |seq: u64, name: &str, args: Value, at: i64| {
+            let mut c = call(seq, 1, seq, name, args, ok);
+            c.time = Some(at.to_string());
+            c
+        };
+        let mine = vec![
+            timed(
+                1,
+                "write",
+                serde_json::json!({"file_path": "t.txt", "content": "mine\n"}),
+                1000,
+            ),
+            timed(
+                2,
+                "write",
+                serde_json::json!({"file_path": "u.txt", "content": "u\n"}),
+                3000,
+            ),
+            timed(
+                3,
+                "write",
+                serde_json::json!({"file_path": "v.txt", "content": "v\n"}),
+                5000,
+            ),
+        ];
+        let theirs = [
+            timed(
+                1,
+                "write",
+                serde_json::json!({"file_path": "t.txt", "content": "theirs\n"}),
+                2000,
+            ),
+            timed(2, "read", serde_json::json!({"file_path": "u.txt"}), 2500),
+            timed(3, "bash", serde_json::json!({"command": "make"}), 4000),
+        ];
+        let foreign = foreign_changes(Path::new("/w"), "other", Some("/w"), theirs.iter());
+        assert_eq!(foreign.len(), 2, "a read changes nothing: {foreign:?}");
+        let nodes = replay_among(Path::new("/w"), Some("/w"), &mine, &[], &foreign, |_, _| Ok(None));
+        assert!(
+            matches!(&nodes[1].files[&p("t.txt")], Known::Unknown(why) if why.contains("session other ran write")),
+            "{:?}",
+            nodes[1].files
+        );
+        assert_eq!(nodes[1].files[&p("u.txt")], content("u\n"));
+        assert!(matches!(&nodes[2].files[&p("u.txt")], Known::Unknown(why) if why.contains("bash")));
+        assert_eq!(nodes[2].files[&p("v.txt")], content("v\n"));
     }
 
     #[test]

@@ -546,3 +546,48 @@ fn a_trace_restore_never_replaces_a_directory_a_symlink_or_a_file_in_the_way_nor
     );
     assert_eq!(repo.fingerprint().without_status(), before);
 }
+
+#[test]
+fn another_session_of_the_workspace_writing_in_between_makes_the_file_unknown() {
+    let repo = TestRepo::new();
+    let root = repo.root.to_str().unwrap().to_owned();
+    let home = repo.home.join("dsh");
+    let write = |seq: u64, time: u64, id: &str, path: &str, content: &str| {
+        let call = serde_json::json!({"type": "tool/call", "seq": seq, "time": time,
+            "data": {"turn": 1, "step": seq, "callId": id, "name": "write",
+                "arguments": serde_json::json!({"file_path": path, "content": content}).to_string()}});
+        format!("{call}\n{}\n", result(seq + 100, id, false))
+    };
+    for (session, body) in [
+        (
+            "session-aaaa01",
+            write(1, 1000, "a1", "t.txt", "from a\n") + &write(2, 3000, "a2", "other.txt", "a2\n"),
+        ),
+        ("session-bbbb02", write(1, 2000, "b1", "t.txt", "from b\n")),
+    ] {
+        let dir = home.join("sessions").join(project_key(&root)).join(session);
+        std::fs::create_dir_all(&dir).unwrap();
+        let header = serde_json::json!({"type": "session", "id": session, "cwd": root});
+        std::fs::write(dir.join("session.jsonl"), format!("{header}\n{body}")).unwrap();
+    }
+    repo.write("t.txt", b"from b\n");
+    let run = repo.ckpt_json(
+        &[
+            "trace",
+            "restore",
+            "trace:aaaa01:1.2",
+            "--yes",
+            "--dsh-home",
+            home.to_str().unwrap(),
+        ],
+        3,
+    );
+    let restored = run.one("trace.restore");
+    assert_eq!(restored["rebuilt"], serde_json::json!(["other.txt"]));
+    assert_eq!(restored["not_restored"][0]["path"], "t.txt");
+    assert!(restored["not_restored"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("session session-bbbb02 ran write"));
+    assert_eq!(repo.read("t.txt"), b"from b\n", "the other session's write is kept");
+}
