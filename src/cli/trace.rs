@@ -224,7 +224,13 @@ fn list(
             out.record(&node_record(provider, id, node)?);
         }
     }
-    if shown == 0 {
+    if shown == 0 && session.is_some() {
+        text.push_str(&format!(
+            "no harness session of this workspace starts with {:?} (under {})\n",
+            session.unwrap_or_default(),
+            root.display()
+        ));
+    } else if shown == 0 {
         text.push_str(&format!(
             "no harness session logs for this workspace under {} (looked for {})\n",
             root.display(),
@@ -844,7 +850,18 @@ fn trace_restore(
     } else {
         Confirmation::Ask(&mut ask)
     };
-    let report = provider.restore(&record, &selection, &guard_request, confirmation)?;
+    let asked = matches!(confirmation, Confirmation::Ask(_));
+    let report = match provider.restore(&record, &selection, &guard_request, confirmation) {
+        Ok(report) => report,
+        Err(CkptError::Refused(why)) if asked => {
+            // Declined: the checkpoint of the rebuilt state goes too, so nothing is left of it.
+            if record.trigger.as_deref() == Some(address.as_str()) && record.kind == Kind::Manual {
+                provider.remove(std::slice::from_ref(&record.id))?;
+            }
+            return Err(CkptError::Refused(why));
+        }
+        Err(e) => return Err(e),
+    };
     out.record(&TraceRestoreRecord {
         node: &address,
         checkpoint: Some(&record.id),

@@ -400,6 +400,7 @@ pub fn replay_among<'a>(
                     Err(why) => Known::Unknown(why),
                 },
                 Known::Content(None) => Known::Unknown("the file did not exist before the edit".into()),
+                Known::Unknown(why) if why.starts_with("unknown base: ") => Known::Unknown(why),
                 Known::Unknown(why) => Known::Unknown(format!("unknown base: {why}")),
             }
         };

@@ -142,9 +142,14 @@ pub fn session_logs(root: &Path, cwd: &str) -> Vec<PathBuf> {
     logs.into_iter().map(|(_, p)| p).collect()
 }
 
+/// How much of a log is read (decoded): a few kilobytes of zstd can decode to gigabytes, and a
+/// session that logged more than this is cut there (the calls after it are not known; a cut
+/// line counts as unreadable), never a process that runs out of memory.
+pub const MAX_LOG_BYTES: u64 = 512 * 1024 * 1024;
+
 /// Decodes every complete zstd frame of `bytes`, in order. A torn or corrupt frame ends the
 /// decoding; what came before it is kept and the problem is said.
-fn decode_frames(bytes: &[u8]) -> (Vec<u8>, Option<String>) {
+fn decode_frames(bytes: &[u8], limit: u64) -> (Vec<u8>, Option<String>) {
     let mut out = Vec::new();
     let mut rest = bytes;
     while !rest.is_empty() {
@@ -162,7 +167,9 @@ fn decode_frames(bytes: &[u8]) -> (Vec<u8>, Option<String>) {
         };
         let (frame, after) = rest.split_at(size);
         let mut decoded = Vec::new();
-        if let Err(e) = zstd::stream::read::Decoder::new(frame).and_then(|mut d| d.read_to_end(&mut decoded)) {
+        let room = limit - out.len() as u64;
+        if let Err(e) = zstd::stream::read::Decoder::new(frame).and_then(|d| d.take(room + 1).read_to_end(&mut decoded))
+        {
             return (
                 out,
                 Some(format!(
@@ -171,10 +178,19 @@ fn decode_frames(bytes: &[u8]) -> (Vec<u8>, Option<String>) {
                 )),
             );
         }
+        if decoded.len() as u64 > room {
+            decoded.truncate(room as usize);
+            out.extend_from_slice(&decoded);
+            return (out, Some(too_long(limit)));
+        }
         out.extend_from_slice(&decoded);
         rest = after;
     }
     (out, None)
+}
+
+fn too_long(limit: u64) -> String {
+    format!("the log holds more than {limit} bytes; it was read that far only")
 }
 
 fn string_field(value: &Value, key: &str) -> Option<String> {
@@ -344,14 +360,30 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
 
 /// Reads one session log (`.zstd` frames or plain JSON Lines), streaming the file once.
 pub fn read_log(path: &Path) -> Result<SessionLog, super::RecordsError> {
-    let mut file = std::fs::File::open(path).map_err(super::io_error(path))?;
+    let file = std::fs::File::open(path).map_err(super::io_error(path))?;
     let mut raw = Vec::new();
-    std::io::BufReader::new(&mut file)
+    std::io::BufReader::new(file)
+        .take(MAX_LOG_BYTES + 1)
         .read_to_end(&mut raw)
         .map_err(super::io_error(path))?;
+    let cut = raw.len() as u64 > MAX_LOG_BYTES;
+    raw.truncate(MAX_LOG_BYTES as usize);
     let compressed = path.extension().is_some_and(|e| e == "zstd" || e == "zst");
-    let (text, torn) = if compressed { decode_frames(&raw) } else { (raw, None) };
-    let (header, calls, mut problems) = parse(&text);
+    let (text, torn) = if compressed {
+        let (text, torn) = decode_frames(&raw, MAX_LOG_BYTES);
+        (text, torn.or_else(|| cut.then(|| too_long(MAX_LOG_BYTES))))
+    } else {
+        (raw, cut.then(|| too_long(MAX_LOG_BYTES)))
+    };
+    let (mut header, calls, mut problems) = parse(&text);
+    if header.id.is_empty() {
+        // Without a header the log is still named by its directory, as the harness names it.
+        header.id = path
+            .parent()
+            .and_then(Path::file_name)
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+    }
     if let Some(torn) = torn {
         problems.push(LogProblem { line: 0, message: torn });
     }
@@ -382,7 +414,7 @@ mod tests {
         let two = zstd::encode_all(&b"{\"type\":\"tool/call\",\"seq\":1,\"data\":{\"callId\":\"c\",\"name\":\"write\",\"arguments\":\"{}\"}}\n"[..], 3).unwrap();
         let mut both = one.clone();
         both.extend_from_slice(&two);
-        let (text, torn) = decode_frames(&both);
+        let (text, torn) = decode_frames(&both, MAX_LOG_BYTES);
         assert!(torn.is_none());
         let (header, calls, problems) = parse(&text);
         assert_eq!(header.id, "s");
@@ -390,9 +422,20 @@ mod tests {
         assert!(problems.is_empty());
         let mut torn_file = both.clone();
         torn_file.extend_from_slice(&two[..two.len() / 2]);
-        let (text, torn) = decode_frames(&torn_file);
+        let (text, torn) = decode_frames(&torn_file, MAX_LOG_BYTES);
         assert!(torn.is_some_and(|t| t.contains("not a complete zstd frame")));
         assert_eq!(parse(&text).1.len(), 1);
+        // A frame that decodes to more than the limit (a zstd bomb) is cut there; the call it
+        // cut reads as an unreadable line, so the replay is blind from there on.
+        let bomb = zstd::encode_all(&vec![b' '; 10_000][..], 19).unwrap();
+        let mut bombed = both.clone();
+        bombed.extend_from_slice(&bomb);
+        let (whole, _) = decode_frames(&both, MAX_LOG_BYTES);
+        let limit = whole.len() as u64 + 100;
+        let (text, cut) = decode_frames(&bombed, limit);
+        assert!(cut.is_some_and(|t| t.contains("was read that far only")));
+        assert_eq!(text.len() as u64, limit, "read up to the limit, not one byte more");
+        assert_eq!(&text[..whole.len()], &whole[..], "the frames before are kept whole");
     }
 
     #[test]
