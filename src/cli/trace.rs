@@ -570,7 +570,7 @@ impl WireRecord for TraceDiffRecord {
     }
 }
 
-fn trace_diff(
+pub(super) fn trace_diff(
     provider: &dyn Provider,
     cwd: &Path,
     node: &str,

@@ -113,8 +113,22 @@ async function main () {
   write(ws, 'a.txt', 'alpha\nchanged after the last checkpoint\n')
   const worktree = files(ws)
 
+  // The harness's log of session s1: a write and an edit in turn 1, a shell call in turn 2.
+  const dshHome = join(ws, '..', 'dsh')
+  const logDir = join(dshHome, 'sessions', `--${ws.replace(/^\//, '').replaceAll('/', '-')}--`, 's1')
+  mkdirSync(logDir, { recursive: true })
+  const at = Date.now() - 60_000
+  const logCall = (seq, turn, stepNo, id, name, args) => JSON.stringify({ type: 'tool/call', seq, time: at + seq, data: { turn, step: stepNo, callId: id, name, arguments: JSON.stringify(args) } })
+  const logResult = (seq, id) => JSON.stringify({ type: 'tool/result', seq, data: { message: { source: { kind: 'tool', callId: id }, content: [{ type: 'tool-result', toolCallId: id, isError: false }] } } })
+  writeFileSync(join(logDir, 'session.jsonl'), [
+    JSON.stringify({ type: 'session', id: 's1', cwd: ws }),
+    logCall(1, 1, 1, 'w1', 'write', { file_path: 'new.txt', content: 'created in turn 1\n' }), logResult(2, 'w1'),
+    logCall(3, 1, 2, 'e1', 'edit', { file_path: 'a.txt', old_string: 'BETA', new_string: 'Beta' }), logResult(4, 'e1'),
+    logCall(5, 2, 1, 'b1', 'bash', { command: 'rm notes.md' }), logResult(6, 'b1'),
+  ].join('\n') + '\n')
+
   step('starting ckpt ui')
-  const server = spawn(CKPT, ['-C', ws, 'ui', '--no-open'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const server = spawn(CKPT, ['-C', ws, 'ui', '--no-open'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, DSH_HOME: dshHome } })
   cleanups.push(() => server.kill('SIGKILL'))
   let url
   let stderr = ''
@@ -171,11 +185,23 @@ async function main () {
   assert.equal(new URL(page.url()).search, '', 'the token left the address bar')
 
   step('the timeline')
+  await page.waitForSelector('.node.trace')
   const timeline = await page.$$eval('.session', (sessions) => sessions.map((s) => ({
     session: s.dataset.session,
     turns: [...s.querySelectorAll('.turn')].map((t) => ({ turn: t.dataset.turn, nodes: [...t.querySelectorAll('.node')].map((n) => `${n.querySelector('.where').textContent}:${n.querySelector('.trigger').textContent}:${n.querySelector('.badge').textContent}`) })),
   })))
-  assert.deepEqual(timeline, [{ session: 's1', turns: [{ turn: '1', nodes: ['.1:write:auto', '.2:edit:auto'] }, { turn: '2', nodes: ['.1:bash:auto'] }] }])
+  // Each checkpoint (taken before step S) comes before the call S its log recorded.
+  assert.deepEqual(timeline, [{ session: 's1', turns: [{ turn: '1', nodes: ['.1:write:auto', '.1:write:call', '.2:edit:auto', '.2:edit:call'] }, { turn: '2', nodes: ['.1:bash:auto', '.1:bash:call'] }] }])
+
+  step('a tool call from the session log: what it changed, replayed')
+  await page.click('.node.trace[data-node="trace:s1:1.2"]')
+  await page.waitForSelector('.trace-files tr')
+  const callRows = await page.$$eval('.trace-files tr', (rows) => rows.map((r) => `${r.querySelector('.letter').textContent} ${r.dataset.path} ${r.querySelector('.counts').textContent}`))
+  assert.deepEqual(callRows, ['M a.txt +1 −1'], 'the edit on the base the checkpoint before it holds')
+  await page.click('.node.trace[data-node="trace:s1:2.1"]')
+  await page.waitForFunction(() => document.querySelector('.trace-files tr .counts')?.textContent.startsWith('not rebuildable'))
+  assert.match(await page.$eval('.trace-files', (e) => e.textContent), /not rebuildable: a bash call ran/)
+  assert.equal(await page.$eval('#actions', (e) => getComputedStyle(e).display), 'none', 'no restore controls on a call')
   if (shots) await page.screenshot({ path: join(shots, 'ui-timeline.png') })
 
   step('the diff of a known edit')

@@ -1,7 +1,8 @@
 //! The web view's JSON API: each route runs the CLI command it mirrors with an output that keeps
 //! its v1 records instead of printing them (list, diff, status, prune --dry-run, preview,
 //! restore), so the page sees exactly what `ckpt --json` prints. The one route of its own,
-//! `/api/file`, renders one file's line diff for the page (`diff.lines`). Restore needs
+//! `/api/file`, renders one file's line diff for the page (`diff.lines`). `/api/trace` and
+//! `/api/trace-diff` are `list --trace` and `trace diff NODE` (read-only). Restore needs
 //! `"confirm": true` in a POST body; nothing here writes by any other path.
 
 use std::os::unix::ffi::OsStrExt;
@@ -16,6 +17,7 @@ use super::super::inspect::{diff, status, DiffRequest};
 use super::super::output::{DiffView, Output};
 use super::super::restore::{preview, restore};
 use super::super::retention::prune;
+use super::super::trace::{timeline, trace_diff};
 use super::super::{retention_policy, DEFAULT_MAX_FILE_SIZE};
 use super::{query_param, Answer};
 use crate::provider::{CkptError, Provider};
@@ -125,6 +127,13 @@ impl Api<'_> {
                 })
             }
             "/api/file" => self.file_lines(url),
+            "/api/trace" => collect(|out| timeline(provider, provider.workdir(), None, self.all, None, out)),
+            "/api/trace-diff" => {
+                let Some(node) = query_param(url, "node") else {
+                    return Answer::error(400, "usage", "node= is required");
+                };
+                collect(|out| trace_diff(provider, provider.workdir(), &node, None, &None, None, out))
+            }
             "/api/status" => {
                 let status = collect(|out| status(provider, self.max_file_size(), out));
                 if status.status != 200 {

@@ -19,6 +19,8 @@ const state = {
   picked: new Set(), // paths (as JSON) chosen for a partial preview/restore
   view: 'unified',
   lastGuard: null,
+  trace: [], // trace.node records: the tool calls of the harness sessions' logs
+  traceSignature: null,
 }
 
 const $ = (id) => document.getElementById(id)
@@ -66,7 +68,8 @@ function bytesText (n) {
 }
 
 function ago (time) {
-  const seconds = Math.round((Date.now() - Date.parse(time)) / 1000)
+  const at = typeof time === 'number' ? time : Date.parse(time)
+  const seconds = Math.round((Date.now() - at) / 1000)
   if (!Number.isFinite(seconds)) return '?'
   if (seconds < 60) return `${Math.max(seconds, 0)} s ago`
   if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`
@@ -96,32 +99,103 @@ function previousOf (record) {
 function renderTimeline () {
   const root = $('timeline')
   root.replaceChildren()
-  if (!state.records.length) {
+  if (!state.records.length && !state.trace.length) {
     root.append(el('p', { class: 'empty' }, 'No checkpoints yet. Take one with: ckpt snapshot'))
     return
   }
+  // Checkpoints and the tool calls of the session logs, per session and turn; in a turn, the
+  // checkpoint taken before step S comes before call S.
   const sessions = new Map()
-  for (const record of state.records) {
-    const key = record.session ?? ''
+  const entries = [...state.records.map((record) => ({ record })), ...state.trace.map((call) => ({ call }))]
+  for (const entry of entries) {
+    const key = (entry.record ?? entry.call).session ?? ''
     if (!sessions.has(key)) sessions.set(key, [])
-    sessions.get(key).push(record)
+    sessions.get(key).push(entry)
   }
-  for (const [session, records] of sessions) {
+  for (const [session, items] of sessions) {
     const turns = new Map()
-    for (const record of records) {
-      const key = record.turn ?? ''
+    for (const entry of items) {
+      const key = (entry.record ?? entry.call).turn ?? ''
       if (!turns.has(key)) turns.set(key, [])
-      turns.get(key).push(record)
+      turns.get(key).push(entry)
     }
     const open = !focusSession || focusSession === session || !sessions.has(focusSession)
+    const checkpoints = items.filter((e) => e.record).length
+    const calls = items.length - checkpoints
     const block = el('details', { class: 'session', open, 'data-session': session },
-      el('summary', {}, session ? `session ${session}` : 'no session (manual and other checkpoints)', el('span', { class: 'count' }, ` ${records.length}`)))
+      el('summary', {}, session ? `session ${session}` : 'no session (manual and other checkpoints)', el('span', { class: 'count' }, ` ${checkpoints}${calls ? ` · ${calls} call(s) in its log` : ''}`)))
+    const order = (entry) => {
+      const item = entry.record ?? entry.call
+      return [item.step ?? -1, entry.record ? 0 : 1]
+    }
     for (const [turn, steps] of turns) {
       const list = el('ol', { class: 'steps' })
-      for (const record of steps) list.append(node(record))
+      // Stable: checkpoints keep their own order, calls theirs.
+      const sorted = steps.map((entry, at) => ({ entry, at })).sort((a, b) => {
+        const [x, y] = [order(a.entry), order(b.entry)]
+        return x[0] - y[0] || x[1] - y[1] || a.at - b.at
+      })
+      for (const { entry } of sorted) list.append(entry.record ? node(entry.record) : callNode(entry.call))
       block.append(el('div', { class: 'turn', 'data-turn': turn }, el('div', { class: 'turn-label' }, turn === '' ? '' : `turn ${turn}`), list))
     }
     root.append(block)
+  }
+}
+
+/** A tool call of a session log: what it did, and which files the log rebuilds after it. */
+function callNode (call) {
+  const rebuilt = (call.files ?? []).filter((f) => f.rebuildable).length
+  const unknown = (call.files ?? []).length - rebuilt
+  const what = [rebuilt ? `rebuilds ${rebuilt}` : '', unknown ? `${unknown} unknown` : ''].filter(Boolean).join(', ')
+  const item = el('li', {
+    class: `node trace outcome-${call.outcome}`,
+    'data-node': call.node,
+    tabindex: 0,
+    onclick: () => pickCall(call),
+    onkeydown: (e) => { if (e.key === 'Enter') pickCall(call) },
+  },
+  el('span', { class: 'badge' }, 'call'),
+  el('span', { class: 'where' }, call.step === null || call.step === undefined ? '' : `.${call.step}`),
+  el('span', { class: 'trigger' }, call.tool),
+  el('span', { class: 'id' }, call.path ? pathText(call.path) : ''),
+  el('span', { class: 'time', title: call.time ?? '' }, call.time ? ago(Number(call.time) || call.time) : ''),
+  el('span', { class: 'files' }, what || (call.outcome === 'ok' ? 'changes no file' : call.outcome)),
+  )
+  item.title = 'a tool call from the session log (replayed: no checkpoint was taken here)'
+  return item
+}
+
+/** Shows what one tool call changed, as the trace replays it (`ckpt trace diff NODE`). */
+async function pickCall (call) {
+  state.selected = null
+  state.other = null
+  state.picked.clear()
+  markSelected()
+  for (const n of document.querySelectorAll('.node.trace.selected')) n.classList.remove('selected')
+  document.querySelector(`.node.trace[data-node="${CSS.escape(call.node)}"]`)?.classList.add('selected')
+  $('actions').hidden = true
+  $('outcome').replaceChildren()
+  $('file-head').replaceChildren()
+  $('file-body').replaceChildren()
+  $('selection').replaceChildren(el('span', {}, 'Tool call ', el('b', {}, `${call.turn ?? '?'}.${call.step ?? '?'} ${call.tool}`), ' as the session log replays it (', el('code', {}, `ckpt trace restore ${call.node}`), ' puts its files back)'))
+  const files = $('files')
+  files.replaceChildren(el('p', { class: 'loading' }, 'loading…'))
+  try {
+    const answer = await api('GET', `/api/trace-diff?node=${encodeURIComponent(call.node)}`)
+    const diff = answer.records.find((r) => r.type === 'trace.diff')
+    const letters = { added: 'A', deleted: 'D', modified: 'M', same: '=', unknown: '?' }
+    const table = el('table', { class: 'file-list trace-files' })
+    for (const file of diff?.files ?? []) {
+      table.append(el('tr', { class: `status-${file.status}`, 'data-path': pathText(file.path) },
+        el('td', {}, ''),
+        el('td', { class: 'letter' }, letters[file.status] ?? '?'),
+        el('td', { class: 'path' }, pathText(file.path)),
+        el('td', { class: 'counts' }, file.status === 'unknown' ? `not rebuildable: ${file.reason}` : file.binary ? 'binary' : `+${file.added} −${file.removed}`)))
+    }
+    files.replaceChildren(table)
+    if (!diff?.files?.length) files.append(el('p', {}, 'This call changed no file the trace knows of.'))
+  } catch (error) {
+    files.replaceChildren(el('p', { class: 'error' }, error.message))
   }
 }
 
@@ -377,7 +451,18 @@ async function refresh () {
     $('workspace').textContent = `${answer.provider} · ${answer.workspace}`
     const signature = records.map((r) => r.id).join(',')
     $('live').className = 'ok'
-    if (signature === state.signature) return
+    // The session logs are read again only every 10 s (a log can be large), or with new checkpoints.
+    const traceDue = state.traceSignature === null || signature !== state.signature || Date.now() - state.traceAt > 10_000
+    let traceChanged = false
+    if (traceDue) {
+      state.traceAt = Date.now()
+      const calls = await api('GET', '/api/trace').then((a) => a.records.filter((r) => r.type === 'trace.node')).catch(() => [])
+      const traceSignature = calls.map((c) => `${c.node}:${c.outcome}:${c.files?.length}`).join(',')
+      traceChanged = traceSignature !== state.traceSignature
+      state.trace = calls
+      state.traceSignature = traceSignature
+    }
+    if (signature === state.signature && !traceChanged) return
     state.records = records
     state.signature = signature
     if (state.selected && !byId(state.selected)) { state.selected = null; state.other = null }
