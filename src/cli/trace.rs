@@ -764,6 +764,22 @@ fn trace_restore(
             Known::Unknown(why) => not_restored.push((path, why)),
         }
     }
+    // A file the trace knows below another it knows as a file (`d`, then `d/x`): one of the two
+    // calls cannot have done what its arguments say, so neither is written.
+    let files_known: Vec<RepoPath> = rebuilt.iter().map(|(p, _)| p.clone()).collect();
+    let clashing = |path: &RepoPath| {
+        files_known
+            .iter()
+            .any(|other| other != path && (path.is_within(other) || other.is_within(path)))
+    };
+    let (clash, fine): (Vec<_>, Vec<_>) = std::mem::take(&mut rebuilt).into_iter().partition(|(p, _)| clashing(p));
+    rebuilt = fine;
+    for (path, _) in clash {
+        not_restored.push((
+            path,
+            "the trace knows a file both at this path and above or below it; neither is written".into(),
+        ));
+    }
     for path in &wanted {
         if !rebuilt.iter().any(|(p, _)| p == path || p.is_within(path))
             && !not_restored.iter().any(|(p, _)| p == path || p.is_within(path))
@@ -801,8 +817,13 @@ fn trace_restore(
             .iter()
             .map(|(p, _)| format!("  put back: {}\n", super::output::human_path(p)))
             .collect();
-        out.human(format!("{address} (dry run; nothing was changed):\n{would}{not_restored_text}").trim_end());
-        return Ok(Exit::Ok);
+        out.human(
+            format!(
+                "{address} (dry run; nothing was changed):\n{would}{not_restored_text}  (the restore itself also refuses, file by file, what it cannot write safely now: a directory, symlink or ignored path in the way, a file over the size limit)"
+            )
+            .trim_end(),
+        );
+        return Ok(Exit::partial_if(!not_restored.is_empty()));
     }
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let yes = how == RestoreHow::Confirmed;
@@ -826,7 +847,8 @@ fn trace_restore(
         kind: Kind::Manual,
         ..guard_request.clone()
     };
-    let made = provider.materialize(&guard_request, &materialized_request, &rebuilt)?;
+    let named: Vec<RepoPath> = state_after(&nodes, at).into_keys().collect();
+    let made = provider.materialize(&guard_request, &materialized_request, &rebuilt, &named)?;
     let record = made.checkpoint;
     rebuilt.retain(|(path, _)| !made.refused.iter().any(|(refused, _)| refused == path));
     not_restored.extend(made.refused);
@@ -850,18 +872,28 @@ fn trace_restore(
     } else {
         Confirmation::Ask(&mut ask)
     };
-    let asked = matches!(confirmation, Confirmation::Ask(_));
     let report = match provider.restore(&record, &selection, &guard_request, confirmation) {
         Ok(report) => report,
-        Err(CkptError::Refused(why)) if asked => {
-            // Declined: the checkpoint of the rebuilt state goes too, so nothing is left of it.
+        Err(error) => {
+            // Declined or failed before writing: the checkpoint of the rebuilt state goes too, so
+            // nothing is left of it.
             if record.trigger.as_deref() == Some(address.as_str()) && record.kind == Kind::Manual {
                 provider.remove(std::slice::from_ref(&record.id))?;
             }
-            return Err(CkptError::Refused(why));
+            return Err(error);
         }
-        Err(e) => return Err(e),
     };
+    // What the restore could not write is not restored, whatever the trace rebuilt.
+    for (path, why) in &report.failed {
+        if let Some(at) = rebuilt.iter().position(|(p, _)| p == path) {
+            rebuilt.remove(at);
+            not_restored.push((path.clone(), why.clone()));
+        }
+    }
+    let not_restored_text: String = not_restored
+        .iter()
+        .map(|(p, why)| format!("  not restored: {} ({why})\n", super::output::human_path(p)))
+        .collect();
     out.record(&TraceRestoreRecord {
         node: &address,
         checkpoint: Some(&record.id),

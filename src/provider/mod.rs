@@ -264,6 +264,7 @@ pub trait Provider {
         now: &SnapshotRequest,
         request: &SnapshotRequest,
         files: &[(RepoPath, Vec<u8>)],
+        named: &[RepoPath],
     ) -> Result<engine::Materialized, CkptError>;
     /// Deletes these checkpoints (unpins, then drops the records); returns the ids removed.
     /// Objects are left to git's gc (git provider) or `ckpt gc` (copy store).
@@ -358,8 +359,9 @@ impl Provider for CopyThenGit {
         now: &SnapshotRequest,
         request: &SnapshotRequest,
         files: &[(RepoPath, Vec<u8>)],
+        named: &[RepoPath],
     ) -> Result<engine::Materialized, CkptError> {
-        self.primary.materialize(now, request, files)
+        self.primary.materialize(now, request, files, named)
     }
     fn workdir(&self) -> &Path {
         self.primary.workdir()

@@ -288,9 +288,36 @@ pub fn replay_among<'a>(
     let mut last_shell: Option<(u64, u64)> = None;
     // The same for another session's shell, by time: checkpoints taken before it are no base.
     let mut foreign_shell_at: Option<i64> = None;
-    let mut pending: Vec<&ForeignChange> = foreign.iter().collect();
+    // Another session's change whose time is unknown (or any change, when a call of this session
+    // has no time) may lie anywhere between this session's calls: its file (every file, for a
+    // shell) is unknown at every node, whatever this session wrote.
+    let own_untimed = calls.iter().any(|c| call_millis(c).is_none());
+    let mut always_unknown: BTreeMap<RepoPath, String> = BTreeMap::new();
+    let mut always_blind: Option<String> = None;
+    let mut pending: Vec<&ForeignChange> = Vec::new();
+    for change in foreign {
+        if change.at.is_some() && !own_untimed {
+            pending.push(change);
+            continue;
+        }
+        let why = format!(
+            "session {} ran {} at a time that cannot be placed among this session's calls",
+            change.session, change.tool
+        );
+        match &change.path {
+            Some(path) => {
+                always_unknown.insert(path.clone(), why);
+            }
+            None => always_blind = Some(why),
+        }
+    }
+    if always_blind.is_some() {
+        foreign_shell_at = Some(i64::MAX);
+    }
     pending.sort_by_key(|change| change.at.unwrap_or(i64::MIN));
     let mut pending = pending.into_iter().peekable();
+    // An unreadable line has no position: the next call's is the first it cannot be after.
+    let mut blind_from_next = false;
     for call in calls {
         let mut node = TraceNode {
             call,
@@ -299,8 +326,18 @@ pub fn replay_among<'a>(
             files: BTreeMap::new(),
             before: BTreeMap::new(),
         };
+        if blind_from_next && call.turn.is_some() {
+            last_shell = last_shell.max(Some(position(call)));
+            blind_from_next = false;
+        }
         let now = call_millis(call).unwrap_or(i64::MAX);
-        while let Some(change) = pending.next_if(|change| change.at.unwrap_or(i64::MIN) < now) {
+        // A change at the very millisecond of the call may have come before or after it: it is
+        // applied before, and again to what the call wrote.
+        let mut ties: Vec<&ForeignChange> = Vec::new();
+        while let Some(change) = pending.next_if(|change| change.at.unwrap_or(i64::MIN) <= now) {
+            if change.at == Some(now) {
+                ties.push(change);
+            }
             let why = format!("session {} ran {} on it before this call", change.session, change.tool);
             // Recorded on this node too: what a restore to any later node knows is folded from
             // the nodes' files.
@@ -320,7 +357,8 @@ pub fn replay_among<'a>(
         }
         if blinds_the_trace(&call.name) {
             if call.outcome != CallOutcome::Failed {
-                last_shell = Some(position(call));
+                last_shell = last_shell.max(Some(position(call)));
+                blind_from_next |= call.turn.is_none();
                 for (path, state) in known.iter_mut() {
                     *state = Known::Unknown(format!("a {} call ran after the last known content", call.name));
                     node.files.insert(path.clone(), state.clone());
@@ -331,8 +369,13 @@ pub fn replay_among<'a>(
         }
         // A content call that may have changed a file but whose arguments cannot be read says
         // nothing certain about which one: it blinds the trace like a shell call.
-        let unreadable = |node: &mut TraceNode<'a>, known: &mut BTreeMap<RepoPath, Known>, why: &str| {
+        let unreadable = |node: &mut TraceNode<'a>,
+                          known: &mut BTreeMap<RepoPath, Known>,
+                          last_shell: &mut Option<(u64, u64)>,
+                          why: &str| {
             if is_content_tool(&call.name) && call.outcome != CallOutcome::Failed {
+                // Nor is a checkpoint taken before it a base any more.
+                *last_shell = (*last_shell).max(Some(position(call)));
                 for (path, state) in known.iter_mut() {
                     *state = Known::Unknown(format!(
                         "a {} call whose arguments cannot be read ran ({why})",
@@ -346,7 +389,7 @@ pub fn replay_among<'a>(
             Ok(args) => args,
             Err(why) => {
                 node.refused = Some(why.clone());
-                unreadable(&mut node, &mut known, why);
+                unreadable(&mut node, &mut known, &mut last_shell, why);
                 nodes.push(node);
                 continue;
             }
@@ -355,7 +398,7 @@ pub fn replay_among<'a>(
             if is_content_tool(&call.name) {
                 let why = "its arguments lack a field the tool needs, or have the wrong type";
                 node.refused = Some(why.to_owned());
-                unreadable(&mut node, &mut known, why);
+                unreadable(&mut node, &mut known, &mut last_shell, why);
             }
             nodes.push(node);
             continue;
@@ -404,9 +447,25 @@ pub fn replay_among<'a>(
                 Known::Unknown(why) => Known::Unknown(format!("unknown base: {why}")),
             }
         };
+        let after = match ties.iter().find(|tie| tie.path.as_ref().is_none_or(|p| *p == path)) {
+            Some(tie) => Known::Unknown(format!(
+                "session {} ran {} in the same millisecond as this call",
+                tie.session, tie.tool
+            )),
+            None => after,
+        };
         known.insert(path.clone(), after.clone());
         node.files.insert(path, after);
         nodes.push(node);
+    }
+    if always_blind.is_some() || !always_unknown.is_empty() {
+        for node in &mut nodes {
+            for (path, state) in node.files.iter_mut().chain(node.before.iter_mut()) {
+                if let Some(why) = always_unknown.get(path).or(always_blind.as_ref()) {
+                    *state = Known::Unknown(why.clone());
+                }
+            }
+        }
     }
     nodes
 }
@@ -781,6 +840,85 @@ mod tests {
         assert_eq!(nodes[1].files[&p("u.txt")], content("u\n"));
         assert!(matches!(&nodes[2].files[&p("u.txt")], Known::Unknown(why) if why.contains("bash")));
         assert_eq!(nodes[2].files[&p("v.txt")], content("v\n"));
+
+        // A change at the very millisecond of a call may have come after it.
+        let tie = [timed(
+            1,
+            "write",
+            serde_json::json!({"file_path": "u.txt", "content": "x"}),
+            3000,
+        )];
+        let foreign = foreign_changes(Path::new("/w"), "other", Some("/w"), tie.iter());
+        let nodes = replay_among(Path::new("/w"), Some("/w"), &mine, &[], &foreign, |_, _| Ok(None));
+        assert!(
+            matches!(&nodes[1].files[&p("u.txt")], Known::Unknown(_)),
+            "{:?}",
+            nodes[1].files
+        );
+
+        // One of unknown time may lie anywhere: its file is unknown at every node, even after
+        // this session wrote it; a shell of unknown time blinds every node.
+        let mut untimed = timed(1, "write", serde_json::json!({"file_path": "t.txt", "content": "x"}), 0);
+        untimed.time = None;
+        let foreign = foreign_changes(
+            Path::new("/w"),
+            "other",
+            Some("/w"),
+            std::slice::from_ref(&untimed).iter(),
+        );
+        let nodes = replay_among(Path::new("/w"), Some("/w"), &mine, &[], &foreign, |_, _| Ok(None));
+        assert!(matches!(&nodes[0].files[&p("t.txt")], Known::Unknown(why) if why.contains("cannot be placed")));
+        assert_eq!(
+            nodes[1].files[&p("u.txt")],
+            content("u\n"),
+            "other files are not touched by it"
+        );
+        untimed.name = "bash".into();
+        let foreign = foreign_changes(
+            Path::new("/w"),
+            "other",
+            Some("/w"),
+            std::slice::from_ref(&untimed).iter(),
+        );
+        let nodes = replay_among(Path::new("/w"), Some("/w"), &mine, &[], &foreign, |_, _| Ok(None));
+        assert!(nodes
+            .iter()
+            .all(|n| n.files.values().all(|k| matches!(k, Known::Unknown(_)))));
+    }
+
+    #[test]
+    fn an_unreadable_content_call_or_line_makes_older_checkpoints_no_base() {
+        let ok = CallOutcome::Ok;
+        let record = checkpoint_at_1_1();
+        let edit = call(
+            2,
+            1,
+            2,
+            "edit",
+            serde_json::json!({"file_path": "a.txt", "old_string": "x", "new_string": "y"}),
+            ok,
+        );
+        let mut broken = call(1, 1, 1, "write", serde_json::json!({}), ok);
+        broken.arguments = Err("arguments are not JSON".into());
+        let mut line = broken.clone();
+        line.name = crate::records::sessionlog::UNREADABLE_LINE.into();
+        (line.turn, line.step) = (None, None);
+        for first in [broken, line] {
+            let calls = [first, edit.clone()];
+            let nodes = replay(
+                Path::new("/w"),
+                Some("/w"),
+                &calls,
+                std::slice::from_ref(&record),
+                |_, _| Ok(Some(b"x\n".to_vec())),
+            );
+            assert!(
+                matches!(&nodes[1].files[&p("a.txt")], Known::Unknown(_)),
+                "{}: {:?}",
+                calls[0].name,
+                nodes[1].files
+            );
+        }
     }
 
     #[test]

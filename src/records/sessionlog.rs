@@ -251,10 +251,12 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
         }
         // A line that cannot be read may have been a tool call: it stays in the calls, as one
         // whose effect is unknown, so the replay is blind from there on instead of trusting it.
+        // Its time is unknown, but no earlier than the call before it (the log is in time order).
         let unreadable = |calls: &mut Vec<ToolCall>, message: String| {
+            let time = calls.last().and_then(|c| c.time.clone());
             calls.push(ToolCall {
                 seq: index as u64,
-                time: None,
+                time,
                 turn: None,
                 step: None,
                 call_id: format!("line-{number}"),
@@ -375,7 +377,7 @@ pub fn read_log(path: &Path) -> Result<SessionLog, super::RecordsError> {
     } else {
         (raw, cut.then(|| too_long(MAX_LOG_BYTES)))
     };
-    let (mut header, calls, mut problems) = parse(&text);
+    let (mut header, mut calls, mut problems) = parse(&text);
     if header.id.is_empty() {
         // Without a header the log is still named by its directory, as the harness names it.
         header.id = path
@@ -385,6 +387,18 @@ pub fn read_log(path: &Path) -> Result<SessionLog, super::RecordsError> {
             .unwrap_or_default();
     }
     if let Some(torn) = torn {
+        // What was lost may have been calls: they count as one of unknown effect, no earlier than
+        // the last call read.
+        calls.push(ToolCall {
+            seq: calls.last().map_or(0, |c| c.seq + 1),
+            time: calls.last().and_then(|c| c.time.clone()),
+            turn: None,
+            step: None,
+            call_id: "log-tail".to_owned(),
+            name: UNREADABLE_LINE.to_owned(),
+            arguments: Err(torn.clone()),
+            outcome: CallOutcome::Unknown,
+        });
         problems.push(LogProblem { line: 0, message: torn });
     }
     Ok(SessionLog {

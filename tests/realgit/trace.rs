@@ -146,8 +146,8 @@ fn trace_list_rebuilds_what_the_log_proves_and_says_unknown_for_the_rest() {
     let session = run.one("trace.session");
     assert_eq!(session["session"], "sess-1");
     assert_eq!(
-        session["calls"], 9,
-        "every complete frame was read (the line that is not JSON counts as a call of unknown effect), the torn one was not"
+        session["calls"], 10,
+        "every complete frame was read (the line that is not JSON, and the torn tail, count as calls of unknown effect)"
     );
     assert_eq!(session["checkpoints"], 1);
     let problems = session["problems"].to_string();
@@ -337,7 +337,7 @@ fn trace_diff_and_restore_put_back_only_what_the_trace_rebuilds_and_are_undoable
     // A dry run names what it would put back and what it cannot, and changes nothing.
     let run = repo.ckpt_json(
         &["trace", "restore", "trace:7f3a:2.2", "--dry-run", "--dsh-home", home],
-        0,
+        3,
     );
     let dry = run.one("trace.restore");
     assert_eq!(dry["checkpoint"], serde_json::Value::Null);
@@ -480,42 +480,39 @@ fn a_trace_restore_never_replaces_a_directory_a_symlink_or_a_file_in_the_way_nor
     repo.symlink(outside.path(), "linkout");
     repo.write("big.bin", &vec![b'x'; 2048]);
     repo.write("ok.txt", b"old\n");
+    std::fs::write(repo.git_dir().join("info/exclude"), b"*.log\n").unwrap();
     let root = repo.root.to_str().unwrap().to_owned();
     let home = repo.home.join("dsh");
-    let dir = home.join("sessions").join(project_key(&root)).join("session-obst01");
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut lines = vec![serde_json::json!({"type": "session", "id": "session-obst01", "cwd": root}).to_string()];
-    for (step, path) in ["dir", "plain.txt/child", "linkout/x", "linkout", "big.bin", "ok.txt"]
-        .iter()
-        .enumerate()
-    {
-        let id = format!("w{step}");
-        lines.push(call(
-            step as u64 * 2 + 1,
-            1,
-            step as u64 + 1,
-            &id,
-            "write",
-            serde_json::json!({"file_path": path, "content": "from the trace\n"}),
-        ));
-        lines.push(result(step as u64 * 2 + 2, &id, false));
-    }
-    std::fs::write(dir.join("session.jsonl"), format!("{}\n", lines.join("\n"))).unwrap();
+    let home_text = home.to_str().unwrap().to_owned();
+    let log = |session: &str, paths: &[&str]| {
+        let dir = home.join("sessions").join(project_key(&root)).join(session);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut lines = vec![serde_json::json!({"type": "session", "id": session, "cwd": root}).to_string()];
+        for (step, path) in paths.iter().enumerate() {
+            let id = format!("{session}-{step}");
+            let args = serde_json::json!({"file_path": path, "content": "from the trace\n"});
+            lines.push(call(step as u64 * 2 + 1, 1, step as u64 + 1, &id, "write", args));
+            lines.push(result(step as u64 * 2 + 2, &id, false));
+        }
+        std::fs::write(dir.join("session.jsonl"), format!("{}\n", lines.join("\n"))).unwrap();
+    };
+    log(
+        "session-obst01",
+        &["dir", "plain.txt/child", "big.bin", "new.log", "ok.txt"],
+    );
     let before = repo.fingerprint().without_status();
     let files = repo.worktree();
-    let run = repo.ckpt_json(
-        &[
-            "trace",
-            "restore",
-            "trace:obst01:1.6",
-            "--yes",
-            "--max-file-size",
-            "1024",
-            "--dsh-home",
-            home.to_str().unwrap(),
-        ],
-        3,
-    );
+    let args = [
+        "trace",
+        "restore",
+        "trace:obst01:1.5",
+        "--yes",
+        "--max-file-size",
+        "1024",
+        "--dsh-home",
+        &home_text,
+    ];
+    let run = repo.ckpt_json(&args, 3);
     let restored = run.one("trace.restore");
     assert_eq!(restored["rebuilt"], serde_json::json!(["ok.txt"]), "{restored}");
     let refused = restored["not_restored"].to_string();
@@ -525,9 +522,8 @@ fn a_trace_restore_never_replaces_a_directory_a_symlink_or_a_file_in_the_way_nor
             "plain.txt/child",
             "plain.txt is a file in the worktree, not a directory",
         ),
-        ("linkout/x", "linkout is a symlink"),
-        ("linkout", "is a symlink"),
         ("big.bin", "not protected"),
+        ("new.log", "new ignored file"),
     ] {
         assert!(
             refused.contains(path) && refused.contains(why),
@@ -535,11 +531,49 @@ fn a_trace_restore_never_replaces_a_directory_a_symlink_or_a_file_in_the_way_nor
         );
     }
     assert_eq!(repo.read("ok.txt"), b"from the trace\n");
+    assert!(!repo.root.join("new.log").exists(), "no new ignored file");
     let mut expected = files.clone();
     expected.remove(&b"ok.txt"[..]);
     let mut now = repo.worktree();
     now.remove(&b"ok.txt"[..]);
     assert_eq!(now, expected, "nothing but ok.txt changed");
+
+    // A log that names a path through a symlink (or the symlink itself) may have changed any
+    // file the symlink leads to: nothing is written.
+    for (session, path) in [("session-link01", "linkout/x"), ("session-link02", "linkout")] {
+        log(session, &["ok.txt", path]);
+        let node = format!("trace:{session}:1.2");
+        let run = repo.ckpt(&["trace", "restore", &node, "--yes", "--dsh-home", &home_text]);
+        assert_eq!(run.code, 4, "{path}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("through the symlink linkout"),
+            "{path}: {}",
+            run.stderr
+        );
+        assert_eq!(repo.read("ok.txt"), b"from the trace\n", "{path}: nothing written");
+    }
+
+    // Both `d` and `d/x` known as files: neither is written, and no checkpoint is left over.
+    log("session-clash01", &["d", "d/x", "ok.txt"]);
+    let refs = repo.ckpt_refs().len();
+    let run = repo.ckpt_json(
+        &[
+            "trace",
+            "restore",
+            "trace:clash01:1.2",
+            "--yes",
+            "--dsh-home",
+            &home_text,
+        ],
+        4,
+    );
+    assert!(run.stderr.contains("neither is written"), "{}", run.stderr);
+    assert_eq!(
+        repo.ckpt_refs().len(),
+        refs,
+        "a refusal before writing leaves no checkpoint"
+    );
+    assert!(!repo.root.join("d").exists());
     assert!(
         std::fs::read_dir(outside.path()).unwrap().next().is_none(),
         "nothing written outside"

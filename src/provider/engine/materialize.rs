@@ -40,6 +40,7 @@ impl Engine {
         now: &SnapshotRequest,
         request: &SnapshotRequest,
         files: &[(RepoPath, Vec<u8>)],
+        named: &[RepoPath],
     ) -> Result<Materialized, CkptError> {
         let registry = self.registry()?;
         let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
@@ -57,11 +58,50 @@ impl Engine {
         let mut sorted: Vec<&(RepoPath, Vec<u8>)> = files.iter().collect();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
         sorted.dedup_by(|a, b| a.0 == b.0);
+        // A path the log names through a symlink (or a symlink itself) is another name of some
+        // file: which one a call changed cannot be told, so nothing is written.
+        for path in named.iter().chain(sorted.iter().map(|(p, _)| p)) {
+            if let Some(link) = self.symlink_on(&base_tree, path)? {
+                let why = format!(
+                    "the log names {} through the symlink {}: which file a call changed cannot be told",
+                    path.display(),
+                    link.display()
+                );
+                return Ok(Materialized {
+                    checkpoint: base.record,
+                    refused: sorted.iter().map(|(p, _)| (p.clone(), why.clone())).collect(),
+                });
+            }
+        }
+        // A file created where an ignore rule applies is one no checkpoint holds: undoing the
+        // restore could not remove it again.
+        let absent: Vec<RepoPath> = {
+            let mut absent = Vec::new();
+            for (path, _) in &sorted {
+                if self.item_at(&base_tree, path)?.is_none() {
+                    absent.push(path.clone());
+                }
+            }
+            absent
+        };
+        let ignored: Vec<RepoPath> = absent
+            .iter()
+            .zip(self.vault.would_be_ignored(&absent)?)
+            .filter(|(_, ignored)| *ignored)
+            .map(|(path, _)| path.clone())
+            .collect();
         let blobs = self.vault.parallel_blobs(true).local();
         let mut edits: Vec<(RepoPath, TreeItem)> = Vec::with_capacity(sorted.len());
         let mut refused: Vec<(RepoPath, String)> = Vec::new();
         let (mut changed, mut added, mut bytes) = (0u64, 0u64, 0u64);
         for (path, content) in sorted {
+            if ignored.contains(path) {
+                refused.push((
+                    path.clone(),
+                    "it would be a new ignored file, which no checkpoint holds (undo could not remove it)".into(),
+                ));
+                continue;
+            }
             if let Some(why) = self.obstacle(&base_tree, path, &skipped)? {
                 refused.push((path.clone(), why));
                 continue;
@@ -106,6 +146,20 @@ impl Engine {
             checkpoint: record,
             refused,
         })
+    }
+
+    /// The symlink `tree` holds at `path` or at a directory above it, if any.
+    fn symlink_on(&self, tree: &ObjectId, path: &RepoPath) -> Result<Option<RepoPath>, CkptError> {
+        for at in path.ancestors().into_iter().chain(std::iter::once(path.clone())) {
+            if let Some(TreeItem {
+                kind: EntryKind::Symlink,
+                ..
+            }) = self.item_at(tree, &at)?
+            {
+                return Ok(Some(at));
+            }
+        }
+        Ok(None)
     }
 
     /// Why `path` may not take new bytes in a state built on `tree` (the worktree now), if it

@@ -307,8 +307,9 @@ impl Provider for Engine {
         now: &SnapshotRequest,
         request: &SnapshotRequest,
         files: &[(RepoPath, Vec<u8>)],
+        named: &[RepoPath],
     ) -> Result<Materialized, CkptError> {
-        Engine::materialize(self, now, request, files)
+        Engine::materialize(self, now, request, files, named)
     }
 
     fn file_at(&self, record: &Record, path: &RepoPath) -> Result<Option<Vec<u8>>, CkptError> {

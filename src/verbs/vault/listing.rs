@@ -487,6 +487,36 @@ impl Vault {
         Ok(index)
     }
 
+    /// Whether each of `paths` would be ignored if it were created now: not in the index, and
+    /// excluded by git's ignore rules, itself or a directory above it. Read-only.
+    pub fn would_be_ignored(&self, paths: &[RepoPath]) -> Result<Vec<bool>, VerbError> {
+        use gix::index::entry::Mode;
+        let index = self.read_index(true)?;
+        let mut excludes = exclude_stack(&self.repo, &index)?;
+        let mut excluded = |path: &RepoPath, mode: Mode| -> Result<bool, VerbError> {
+            Ok(excludes
+                .at_entry(BStr::new(path.as_bytes()), Some(mode))
+                .map_err(|e| VerbError::git(format!("reading the ignore rules for {}", path.display()), e))?
+                .is_excluded())
+        };
+        let mut out = Vec::with_capacity(paths.len());
+        for path in paths {
+            if index.entry_by_path(BStr::new(path.as_bytes())).is_some() {
+                out.push(false);
+                continue;
+            }
+            let mut ignored = false;
+            for dir in path.ancestors() {
+                if excluded(&dir, Mode::DIR)? {
+                    ignored = true;
+                    break;
+                }
+            }
+            out.push(ignored || excluded(path, Mode::FILE)?);
+        }
+        Ok(out)
+    }
+
     /// The untracked repositories among the directories above `paths` (a directory on disk
     /// that holds `.git`, or a bare repository's `HEAD`, `objects` and `refs`, with no index
     /// entry below it): a scoped look at paths that are gone cannot see them, a walk does.
