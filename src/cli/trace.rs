@@ -19,6 +19,10 @@ use crate::records::sessionlog::{self, CallOutcome, SessionLog};
 use crate::records::{Kind, Record, WirePath};
 use crate::verbs::RepoPath;
 
+/// How much all session logs of a workspace may hold, decoded, before `ckpt trace` refuses
+/// rather than hold them all in memory.
+const MAX_LOGS_BYTES: u64 = 1024 * 1024 * 1024;
+
 /// What a trace restore's guard snapshot uses, from the command line and the config.
 pub(super) struct GuardSettings {
     pub max_file_size: u64,
@@ -407,10 +411,38 @@ fn replay_sessions(
     dsh_home: Option<&Path>,
     keep: impl Fn(&str) -> bool,
 ) -> Result<(PathBuf, Vec<Replayed>), CkptError> {
-    let (root, paths) = workspace_logs(provider, cwd, dsh_home)?;
+    let (root, mut paths) = workspace_logs(provider, cwd, dsh_home)?;
+    // Sessions started in a directory below the workspace wrote its files too.
+    let below: Vec<PathBuf> = provider
+        .workdir()
+        .to_str()
+        .map(|text| sessionlog::logs_below(&root, text))
+        .unwrap_or_default();
+    let first_below = paths.len();
+    let below: Vec<PathBuf> = below.into_iter().filter(|p| !paths.contains(p)).collect();
+    paths.extend(below);
     let mut logs = Vec::with_capacity(paths.len());
-    for path in paths {
+    let mut total: u64 = 0;
+    for (at, path) in paths.into_iter().enumerate() {
         let log = sessionlog::read_log(&path)?;
+        if at >= first_below {
+            let inside = log
+                .header
+                .cwd
+                .as_deref()
+                .is_some_and(|c| Path::new(c).starts_with(provider.workdir()));
+            if !inside {
+                continue;
+            }
+        }
+        total += log.bytes;
+        if total > MAX_LOGS_BYTES {
+            return Err(CkptError::Refused(format!(
+                "the harness session logs of this workspace hold more than {} MiB; ckpt trace reads at most that much (under {})",
+                MAX_LOGS_BYTES / (1024 * 1024),
+                root.display()
+            )));
+        }
         logs.push((path, log));
     }
     let checkpoints = provider.checkpoints(false)?;
@@ -423,14 +455,22 @@ fn replay_sessions(
         let own_calls: std::collections::HashSet<&str> = log.calls.iter().map(|c| c.call_id.as_str()).collect();
         let mut foreign = Vec::new();
         for (other_at, (_, other)) in logs.iter().enumerate() {
-            if other_at != at {
-                foreign.extend(trace::foreign_changes(
-                    provider.workdir(),
-                    &other.header.id,
-                    other.header.cwd.as_deref(),
-                    other.calls.iter().filter(|c| !own_calls.contains(c.call_id.as_str())),
-                ));
+            if other_at == at {
+                continue;
             }
+            // A fork's log repeats its parent's calls (same ids); only between a fork and its
+            // parent is a shared id the same call.
+            let related = other.header.parent_session.as_deref() == Some(log.header.id.as_str())
+                || log.header.parent_session.as_deref() == Some(other.header.id.as_str());
+            foreign.extend(trace::foreign_changes(
+                provider.workdir(),
+                &other.header.id,
+                other.header.cwd.as_deref(),
+                other
+                    .calls
+                    .iter()
+                    .filter(|c| !(related && own_calls.contains(c.call_id.as_str()))),
+            ));
         }
         foreign_of.push(Some(foreign));
     }

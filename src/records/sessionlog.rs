@@ -61,6 +61,8 @@ pub struct SessionLog {
     pub header: SessionHeader,
     pub calls: Vec<ToolCall>,
     pub problems: Vec<LogProblem>,
+    /// How many bytes the log held, decoded.
+    pub bytes: u64,
 }
 
 /// The directory the harness keeps session logs in: `<dsh home>/sessions`, the home being
@@ -116,8 +118,37 @@ pub fn project_key(cwd: &str) -> String {
 /// The session logs of the project at `cwd`: each session directory's log file, newest first
 /// by modification time.
 pub fn session_logs(root: &Path, cwd: &str) -> Vec<PathBuf> {
-    let project = root.join(project_key(cwd));
-    let Ok(dirs) = std::fs::read_dir(&project) else {
+    logs_in(&root.join(project_key(cwd)))
+}
+
+/// The session logs of every project directory that may belong to a directory below `cwd`
+/// (`--a-b-...--` for `/a/b`): the key loses the difference between `/` and `-`, so the caller
+/// keeps only those whose header's cwd really lies below `cwd`.
+pub fn logs_below(root: &Path, cwd: &str) -> Vec<PathBuf> {
+    let key = project_key(cwd);
+    let Some(stem) = key.strip_suffix("--") else {
+        return Vec::new();
+    };
+    let prefix = format!("{stem}-");
+    let Ok(projects) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = projects
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(&prefix) && name != key
+        })
+        .flat_map(|entry| logs_in(&entry.path()))
+        .collect();
+    found.sort();
+    found
+}
+
+/// The logs of one project directory, newest first.
+fn logs_in(project: &Path) -> Vec<PathBuf> {
+    let Ok(dirs) = std::fs::read_dir(project) else {
         return Vec::new();
     };
     let mut logs: Vec<(std::time::SystemTime, PathBuf)> = dirs
@@ -405,6 +436,7 @@ pub fn read_log(path: &Path) -> Result<SessionLog, super::RecordsError> {
         header,
         calls,
         problems,
+        bytes: text.len() as u64,
     })
 }
 

@@ -624,4 +624,56 @@ fn another_session_of_the_workspace_writing_in_between_makes_the_file_unknown() 
         .unwrap()
         .contains("session session-bbbb02 ran write"));
     assert_eq!(repo.read("t.txt"), b"from b\n", "the other session's write is kept");
+
+    // A session started in a subdirectory (a project directory of its own) counts too, and one
+    // of another workspace whose key merely starts the same way does not.
+    let sub = format!("{root}/sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    for (cwd, session, path) in [
+        (sub.clone(), "session-cccc03", "../other.txt"),
+        (format!("{root}-elsewhere"), "session-dddd04", "z.txt"),
+    ] {
+        let dir = home.join("sessions").join(project_key(&cwd)).join(session);
+        std::fs::create_dir_all(&dir).unwrap();
+        let header = serde_json::json!({"type": "session", "id": session, "cwd": cwd});
+        let body = write(1, 3500, &format!("{session}-1"), path, "not a's\n");
+        std::fs::write(dir.join("session.jsonl"), format!("{header}\n{body}")).unwrap();
+    }
+    let log = home
+        .join("sessions")
+        .join(project_key(&root))
+        .join("session-aaaa01/session.jsonl");
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str(&write(3, 4000, "a3", "z.txt", "a3\n"));
+    std::fs::write(&log, text).unwrap();
+    let run = repo.ckpt_json(&["trace", "list", "--dsh-home", home.to_str().unwrap()], 0);
+    let sessions: Vec<&str> = run
+        .json
+        .iter()
+        .filter(|r| r["type"] == "trace.session")
+        .map(|r| r["session"].as_str().unwrap())
+        .collect();
+    assert!(
+        sessions.contains(&"session-cccc03") && !sessions.contains(&"session-dddd04"),
+        "{sessions:?}"
+    );
+    let run = repo.ckpt_json(
+        &[
+            "trace",
+            "restore",
+            "trace:aaaa01:1.3",
+            "--dry-run",
+            "--dsh-home",
+            home.to_str().unwrap(),
+        ],
+        3,
+    );
+    let planned = run.one("trace.restore");
+    assert_eq!(planned["rebuilt"], serde_json::json!(["z.txt"]), "{planned}");
+    assert!(
+        planned["not_restored"]
+            .to_string()
+            .contains("session session-cccc03 ran write"),
+        "{planned}"
+    );
 }
