@@ -322,7 +322,8 @@ export function apply(ctx, rawConfig) {
       const node = `trace:${sid}:${label}`
       const planned = await ckpt(cwd, ['trace', 'restore', node, '--dry-run'], signal)
       const plan = one(planned, 'trace.restore')
-      if (planned.code !== 0 || !plan) return { kind: 'error', text: `${warning}${errorText(planned)}` }
+      // Exit 3: some files it knows of cannot be rebuilt there; the plan names them.
+      if ((planned.code !== 0 && planned.code !== 3) || !plan) return { kind: 'error', text: `${warning}${errorText(planned)}` }
       const planText = renderTracePlan(plan, label)
       if (previewOnly) return { kind: 'success', text: `${warning}${planText}` }
       if (!plan.rebuilt?.length) return { kind: 'error', text: `${planText}\nnothing can be put back; nothing was changed` }

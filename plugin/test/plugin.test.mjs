@@ -445,6 +445,10 @@ test('/rewind in a session without checkpoints offers what its log rebuilds; /re
     result(2, 1),
     call(3, 2, 'edit', { file_path: 'a.txt', old_string: 'agent', new_string: 'AGENT' }),
     result(4, 2),
+    call(5, 3, 'bash', { command: 'make' }),
+    result(6, 3),
+    call(7, 4, 'write', { file_path: 'b.txt', content: 'after the shell call\n' }),
+    result(8, 4),
   ]
   writeFileSync(join(logDir, 'session.jsonl'), `${lines.join('\n')}\n`)
   writeFileSync(join(dir, 'a.txt'), 'ruined later\n')
@@ -463,6 +467,9 @@ test('/rewind in a session without checkpoints offers what its log rebuilds; /re
     const previewed = await command.handler({ agent, rawInput: ' trace preview 1.2' })
     assert.equal(previewed.kind, 'success', previewed.text)
     assert.match(previewed.text, /^Putting back the files as they were after tool call 1\.2, rebuilt from the session log, would:\n {2}write \(1\):\n {4}a\.txt$/)
+    const partial = await command.handler({ agent, rawInput: ' trace preview 1.4' })
+    assert.equal(partial.kind, 'success', partial.text)
+    assert.match(partial.text, /write \(1\):\n {4}b\.txt\n {2}leave as they are, the log cannot rebuild them there \(1\):\n {4}a\.txt {2}\[a bash call ran/)
     const refused = await command.handler({ agent, rawInput: ' trace 1.2' })
     assert.equal(refused.kind, 'error')
     assert.match(refused.text, /not confirmed; nothing was changed\.\nPutting back the files as they were after tool call 1\.2.*\n {2}write \(1\):\n {4}a\.txt/)
