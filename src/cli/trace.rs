@@ -739,6 +739,25 @@ pub(super) fn trace_diff(
     Ok(Exit::Ok)
 }
 
+/// The files a trace restore leaves, a line each, for people.
+fn not_restored_lines(not_restored: &[(RepoPath, String)]) -> String {
+    not_restored
+        .iter()
+        .map(|(p, why)| format!("  not restored: {} ({why})\n", super::output::human_path(p)))
+        .collect()
+}
+
+/// The files a trace restore leaves, as the record lists them.
+fn not_restored_records(not_restored: &[(RepoPath, String)]) -> Vec<NotRestored> {
+    not_restored
+        .iter()
+        .map(|(p, why)| NotRestored {
+            path: WirePath::from_repo_path(p),
+            reason: why.clone(),
+        })
+        .collect()
+}
+
 #[derive(Serialize)]
 struct NotRestored {
     path: WirePath,
@@ -827,31 +846,19 @@ fn trace_restore(
             not_restored.push((path.clone(), "the trace knows nothing of it at that point".into()));
         }
     }
-    let not_restored_text: String = not_restored
-        .iter()
-        .map(|(p, why)| format!("  not restored: {} ({why})\n", super::output::human_path(p)))
-        .collect();
+    let not_restored_text = not_restored_lines(&not_restored);
     if rebuilt.is_empty() {
         return Err(CkptError::Refused(format!(
             "{address}: the trace rebuilds no file exactly there, so nothing can be restored; nothing was changed\n{}",
             not_restored_text.trim_end()
         )));
     }
-    let not_restored_records = || {
-        not_restored
-            .iter()
-            .map(|(p, why)| NotRestored {
-                path: WirePath::from_repo_path(p),
-                reason: why.clone(),
-            })
-            .collect()
-    };
     if how == RestoreHow::DryRun {
         out.record(&TraceRestoreRecord {
             node: &address,
             checkpoint: None,
             rebuilt: rebuilt.iter().map(|(p, _)| WirePath::from_repo_path(p)).collect(),
-            not_restored: not_restored_records(),
+            not_restored: not_restored_records(&not_restored),
         });
         let would: String = rebuilt
             .iter()
@@ -892,10 +899,7 @@ fn trace_restore(
     let record = made.checkpoint;
     rebuilt.retain(|(path, _)| !made.refused.iter().any(|(refused, _)| refused == path));
     not_restored.extend(made.refused);
-    let not_restored_text: String = not_restored
-        .iter()
-        .map(|(p, why)| format!("  not restored: {} ({why})\n", super::output::human_path(p)))
-        .collect();
+    let not_restored_text = not_restored_lines(&not_restored);
     if rebuilt.is_empty() {
         return Err(CkptError::Refused(format!(
             "{address}: none of the files the trace rebuilds can be written safely; nothing was changed\n{}",
@@ -930,21 +934,12 @@ fn trace_restore(
             not_restored.push((path.clone(), why.clone()));
         }
     }
-    let not_restored_text: String = not_restored
-        .iter()
-        .map(|(p, why)| format!("  not restored: {} ({why})\n", super::output::human_path(p)))
-        .collect();
+    let not_restored_text = not_restored_lines(&not_restored);
     out.record(&TraceRestoreRecord {
         node: &address,
         checkpoint: Some(&record.id),
         rebuilt: rebuilt.iter().map(|(p, _)| WirePath::from_repo_path(p)).collect(),
-        not_restored: not_restored
-            .iter()
-            .map(|(p, why)| NotRestored {
-                path: WirePath::from_repo_path(p),
-                reason: why.clone(),
-            })
-            .collect(),
+        not_restored: not_restored_records(&not_restored),
     });
     out.record(&super::wire::RestoreRecord::new(&report));
     out.human(
