@@ -918,14 +918,16 @@ fn trace_restore(
     };
     let report = match provider.restore(&record, &selection, &guard_request, confirmation) {
         Ok(report) => report,
-        Err(error) => {
-            // Declined or failed before writing: the checkpoint of the rebuilt state goes too, so
-            // nothing is left of it.
+        Err(CkptError::Refused(why)) => {
+            // Declined, or refused before anything was written: the checkpoint of the rebuilt
+            // state goes too, so nothing is left of it. (After any other error it stays: an
+            // interrupted restore's journal may name it, for `doctor --fix` to complete.)
             if record.trigger.as_deref() == Some(address.as_str()) && record.kind == Kind::Manual {
                 provider.remove(std::slice::from_ref(&record.id))?;
             }
-            return Err(error);
+            return Err(CkptError::Refused(why));
         }
+        Err(error) => return Err(error),
     };
     // What the restore could not write is not restored, whatever the trace rebuilt.
     for (path, why) in &report.failed {
