@@ -131,19 +131,9 @@ impl Engine {
         drop(cache);
         let warnings = capture.warnings.clone();
 
-        // The newest checkpoint holds this very state, or the one the (pinned) stat cache was
-        // written for does: a materialized checkpoint can be newer than the worktree's own state.
-        let cached_checkpoint = loaded.and_then(|(_, checkpoint)| checkpoint).map(|id| id.to_hex());
-        let same_state = previous
-            .iter()
-            .chain(
-                records
-                    .iter()
-                    .rev()
-                    .filter(|r| Some(&r.id) == cached_checkpoint.as_ref()),
-            )
-            .find(|r| r.tree_id().ok() == Some(tree))
-            .cloned();
+        // Only the newest checkpoint stands for an unchanged state: an older one with the same
+        // tree may be a guard, or another session's, which the caller did not ask for.
+        let same_state = previous.clone().filter(|p| p.tree_id().ok() == Some(tree));
         if let Some(same) = same_state {
             let outcome = SnapshotOutcome {
                 record: same,
