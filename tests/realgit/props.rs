@@ -938,20 +938,19 @@ impl World {
     /// no object store ever holds a torn object (fsck in `global_invariants`).
     fn snapshot_while_a_large_file_changes(&mut self) {
         let path = self.ws.join("churn.bin");
+        let versions = [vec![b'a'; 9 << 20], vec![b'b'; 33 << 18]];
+        // On disk before ckpt starts: a file that exists throughout must be captured or reported.
+        std::fs::write(&path, &versions[1]).expect("write churn.bin");
         let stop = Arc::new(AtomicBool::new(false));
         let writer = {
             let stop = stop.clone();
             let path = path.clone();
             std::thread::spawn(move || {
-                let mut round = 0usize;
-                while !stop.load(Ordering::Relaxed) {
-                    let (letter, len) = if round.is_multiple_of(2) {
-                        (b'a', 9 << 20)
-                    } else {
-                        (b'b', 33 << 18)
-                    };
-                    std::fs::write(&path, vec![letter; len]).ok();
-                    round += 1;
+                for version in versions.iter().cycle() {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    std::fs::write(&path, version).ok();
                 }
             })
         };
@@ -979,18 +978,56 @@ impl World {
                 .output()
         }
         .expect("git cat-file");
+        // What the checkpoint must hold: the worktree as it stands now, with churn.bin as caught
+        // (in one piece) or, when it kept changing, left out and reported.
+        let snap = run.one("snapshot");
+        let mut holds = self.oracle();
+        let churn = b"churn.bin".to_vec();
+        let exec = match holds.get(&churn) {
+            Some(Entry::File { exec, .. }) => Some(*exec),
+            _ => None,
+        };
         if held.status.success() {
             let first = held.stdout.first().copied();
             self.check(held.stdout.iter().all(|b| Some(*b) == first), || {
                 format!("checkpoint {} holds a torn churn.bin", &id[..8])
             });
-            // It caught the file's last state: then it is the worktree as it stands now, and a
-            // later snapshot may rightly name it (created:false).
-            let created = run.one("snapshot")["created"] == true;
-            if created && std::fs::read(&path).ok().as_deref() == Some(&held.stdout[..]) {
-                let now = self.oracle();
-                self.checkpoints.push((id.clone(), now));
+            if let Some(exec) = exec {
+                holds.insert(
+                    churn,
+                    Entry::File {
+                        content: held.stdout,
+                        exec,
+                    },
+                );
             }
+        } else if exec.is_some() {
+            let reported = snap["skipped"].as_array().is_some_and(|skipped| {
+                skipped.iter().any(|s| {
+                    json_path(&s["path"]) == churn && s["reason"].as_str().is_some_and(|r| r.starts_with("unstable"))
+                })
+            });
+            self.check(reported, || {
+                format!(
+                    "checkpoint {} neither holds churn.bin nor reports it unstable: {snap}",
+                    &id[..8]
+                )
+            });
+            holds.remove(&churn);
+        }
+        if snap["created"] == true {
+            self.checkpoints.push((id.clone(), holds));
+        } else {
+            let same = self
+                .checkpoints
+                .iter()
+                .any(|(cid, files)| *cid == id && *files == holds);
+            self.check(same, || {
+                format!(
+                    "created:false during churn must name a checkpoint with that content ({})",
+                    &id[..8]
+                )
+            });
         }
         self.log.push(format!("snapshot {} while churn.bin changes", &id[..8]));
     }
