@@ -58,6 +58,42 @@ pub(super) enum Command {
     },
     /// Print the manual page (roff), e.g. `ckpt man | man -l -`
     Man,
+    /// Run as a coding agent's hook: reads its hook event (JSON on stdin) and takes a checkpoint
+    /// before each tool call that changes files or runs a command (`ckpt integrate` installs it)
+    Hook {
+        #[arg(value_enum)]
+        agent: super::hook::Agent,
+        /// Block the tool call when no checkpoint could be taken (default: let it run and say so)
+        #[arg(long)]
+        fail_closed: bool,
+        /// Scan in full instead of asking the workspace's watch daemon what changed
+        #[arg(long)]
+        no_watch: bool,
+    },
+    /// Add ckpt's hooks to a coding agent's settings (or remove them), merged with what is there;
+    /// shows the change first and keeps a backup
+    Integrate {
+        #[arg(value_enum)]
+        agent: super::hook::Agent,
+        /// This project's settings (the default): the repository's top level, or the directory
+        #[arg(long, conflicts_with = "user")]
+        project: bool,
+        /// Your user settings: every project of that agent
+        #[arg(long)]
+        user: bool,
+        /// Remove ckpt's hooks instead (other hooks are kept)
+        #[arg(long)]
+        remove: bool,
+        /// The hooks block a tool call when no checkpoint could be taken
+        #[arg(long, conflicts_with = "remove")]
+        fail_closed: bool,
+        /// Only show the change
+        #[arg(long, conflicts_with = "yes")]
+        dry_run: bool,
+        /// Apply without asking
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
 }
 
 /// The commands that act on the workspace ckpt is started in (or `-C DIR`).

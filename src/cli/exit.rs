@@ -1,5 +1,6 @@
 //! The contract's exit codes, in one place: every command ends in an [`Exit`], and every error
-//! maps to one here. 0 ok, 1 failed, 2 usage, 3 partial, 4 refused, 141 stdout closed early.
+//! maps to one here. 0 ok, 1 failed, 2 usage, 3 partial, 4 refused, 141 stdout closed early;
+//! a hook (`ckpt hook`) ends 0 (go on), 1 (go on, with a warning) or 2 (block the tool).
 //! Nothing else in ckpt chooses a process status.
 
 use crate::provider::CkptError;
@@ -19,6 +20,9 @@ pub enum Exit {
     Refused,
     /// The reader of stdout went away (`ckpt list | head -1`): 128 + SIGPIPE, as git's.
     ClosedPipe,
+    /// `ckpt hook --fail-closed` found no checkpoint could be taken: the agent must not run the
+    /// tool. 2 is what every supported agent's hook protocol reads as "block".
+    BlockTool,
 }
 
 impl Exit {
@@ -31,6 +35,7 @@ impl Exit {
             Exit::Partial => 3,
             Exit::Refused => 4,
             Exit::ClosedPipe => 141,
+            Exit::BlockTool => 2,
         }
     }
 

@@ -27,6 +27,7 @@ mod checkpoints;
 mod demo;
 mod exit;
 mod health;
+mod hook;
 mod inspect;
 mod output;
 mod pager;
@@ -94,6 +95,11 @@ pub fn run_with(args: Vec<OsString>) -> i32 {
                 });
             }
             let _ = error.print();
+            // To an agent, 2 from a hook means "block the tool": a hook line this ckpt does not
+            // understand (written for another version) only warns.
+            if subcommand_of(&args) == Some("hook") {
+                return Exit::Failed.code();
+            }
             return Exit::Usage.code();
         }
     };
@@ -109,6 +115,22 @@ pub fn run_with(args: Vec<OsString>) -> i32 {
             Exit::of_error(&error).code()
         }
     }
+}
+
+/// The subcommand a command line names (its first word that is neither an option nor `-C`'s
+/// directory), for deciding how a line that does not parse ends.
+fn subcommand_of(args: &[OsString]) -> Option<&str> {
+    let mut words = args.iter().skip(1).map(|a| a.to_str());
+    while let Some(word) = words.next() {
+        match word {
+            Some("-C") => {
+                words.next();
+            }
+            Some(option) if option.starts_with('-') => {}
+            other => return other,
+        }
+    }
+    None
 }
 
 fn working_dir(cli: &Cli) -> Result<PathBuf, CkptError> {
@@ -186,6 +208,30 @@ fn execute(cli: &Cli, out: &Output) -> Result<Exit, CkptError> {
             }
             Ok(Exit::Ok)
         }
+        Command::Hook {
+            agent,
+            fail_closed,
+            no_watch,
+        } => Ok(hook::run(cli, *agent, *fail_closed, *no_watch)),
+        Command::Integrate {
+            agent,
+            project: _,
+            user,
+            remove,
+            fail_closed,
+            dry_run,
+            yes,
+        } => {
+            let request = hook::integrate::Request {
+                agent: *agent,
+                user: *user,
+                remove: *remove,
+                fail_closed: *fail_closed,
+                dry_run: *dry_run,
+                yes: *yes,
+            };
+            hook::integrate::run(cli, &request, out)
+        }
         Command::Gc { grace_seconds, dry_run } => {
             let grace = std::time::Duration::from_secs(*grace_seconds);
             let report = provider::copy::collect_copy_store_garbage(grace, *dry_run, &output::reporter(false))?;
@@ -209,11 +255,14 @@ fn execute(cli: &Cli, out: &Output) -> Result<Exit, CkptError> {
     }
 }
 
-/// Runs a command on the workspace at the working directory (or `-C DIR`), through its provider.
-fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<Exit, CkptError> {
-    let cwd = working_dir(cli)?;
-    let config = load_config(&cwd)?;
-    let show_progress = !cli.json && std::io::stderr().is_terminal();
+/// The workspace at `cwd`: its config, and its provider (`--provider`, else the config's, else
+/// auto).
+fn open_workspace(
+    cli: &Cli,
+    cwd: &Path,
+    show_progress: bool,
+) -> Result<(Config, Box<dyn provider::Provider>), CkptError> {
+    let config = load_config(cwd)?;
     let choice = match cli.provider {
         Some(ProviderArg::Auto) => provider::ProviderChoice::Auto,
         Some(ProviderArg::Git) => provider::ProviderChoice::Git,
@@ -225,7 +274,15 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
             .unwrap_or(provider::ProviderChoice::Auto),
     };
     let excludes = config.copy.as_ref().and_then(|c| c.excludes.clone());
-    let provider = provider::open(&cwd, choice, output::reporter(show_progress), excludes)?;
+    let provider = provider::open(cwd, choice, output::reporter(show_progress), excludes)?;
+    Ok((config, provider))
+}
+
+/// Runs a command on the workspace at the working directory (or `-C DIR`), through its provider.
+fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<Exit, CkptError> {
+    let cwd = working_dir(cli)?;
+    let show_progress = !cli.json && std::io::stderr().is_terminal();
+    let (config, provider) = open_workspace(cli, &cwd, show_progress)?;
     if let WorkspaceCommand::Watch {
         action: WatchAction::Run { idle_seconds },
     } = command

@@ -526,6 +526,22 @@ pub struct ManRecord<'a> {
 }
 record_type!(ManRecord, "man");
 
+/// `integrate`: what `ckpt integrate` did (or, with `--dry-run`, would do) to an agent's
+/// settings file.
+#[derive(Serialize)]
+pub struct IntegrateRecord<'a> {
+    pub agent: &'a str,
+    pub file: WirePath,
+    /// `added`, `updated` (an older ckpt entry replaced), `removed` or `unchanged`.
+    pub action: &'a str,
+    pub written: bool,
+    /// Where the old file was kept, when one was there and this wrote a new one.
+    pub backup: Option<WirePath>,
+    /// The change as a unified diff (empty when unchanged).
+    pub diff: &'a str,
+}
+record_type!(IntegrateRecord, "integrate");
+
 /// `watch`: what `watch start` or `watch stop` did.
 #[derive(Serialize)]
 pub struct WatchRecord {

@@ -228,6 +228,8 @@ pub trait Provider {
     fn workdir(&self) -> &Path;
     /// Where this workspace's watch daemon keeps its lock, socket and cookies.
     fn watch_files(&self) -> crate::records::watch::WatchFiles;
+    /// Where agents' hooks keep their sessions' turn and step in this workspace.
+    fn hook_positions(&self) -> crate::records::hooks::HookPositions;
     /// ckpt's own directories inside the worktree (a store kept there), absolute.
     fn own_dirs(&self) -> Vec<PathBuf>;
     fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError>;
@@ -368,6 +370,9 @@ impl Provider for CopyThenGit {
     }
     fn watch_files(&self) -> crate::records::watch::WatchFiles {
         self.primary.watch_files()
+    }
+    fn hook_positions(&self) -> crate::records::hooks::HookPositions {
+        self.primary.hook_positions()
     }
     fn own_dirs(&self) -> Vec<PathBuf> {
         let mut dirs = self.primary.own_dirs();

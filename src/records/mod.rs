@@ -4,6 +4,7 @@
 //! directory; it must never touch the worktree or any repository file.
 
 pub mod config;
+pub mod hooks;
 mod journal;
 pub mod sessionlog;
 pub mod statcache;

@@ -276,6 +276,10 @@ impl Provider for Engine {
         crate::records::watch::WatchFiles::new(&self.state_dir)
     }
 
+    fn hook_positions(&self) -> crate::records::hooks::HookPositions {
+        crate::records::hooks::HookPositions::new(&self.state_dir)
+    }
+
     fn own_dirs(&self) -> Vec<PathBuf> {
         self.vault.reserved_dirs()
     }

@@ -71,8 +71,6 @@ pub fn enclosing_exclude_files(dir: &Path) -> Vec<PathBuf> {
     global.into_iter().chain([info]).filter(|path| path.is_file()).collect()
 }
 
-/// Where the repository containing `dir` has its worktree, even when HEAD is unborn; `None`
-/// outside any repository.
 /// The git directory of the bare repository `dir` is in (or is), if it is in one. Read-only.
 pub fn enclosing_bare_repository(dir: &Path) -> Option<PathBuf> {
     gix::discover(dir)
@@ -81,6 +79,8 @@ pub fn enclosing_bare_repository(dir: &Path) -> Option<PathBuf> {
         .map(|repo| repo.git_dir().to_path_buf())
 }
 
+/// Where the repository containing `dir` has its worktree, even when HEAD is unborn; `None`
+/// outside any repository.
 pub fn enclosing_worktree(dir: &Path) -> Option<PathBuf> {
     gix::discover(dir)
         .ok()

@@ -1,0 +1,606 @@
+//! `ckpt integrate <agent>`: adds ckpt's hook entries to an agent's settings file, or removes
+//! them, merged with everything already there (other hooks, other settings, key order). It shows
+//! the change as a diff first, asks (or takes `--yes`), keeps a backup of the old file, and
+//! writes the new one atomically. It writes nothing but that settings file and its backup, and
+//! never a file it cannot parse.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+use super::agents::{Agent, AgentSpec, TimeoutUnit};
+use crate::cli::args::Cli;
+use crate::cli::exit::Exit;
+use crate::cli::output::Output;
+use crate::cli::wire::IntegrateRecord;
+use crate::provider::CkptError;
+use crate::records::WirePath;
+
+/// A settings file larger than this is not a settings file.
+const MAX_SETTINGS_BYTES: u64 = 16 << 20;
+/// How long an agent lets ckpt's hook run: a first snapshot of a large repository reads every
+/// file. (Claude Code and Codex default to 600 s, Gemini CLI to 60 s.)
+const HOOK_TIMEOUT_SECONDS: u64 = 120;
+
+/// What `ckpt integrate` was asked to do.
+pub struct Request {
+    pub agent: Agent,
+    /// The user's settings instead of the project's.
+    pub user: bool,
+    pub remove: bool,
+    pub fail_closed: bool,
+    pub dry_run: bool,
+    pub yes: bool,
+}
+
+pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError> {
+    let spec = request.agent.spec();
+    let named = settings_file(spec, request.user, cli)?;
+    // A settings file linked from a dotfiles repository is edited where it lives.
+    let file = match std::fs::symlink_metadata(&named) {
+        Ok(meta) if meta.file_type().is_symlink() => named.canonicalize().map_err(|source| CkptError::Io {
+            path: named.clone(),
+            source,
+        })?,
+        _ => named.clone(),
+    };
+    let before = read_settings(&file)?;
+    let command = hook_command(spec, request.fail_closed)?;
+    let merged = if request.remove {
+        without_ckpt_hooks(spec, before.as_deref())
+    } else {
+        with_ckpt_hooks(spec, before.as_deref(), &command)
+    }
+    .map_err(|why| {
+        CkptError::Refused(format!(
+            "{} is not a settings file ckpt can merge into ({why}); nothing was written. Fix it, or add the hooks by hand (README, \"Other agents\")",
+            file.display()
+        ))
+    })?;
+    let action = match (&merged, request.remove, before.is_some()) {
+        (None, _, _) => "unchanged",
+        (Some(_), true, _) => "removed",
+        (Some(_), false, true) if before.as_deref().is_some_and(|b| has_ckpt_hooks(spec, b)) => "updated",
+        (Some(_), false, _) => "added",
+    };
+    let Some(after) = merged else {
+        out.record(&IntegrateRecord {
+            agent: spec.name,
+            file: wire_path(&file),
+            action,
+            written: false,
+            backup: None,
+            diff: "",
+        });
+        out.human(&format!(
+            "{}: {} already {} ckpt's hooks; nothing to change",
+            spec.product,
+            file.display(),
+            if request.remove { "lacks" } else { "has" }
+        ));
+        return Ok(Exit::Ok);
+    };
+    let diff = unified_diff(before.as_deref().unwrap_or(""), &after, &file);
+    out.human(diff.trim_end());
+    if request.dry_run {
+        out.record(&IntegrateRecord {
+            agent: spec.name,
+            file: wire_path(&file),
+            action,
+            written: false,
+            backup: None,
+            diff: &diff,
+        });
+        out.human("(dry run: nothing was written)");
+        return Ok(Exit::Ok);
+    }
+    let confirmed = request.yes
+        || (std::io::stdin().is_terminal()
+            && std::io::stderr().is_terminal()
+            && crate::cli::ask_yes(&format!("Write {}?", file.display())));
+    if !confirmed {
+        return Err(CkptError::Refused(format!(
+            "changing {} needs confirmation: pass --yes (or --dry-run to only see the change); nothing was written",
+            file.display()
+        )));
+    }
+    let backup = match &before {
+        Some(old) => Some(write_backup(&file, old)?),
+        None => None,
+    };
+    write_settings(&file, &after)?;
+    out.record(&IntegrateRecord {
+        agent: spec.name,
+        file: wire_path(&file),
+        action,
+        written: true,
+        backup: backup.as_deref().map(wire_path),
+        diff: &diff,
+    });
+    match &backup {
+        Some(backup) => out.human(&format!(
+            "{}: wrote {} (the old one is kept as {})",
+            spec.product,
+            file.display(),
+            backup.display()
+        )),
+        None => out.human(&format!("{}: wrote {}", spec.product, file.display())),
+    }
+    if !request.remove {
+        out.human(&after_note(spec, request.user));
+    }
+    Ok(Exit::Ok)
+}
+
+fn wire_path(path: &Path) -> WirePath {
+    WirePath::from_bytes(path.as_os_str().as_encoded_bytes())
+}
+
+/// What a user must know once the hooks are in.
+fn after_note(spec: &AgentSpec, user: bool) -> String {
+    let trust = match (spec.name, user) {
+        ("gemini", false) => " Gemini CLI runs a project's hooks only in a trusted folder.",
+        ("codex", _) => " Codex runs a hook only once it is trusted: review it in Codex's /hooks.",
+        _ => "",
+    };
+    format!(
+        "{} now takes a checkpoint before each of {} (`ckpt list --session <its session id>`).{trust}",
+        spec.product,
+        spec.mutating_tools.join(", ")
+    )
+}
+
+/// The settings file `ckpt integrate` edits for `spec`'s agent.
+fn settings_file(spec: &AgentSpec, user: bool, cli: &Cli) -> Result<PathBuf, CkptError> {
+    let env_dir = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let home = || {
+        env_dir("HOME").ok_or_else(|| CkptError::InvalidInput("$HOME is not set: cannot find the user settings".into()))
+    };
+    if user {
+        return Ok(match spec.name {
+            "claude" => env_dir("CLAUDE_CONFIG_DIR")
+                .map(Ok)
+                .unwrap_or_else(|| home().map(|h| h.join(".claude")))?
+                .join("settings.json"),
+            "codex" => env_dir("CODEX_HOME")
+                .map(Ok)
+                .unwrap_or_else(|| home().map(|h| h.join(".codex")))?
+                .join("hooks.json"),
+            _ => env_dir("GEMINI_CLI_HOME")
+                .map(Ok)
+                .unwrap_or_else(home)?
+                .join(".gemini")
+                .join("settings.json"),
+        });
+    }
+    let cwd = crate::cli::working_dir(cli)?;
+    let root = crate::verbs::enclosing_worktree(&cwd).unwrap_or(cwd);
+    Ok(match spec.name {
+        // The personal project file: not the one a team shares in git.
+        "claude" => root.join(".claude").join("settings.local.json"),
+        "codex" => root.join(".codex").join("hooks.json"),
+        _ => root.join(".gemini").join("settings.json"),
+    })
+}
+
+fn read_settings(file: &Path) -> Result<Option<String>, CkptError> {
+    let io = |source| CkptError::Io {
+        path: file.to_path_buf(),
+        source,
+    };
+    match std::fs::metadata(file) {
+        Ok(meta) if !meta.is_file() => {
+            return Err(CkptError::Refused(format!("{} is not a regular file", file.display())))
+        }
+        Ok(meta) if meta.len() > MAX_SETTINGS_BYTES => {
+            return Err(CkptError::Refused(format!(
+                "{} is larger than {MAX_SETTINGS_BYTES} bytes",
+                file.display()
+            )))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(e)),
+    }
+    let bytes = std::fs::read(file).map_err(io)?;
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| CkptError::Refused(format!("{} is not UTF-8 text", file.display())))
+}
+
+/// The command line an agent runs: this ckpt, by absolute path, quoted for the shell.
+fn hook_command(spec: &AgentSpec, fail_closed: bool) -> Result<String, CkptError> {
+    let exe = std::env::current_exe().map_err(|source| CkptError::Io {
+        path: "the ckpt executable".into(),
+        source,
+    })?;
+    let exe = exe.to_str().ok_or_else(|| {
+        CkptError::InvalidInput(format!(
+            "the ckpt executable's path {} is not UTF-8, which settings files cannot hold",
+            exe.display()
+        ))
+    })?;
+    let mut command = format!("{} hook {}", shell_quote(exe), spec.name);
+    if fail_closed {
+        command.push_str(" --fail-closed");
+    }
+    Ok(command)
+}
+
+fn shell_quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:@%,".contains(&b));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// Whether `command` is a ckpt hook of `spec`'s agent: a program named `ckpt` (any path,
+/// quoted or not), then `hook <agent>`.
+fn is_ckpt_hook(spec: &AgentSpec, command: &str) -> bool {
+    let command = command.trim_start();
+    let (program, rest) = match command.strip_prefix('\'') {
+        Some(quoted) => match quoted.find('\'') {
+            Some(end) => (&quoted[..end], &quoted[end + 1..]),
+            None => return false,
+        },
+        None => command.split_at(command.find(char::is_whitespace).unwrap_or(command.len())),
+    };
+    let named_ckpt = Path::new(program).file_name().is_some_and(|name| name == "ckpt");
+    let mut words = rest.split_whitespace();
+    named_ckpt && words.next() == Some("hook") && words.next() == Some(spec.name)
+}
+
+fn has_ckpt_hooks(spec: &AgentSpec, text: &str) -> bool {
+    serde_json::from_str::<Value>(text).is_ok_and(|root| {
+        [spec.tool_event, spec.prompt_event].iter().any(|event| {
+            root.pointer(&format!("/hooks/{event}"))
+                .and_then(Value::as_array)
+                .is_some_and(|groups| groups.iter().any(|g| group_has_ckpt(spec, g)))
+        })
+    })
+}
+
+fn group_has_ckpt(spec: &AgentSpec, group: &Value) -> bool {
+    group
+        .get("hooks")
+        .and_then(Value::as_array)
+        .is_some_and(|hooks| hooks.iter().any(|h| entry_is_ckpt(spec, h)))
+}
+
+fn entry_is_ckpt(spec: &AgentSpec, entry: &Value) -> bool {
+    entry
+        .get("command")
+        .and_then(Value::as_str)
+        .is_some_and(|c| is_ckpt_hook(spec, c))
+}
+
+/// ckpt's hook group for `event`.
+fn ckpt_group(spec: &AgentSpec, event: &str, command: &str) -> Value {
+    let timeout = match spec.timeout_unit {
+        TimeoutUnit::Seconds => HOOK_TIMEOUT_SECONDS,
+        TimeoutUnit::Milliseconds => HOOK_TIMEOUT_SECONDS * 1000,
+    };
+    let mut entry = Map::new();
+    if spec.names_entries {
+        entry.insert("name".into(), json!("ckpt"));
+    }
+    entry.insert("type".into(), json!("command"));
+    entry.insert("command".into(), json!(command));
+    entry.insert("timeout".into(), json!(timeout));
+    let mut group = Map::new();
+    if event == spec.tool_event {
+        group.insert("matcher".into(), json!(spec.tool_matcher()));
+    } else if spec.names_entries {
+        group.insert("matcher".into(), json!("*"));
+    }
+    group.insert("hooks".into(), Value::Array(vec![Value::Object(entry)]));
+    Value::Object(group)
+}
+
+/// The settings text with ckpt's hooks in (replacing older ckpt entries where they stood), or
+/// `None` when it already has exactly them.
+pub(super) fn with_ckpt_hooks(spec: &AgentSpec, before: Option<&str>, command: &str) -> Result<Option<String>, String> {
+    edit(before, |hooks| {
+        for event in [spec.tool_event, spec.prompt_event] {
+            let groups = hooks
+                .entry(event)
+                .or_insert_with(|| Value::Array(Vec::new()))
+                .as_array_mut()
+                .ok_or_else(|| format!("\"hooks.{event}\" is not a list"))?;
+            let at = drop_ckpt_entries(spec, groups)?;
+            let group = ckpt_group(spec, event, command);
+            groups.insert(at.unwrap_or(groups.len()), group);
+        }
+        Ok(())
+    })
+}
+
+/// The settings text without ckpt's hooks (and without the lists and tables that held only
+/// them), or `None` when it has none.
+pub(super) fn without_ckpt_hooks(spec: &AgentSpec, before: Option<&str>) -> Result<Option<String>, String> {
+    if before.is_none() {
+        return Ok(None);
+    }
+    edit(before, |hooks| {
+        for event in [spec.tool_event, spec.prompt_event] {
+            let Some(groups) = hooks.get_mut(event) else {
+                continue;
+            };
+            let groups = groups
+                .as_array_mut()
+                .ok_or_else(|| format!("\"hooks.{event}\" is not a list"))?;
+            drop_ckpt_entries(spec, groups)?;
+            if groups.is_empty() {
+                hooks.remove(event);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Removes ckpt's entries from `groups`, and groups left with no entry; where the first removed
+/// group stood.
+fn drop_ckpt_entries(spec: &AgentSpec, groups: &mut Vec<Value>) -> Result<Option<usize>, String> {
+    let mut first = None;
+    let mut at = 0;
+    while at < groups.len() {
+        if !group_has_ckpt(spec, &groups[at]) {
+            at += 1;
+            continue;
+        }
+        let hooks = groups[at]
+            .get_mut("hooks")
+            .and_then(Value::as_array_mut)
+            .ok_or("a hook group's \"hooks\" is not a list")?;
+        hooks.retain(|h| !entry_is_ckpt(spec, h));
+        if hooks.is_empty() {
+            groups.remove(at);
+            first.get_or_insert(at);
+        } else {
+            at += 1;
+        }
+    }
+    Ok(first)
+}
+
+/// Parses `before` (empty: `{}`), lets `change` edit its `hooks` table, and prints it back in
+/// the file's own indentation; `None` when nothing changed.
+fn edit(
+    before: Option<&str>,
+    change: impl FnOnce(&mut Map<String, Value>) -> Result<(), String>,
+) -> Result<Option<String>, String> {
+    let text = before.unwrap_or("");
+    let mut root: Value = if text.trim().is_empty() {
+        Value::Object(Map::new())
+    } else {
+        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?
+    };
+    let original = root.clone();
+    let object = root.as_object_mut().ok_or("not a JSON object")?;
+    let had_hooks = object.contains_key("hooks");
+    let hooks = object
+        .entry("hooks")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+        .ok_or("\"hooks\" is not an object")?;
+    change(hooks)?;
+    if hooks.is_empty() && !had_hooks {
+        object.remove("hooks");
+    }
+    if root == original && before.is_some() {
+        return Ok(None);
+    }
+    Ok(Some(print_like(&root, text)))
+}
+
+/// `value` as pretty JSON indented the way `like` is (two spaces when it shows no indent).
+fn print_like(value: &Value, like: &str) -> String {
+    let indent: String = like
+        .lines()
+        .skip(1)
+        .map(|line| line.chars().take_while(|c| *c == ' ' || *c == '\t').collect::<String>())
+        .find(|indent| !indent.is_empty())
+        .unwrap_or_else(|| "  ".into());
+    let mut out = Vec::new();
+    let formatter = serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes());
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
+    // Serializing a Value into memory cannot fail.
+    let _ = serde::Serialize::serialize(value, &mut serializer);
+    let mut text = String::from_utf8_lossy(&out).into_owned();
+    text.push('\n');
+    text
+}
+
+fn unified_diff(before: &str, after: &str, file: &Path) -> String {
+    let name = file.display().to_string();
+    similar::TextDiff::from_lines(before, after)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("{name} (before)"), &format!("{name} (after)"))
+        .to_string()
+}
+
+/// Copies the old settings beside the file, under a name no earlier backup has.
+fn write_backup(file: &Path, old: &str) -> Result<PathBuf, CkptError> {
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for n in 0..100 {
+        let suffix = if n == 0 { String::new() } else { format!("-{n}") };
+        let backup = file.with_file_name(format!("{name}.ckpt-backup-{stamp}{suffix}"));
+        let created = std::fs::OpenOptions::new().write(true).create_new(true).open(&backup);
+        match created {
+            Ok(mut handle) => {
+                use std::io::Write as _;
+                handle
+                    .write_all(old.as_bytes())
+                    .and_then(|()| handle.sync_all())
+                    .map_err(|source| CkptError::Io {
+                        path: backup.clone(),
+                        source,
+                    })?;
+                return Ok(backup);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(source) => return Err(CkptError::Io { path: backup, source }),
+        }
+    }
+    Err(CkptError::Refused(format!(
+        "no free backup name beside {}; nothing was written",
+        file.display()
+    )))
+}
+
+/// temp file beside `file` + fsync + rename: an agent reading its settings sees the old file or
+/// the new one, never half of either.
+fn write_settings(file: &Path, text: &str) -> Result<(), CkptError> {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CkptError::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let mut temp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
+    use std::io::Write as _;
+    temp.write_all(text.as_bytes()).map_err(io(file))?;
+    // Keep the old file's permissions (a user file may be private).
+    if let Ok(meta) = std::fs::metadata(file) {
+        std::fs::set_permissions(temp.path(), meta.permissions()).map_err(io(file))?;
+    }
+    temp.as_file().sync_all().map_err(io(file))?;
+    temp.persist(file).map_err(|e| CkptError::Io {
+        path: file.to_path_buf(),
+        source: e.error,
+    })?;
+    if let Ok(handle) = std::fs::File::open(dir) {
+        let _ = handle.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CKPT: &str = "/opt/ckpt/bin/ckpt hook claude";
+
+    fn claude() -> &'static AgentSpec {
+        Agent::Claude.spec()
+    }
+
+    #[test]
+    fn hooks_are_added_beside_the_users_own_and_everything_else_is_kept() {
+        let before = r#"{
+    "model": "opus",
+    "permissions": {"allow": ["Bash(ls:*)"]},
+    "hooks": {
+        "PreToolUse": [
+            {"matcher": "Bash", "hooks": [{"type": "command", "command": "my-guard.sh"}]}
+        ]
+    }
+}
+"#;
+        let after = with_ckpt_hooks(claude(), Some(before), CKPT)
+            .expect("merge")
+            .expect("changed");
+        let value: Value = serde_json::from_str(&after).expect("json");
+        // Key order and the user's hook stay; the file's 4-space indent is kept.
+        let keys: Vec<&String> = value.as_object().expect("object").keys().collect();
+        assert_eq!(keys, ["model", "permissions", "hooks"]);
+        assert!(after.contains("\n    \"model\""));
+        let pre = value["hooks"]["PreToolUse"].as_array().expect("list");
+        assert_eq!(pre.len(), 2);
+        assert_eq!(pre[0]["hooks"][0]["command"], "my-guard.sh");
+        assert_eq!(pre[1]["matcher"], "Write|Edit|MultiEdit|NotebookEdit|Bash");
+        assert_eq!(pre[1]["hooks"][0]["command"], CKPT);
+        assert_eq!(pre[1]["hooks"][0]["timeout"], 120);
+        assert_eq!(value["hooks"]["UserPromptSubmit"][0]["hooks"][0]["command"], CKPT);
+        // Idempotent: a second run changes nothing.
+        assert_eq!(with_ckpt_hooks(claude(), Some(&after), CKPT).expect("again"), None);
+        // Removing gives back exactly the user's hooks.
+        let removed = without_ckpt_hooks(claude(), Some(&after))
+            .expect("remove")
+            .expect("changed");
+        let removed: Value = serde_json::from_str(&removed).expect("json");
+        assert_eq!(removed, serde_json::from_str::<Value>(before).expect("json"));
+        assert_eq!(without_ckpt_hooks(claude(), Some(before)).expect("none"), None);
+    }
+
+    #[test]
+    fn a_moved_ckpt_is_updated_in_place_and_other_entries_of_its_group_stay() {
+        let before = r#"{"hooks": {"PreToolUse": [
+            {"matcher": "Write", "hooks": [{"type": "command", "command": "'/old path/ckpt' hook claude"}]},
+            {"matcher": "Bash", "hooks": [{"type": "command", "command": "ckpt hook claude"}, {"type": "command", "command": "lint.sh"}]},
+            {"matcher": "Edit", "hooks": [{"type": "command", "command": "ckpt hook gemini"}]}
+        ]}}"#;
+        let after = with_ckpt_hooks(claude(), Some(before), CKPT)
+            .expect("merge")
+            .expect("changed");
+        let value: Value = serde_json::from_str(&after).expect("json");
+        let pre = value["hooks"]["PreToolUse"].as_array().expect("list");
+        assert_eq!(pre.len(), 3, "{after}");
+        assert_eq!(pre[0]["hooks"][0]["command"], CKPT, "where the old entry stood");
+        assert_eq!(pre[1]["hooks"].as_array().expect("list").len(), 1);
+        assert_eq!(pre[1]["hooks"][0]["command"], "lint.sh");
+        // Another agent's ckpt hook is not this agent's.
+        assert_eq!(pre[2]["hooks"][0]["command"], "ckpt hook gemini");
+    }
+
+    #[test]
+    fn a_missing_or_empty_file_gets_only_the_hooks_and_bad_files_are_refused() {
+        let fresh = with_ckpt_hooks(Agent::Gemini.spec(), None, "ckpt hook gemini")
+            .expect("merge")
+            .expect("changed");
+        let value: Value = serde_json::from_str(&fresh).expect("json");
+        assert_eq!(
+            value["hooks"]["BeforeTool"][0]["matcher"],
+            "write_file|replace|run_shell_command"
+        );
+        assert_eq!(value["hooks"]["BeforeTool"][0]["hooks"][0]["timeout"], 120000);
+        assert_eq!(value["hooks"]["BeforeTool"][0]["hooks"][0]["name"], "ckpt");
+        assert_eq!(value["hooks"]["BeforeAgent"][0]["matcher"], "*");
+        assert!(with_ckpt_hooks(claude(), Some("  \n"), CKPT).expect("empty").is_some());
+        assert!(with_ckpt_hooks(claude(), Some("{ // comment\n}"), CKPT)
+            .unwrap_err()
+            .contains("not JSON"));
+        assert!(with_ckpt_hooks(claude(), Some("[]"), CKPT)
+            .unwrap_err()
+            .contains("object"));
+        assert!(with_ckpt_hooks(claude(), Some(r#"{"hooks": []}"#), CKPT)
+            .unwrap_err()
+            .contains("hooks"));
+        assert!(
+            with_ckpt_hooks(claude(), Some(r#"{"hooks": {"PreToolUse": {}}}"#), CKPT)
+                .unwrap_err()
+                .contains("not a list")
+        );
+        // Removing from a file that has no hooks table leaves it alone.
+        assert_eq!(
+            without_ckpt_hooks(claude(), Some(r#"{"model": "x"}"#)).expect("none"),
+            None
+        );
+        assert_eq!(without_ckpt_hooks(claude(), None).expect("none"), None);
+    }
+
+    #[test]
+    fn only_a_program_named_ckpt_running_this_agents_hook_counts_as_ckpts() {
+        let spec = claude();
+        assert!(is_ckpt_hook(spec, "ckpt hook claude"));
+        assert!(is_ckpt_hook(spec, "/usr/local/bin/ckpt hook claude --fail-closed"));
+        assert!(is_ckpt_hook(spec, "'/home/a b/ckpt' hook claude"));
+        assert!(!is_ckpt_hook(spec, "ckpt hook codex"));
+        assert!(!is_ckpt_hook(spec, "notckpt hook claude"));
+        assert!(!is_ckpt_hook(spec, "echo ckpt hook claude"));
+        assert!(!is_ckpt_hook(spec, "'/unterminated/ckpt hook claude"));
+        assert_eq!(shell_quote("/usr/bin/ckpt"), "/usr/bin/ckpt");
+        assert_eq!(shell_quote("/a b/it's/ckpt"), r"'/a b/it'\''s/ckpt'");
+    }
+}

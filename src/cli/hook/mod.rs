@@ -1,0 +1,196 @@
+//! `ckpt hook <agent>`: ckpt behind a coding agent's documented hook interface. It reads one hook
+//! event (JSON on stdin), counts the session's turns (prompt events) and steps (tool calls), and
+//! takes a checkpoint before each tool call that changes files or runs a command, labelled with
+//! the agent's session id, the turn, the step and the tool. It never prints on stdout (agents
+//! read it as their protocol) and never blocks a tool unless asked to (`--fail-closed`) and no
+//! checkpoint could be taken. `ckpt integrate` installs it ([`integrate`]).
+
+mod agents;
+pub(super) mod integrate;
+
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+
+pub use agents::Agent;
+use agents::{AgentSpec, HookEvent};
+
+use super::args::{Cli, KindArg, SnapshotArgs};
+use super::exit::Exit;
+use super::output::Output;
+use crate::provider::scan::DEFAULT_MAX_FILE_SIZE;
+use crate::provider::{CkptError, Provider};
+use crate::records::hooks::Advance;
+
+/// The largest hook event read: a `Write` event carries the whole new file.
+const MAX_EVENT_BYTES: u64 = 256 << 20;
+
+/// Why no checkpoint was taken, and whether the event was a tool call that may be blocked.
+struct Failure {
+    /// The tool about to run, when the event was read that far.
+    tool: Option<String>,
+    session: Option<String>,
+    /// A prompt event: never blocked (that would drop the user's prompt).
+    prompt: bool,
+    message: String,
+}
+
+impl Failure {
+    fn before_reading(message: String) -> Self {
+        Failure {
+            tool: None,
+            session: None,
+            prompt: false,
+            message,
+        }
+    }
+}
+
+/// Runs one hook event of `agent`; the exit status the agent reads: 0 go on, 1 go on but say
+/// why there is no checkpoint, 2 block the tool call (only with `fail_closed`).
+pub(super) fn run(cli: &Cli, agent: Agent, fail_closed: bool, no_watch: bool) -> Exit {
+    let spec = agent.spec();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle_event(cli, spec, no_watch)));
+    let failure = match outcome {
+        Ok(Ok(())) => return Exit::Ok,
+        Ok(Err(failure)) => failure,
+        // The panic message is already on stderr; any status but 0, 1 and 2 would block in
+        // some agents, so a crash is a failure like any other.
+        Err(_) => Failure::before_reading("ckpt crashed (the message above says where)".into()),
+    };
+    let before = failure.tool.as_deref().unwrap_or("this tool call");
+    let session = failure
+        .session
+        .as_deref()
+        .map(|s| format!(" in session {s}"))
+        .unwrap_or_default();
+    if fail_closed && !failure.prompt {
+        sayln!(
+            "ckpt: blocked {before}{session}: no checkpoint could be taken first: {}. (The hook runs with --fail-closed; fix the cause, or drop --fail-closed to let tools run unprotected.)",
+            failure.message
+        );
+        Exit::BlockTool
+    } else if failure.prompt {
+        sayln!(
+            "ckpt: could not count this prompt{session} as a new turn: {}. Checkpoints still follow; their turn numbers may be off.",
+            failure.message
+        );
+        Exit::Failed
+    } else {
+        sayln!(
+            "ckpt: WARNING: no checkpoint was taken before {before}{session}; it runs unprotected: {}",
+            failure.message
+        );
+        Exit::Failed
+    }
+}
+
+fn handle_event(cli: &Cli, spec: &AgentSpec, no_watch: bool) -> Result<(), Failure> {
+    let input = read_event().map_err(Failure::before_reading)?;
+    let parsed = agents::parse_event(spec, &input).map_err(Failure::before_reading)?;
+    let (session, tool, turn_key, advance) = match parsed.event {
+        HookEvent::Ignored { .. } => return Ok(()),
+        HookEvent::Prompt { session, turn_key } => (session, None, turn_key, Advance::Prompt),
+        HookEvent::ToolCall {
+            session,
+            tool,
+            turn_key,
+        } => (session, Some(tool), turn_key, Advance::ToolCall),
+    };
+    let fail = |message: String| Failure {
+        tool: tool.clone(),
+        session: Some(session.clone()),
+        prompt: advance == Advance::Prompt,
+        message,
+    };
+    crate::records::validate_label("session", &session).map_err(&fail)?;
+    let dir = workspace_dir(cli, spec, parsed.cwd.as_deref()).map_err(|e| fail(e.to_string()))?;
+    let (config, provider) = super::open_workspace(cli, &dir, false).map_err(|e| fail(e.to_string()))?;
+    let position = provider
+        .hook_positions()
+        .advance(
+            spec.name,
+            &session,
+            advance,
+            turn_key.as_deref(),
+            || turn_after_checkpoints(provider.as_ref(), &session),
+            chrono::Utc::now().timestamp(),
+        )
+        .map_err(|e| fail(e.to_string()))?;
+    let Some(tool) = tool.clone() else {
+        return Ok(());
+    };
+    let args = SnapshotArgs {
+        session: Some(session.clone()),
+        turn: Some(position.turn),
+        step: Some(position.step),
+        trigger: Some(tool),
+        kind: KindArg::Auto,
+        max_file_size: None,
+        watch: !no_watch,
+        no_watch,
+    };
+    let max_file_size = config.max_file_size.unwrap_or(DEFAULT_MAX_FILE_SIZE);
+    // Nothing on stdout: the agent reads it as its hook protocol.
+    super::checkpoints::snapshot(provider.as_ref(), &args, max_file_size, &config, &Output::collecting())
+        .map_err(|e| fail(e.to_string()))?;
+    Ok(())
+}
+
+/// The hook event on stdin, whole.
+fn read_event() -> Result<Vec<u8>, String> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(
+            "`ckpt hook` reads the agent's hook event (JSON) on stdin; the agent runs it (see `ckpt integrate`)".into(),
+        );
+    }
+    let mut input = Vec::new();
+    stdin
+        .lock()
+        .take(MAX_EVENT_BYTES + 1)
+        .read_to_end(&mut input)
+        .map_err(|e| format!("reading the hook event on stdin: {e}"))?;
+    if input.len() as u64 > MAX_EVENT_BYTES {
+        return Err(format!(
+            "the hook event on stdin is larger than {MAX_EVENT_BYTES} bytes"
+        ));
+    }
+    Ok(input)
+}
+
+/// The workspace the event is about: `-C DIR`, else the project directory the agent gives its
+/// hooks, else the event's `cwd`, else where the hook was started.
+fn workspace_dir(cli: &Cli, spec: &AgentSpec, event_cwd: Option<&Path>) -> Result<PathBuf, CkptError> {
+    if cli.dir.is_some() {
+        return super::working_dir(cli);
+    }
+    let from_env = spec
+        .project_dir_env
+        .and_then(std::env::var_os)
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from);
+    let chosen = from_env
+        .into_iter()
+        .chain(event_cwd.map(Path::to_path_buf))
+        .find(|dir| dir.is_absolute() && dir.is_dir());
+    match chosen {
+        Some(dir) => dir.canonicalize().map_err(|source| CkptError::Io { path: dir, source }),
+        None => super::working_dir(cli),
+    }
+}
+
+/// The turn a session ckpt has no position for starts at: past the turns its checkpoints
+/// already have (positions lost, or the session went on after ckpt forgot it), else 1.
+fn turn_after_checkpoints(provider: &dyn Provider, session: &str) -> u64 {
+    provider
+        .checkpoints(false)
+        .ok()
+        .and_then(|records| {
+            records
+                .iter()
+                .filter(|r| r.session.as_deref() == Some(session))
+                .filter_map(|r| r.turn)
+                .max()
+        })
+        .map_or(1, |turn| turn + 1)
+}

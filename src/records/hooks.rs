@@ -1,0 +1,234 @@
+//! Where an agent's hooks stand in each of its sessions: `hooks/positions.json` in a workspace's
+//! state directory holds, per (agent, session), the turn (prompts seen) and the step (tool calls
+//! checkpointed in that turn), updated under a lock of its own so concurrent hooks of one session
+//! each get a step of their own. Owns only that file and its lock; never touches the worktree.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{acquire_lock, create_state_dir, io_error, write_atomically, LockMode, RecordsError};
+
+const HOOKS_DIR: &str = "hooks";
+const POSITIONS_FILE: &str = "positions.json";
+const LOCK_FILE: &str = "positions.lock";
+const POSITIONS_FORMAT: &str = "ckpt-hook-positions";
+/// Sessions remembered per workspace; the least recently seen are forgotten first (a forgotten
+/// session that comes back starts again from its transcript or from turn 1).
+pub const MAX_SESSIONS: usize = 512;
+
+/// One session's place: `turn` prompts seen, `step` tool calls checkpointed since the last one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position {
+    pub turn: u64,
+    pub step: u64,
+    /// The agent's own id of the current turn, where its events carry one (Claude Code's
+    /// `prompt_id`, Codex's `turn_id`): a tool call under a new id opens a new turn even when
+    /// no prompt event was seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_key: Option<String>,
+    /// Unix seconds of the last event, for forgetting the oldest sessions.
+    pub seen: i64,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct PositionsFile {
+    format: String,
+    version: u32,
+    sessions: BTreeMap<String, Position>,
+}
+
+/// The hook positions of one workspace.
+#[derive(Debug, Clone)]
+pub struct HookPositions {
+    dir: PathBuf,
+}
+
+/// What happened in a session, as far as its position goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advance {
+    /// The user submitted a prompt: a new turn, no steps yet.
+    Prompt,
+    /// A tool call is about to mutate the workspace: the next step of this turn.
+    ToolCall,
+}
+
+impl HookPositions {
+    /// The hook positions of the workspace whose state directory is `state_dir`.
+    pub fn new(state_dir: &Path) -> Self {
+        HookPositions {
+            dir: state_dir.join(HOOKS_DIR),
+        }
+    }
+
+    pub fn file(&self) -> PathBuf {
+        self.dir.join(POSITIONS_FILE)
+    }
+
+    /// Moves the session `agent`/`session` on by `advance` and returns where it now stands.
+    /// `turn_key` is the agent's id of the turn the event belongs to, if it gives one. A session
+    /// seen for the first time starts at turn `first_turn()` (1, or past the turns its
+    /// checkpoints already have). An unreadable or corrupt positions file is replaced:
+    /// positions only label checkpoints, and losing them must not stop a hook from taking one.
+    pub fn advance(
+        &self,
+        agent: &str,
+        session: &str,
+        advance: Advance,
+        turn_key: Option<&str>,
+        first_turn: impl FnOnce() -> u64,
+        now: i64,
+    ) -> Result<Position, RecordsError> {
+        create_state_dir(&self.dir)?;
+        let _lock = acquire_lock(&self.dir.join(LOCK_FILE), LockMode::Exclusive, &|_| {})?;
+        let path = self.file();
+        let mut file = match fs::read(&path) {
+            Ok(bytes) => parse(&bytes).unwrap_or_default(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => PositionsFile::default(),
+            Err(e) => return Err(io_error(&path)(e)),
+        };
+        let key = format!("{agent}:{session}");
+        let known = file.sessions.get(&key).cloned();
+        let same_turn = |known: &Position| turn_key.is_none() || known.turn_key.as_deref() == turn_key;
+        let (turn, step) = match (known, advance) {
+            // The same prompt announced twice: nothing moves.
+            (Some(known), Advance::Prompt) if turn_key.is_some() && same_turn(&known) => (known.turn, known.step),
+            (Some(known), Advance::Prompt) => (known.turn + 1, 0),
+            (Some(known), Advance::ToolCall) if same_turn(&known) || known.turn_key.is_none() => {
+                (known.turn.max(1), known.step + 1)
+            }
+            // A tool call of a turn whose prompt event was missed.
+            (Some(known), Advance::ToolCall) => (known.turn + 1, 1),
+            (None, Advance::Prompt) => (first_turn().max(1), 0),
+            (None, Advance::ToolCall) => (first_turn().max(1), 1),
+        };
+        let position = Position {
+            turn,
+            step,
+            turn_key: turn_key.map(str::to_owned),
+            seen: now,
+        };
+        file.sessions.insert(key, position.clone());
+        forget_oldest(&mut file.sessions, MAX_SESSIONS);
+        file.format = POSITIONS_FORMAT.into();
+        file.version = 1;
+        let text = serde_json::to_vec_pretty(&file).map_err(|e| RecordsError::Corrupt {
+            path: path.clone(),
+            why: e.to_string(),
+        })?;
+        write_atomically(&path, &text)?;
+        Ok(position)
+    }
+}
+
+fn parse(bytes: &[u8]) -> Option<PositionsFile> {
+    let file: PositionsFile = serde_json::from_slice(bytes).ok()?;
+    (file.format == POSITIONS_FORMAT && file.version == 1).then_some(file)
+}
+
+/// Keeps the `keep` most recently seen sessions.
+fn forget_oldest(sessions: &mut BTreeMap<String, Position>, keep: usize) {
+    if sessions.len() <= keep {
+        return;
+    }
+    let mut by_age: Vec<(i64, String)> = sessions.iter().map(|(k, p)| (p.seen, k.clone())).collect();
+    by_age.sort();
+    for (_, key) in by_age.into_iter().take(sessions.len() - keep) {
+        sessions.remove(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_open_turns_and_tool_calls_count_steps_per_session() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let positions = HookPositions::new(dir.path());
+        let at = |agent, session, advance| {
+            let p = positions
+                .advance(agent, session, advance, None, || 1, 100)
+                .expect("advance");
+            (p.turn, p.step)
+        };
+        assert_eq!(at("claude", "s1", Advance::Prompt), (1, 0));
+        assert_eq!(at("claude", "s1", Advance::ToolCall), (1, 1));
+        assert_eq!(at("claude", "s1", Advance::ToolCall), (1, 2));
+        // Another session, and the same id from another agent, count on their own.
+        assert_eq!(at("claude", "s2", Advance::ToolCall), (1, 1));
+        assert_eq!(at("gemini", "s1", Advance::ToolCall), (1, 1));
+        assert_eq!(at("claude", "s1", Advance::Prompt), (2, 0));
+        assert_eq!(at("claude", "s1", Advance::ToolCall), (2, 1));
+    }
+
+    #[test]
+    fn the_agents_turn_ids_open_turns_even_without_a_prompt_event() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let positions = HookPositions::new(dir.path());
+        let at = |advance, key| {
+            let p = positions
+                .advance("codex", "s", advance, Some(key), || 1, 1)
+                .expect("advance");
+            (p.turn, p.step)
+        };
+        assert_eq!(at(Advance::Prompt, "t1"), (1, 0));
+        assert_eq!(at(Advance::ToolCall, "t1"), (1, 1));
+        // The prompt event announced again (two hook entries): nothing moves.
+        assert_eq!(at(Advance::Prompt, "t1"), (1, 1));
+        assert_eq!(at(Advance::ToolCall, "t1"), (1, 2));
+        // No prompt event for turn t2 (the prompt hook is not installed): its first call opens it.
+        assert_eq!(at(Advance::ToolCall, "t2"), (2, 1));
+        assert_eq!(at(Advance::ToolCall, "t2"), (2, 2));
+        assert_eq!(at(Advance::Prompt, "t3"), (3, 0));
+        assert_eq!(at(Advance::ToolCall, "t3"), (3, 1));
+    }
+
+    #[test]
+    fn a_session_first_seen_mid_way_starts_where_it_is_told() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let positions = HookPositions::new(dir.path());
+        let p = positions
+            .advance("claude", "s", Advance::ToolCall, None, || 4, 1)
+            .expect("advance");
+        assert_eq!((p.turn, p.step), (4, 1));
+        // Known afterwards: where it started is not asked again.
+        let p = positions
+            .advance(
+                "claude",
+                "s",
+                Advance::ToolCall,
+                None,
+                || unreachable!("known session"),
+                2,
+            )
+            .expect("advance");
+        assert_eq!((p.turn, p.step), (4, 2));
+    }
+
+    #[test]
+    fn a_corrupt_positions_file_is_replaced_and_old_sessions_are_forgotten() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let positions = HookPositions::new(dir.path());
+        fs::create_dir_all(dir.path().join(HOOKS_DIR)).expect("mkdir");
+        fs::write(positions.file(), b"{ not json").expect("write");
+        let p = positions
+            .advance("claude", "s", Advance::ToolCall, None, || 1, 1)
+            .expect("advance");
+        assert_eq!((p.turn, p.step), (1, 1));
+        let mut sessions = BTreeMap::new();
+        for n in 0..5 {
+            let position = Position {
+                turn: 1,
+                step: 1,
+                turn_key: None,
+                seen: n,
+            };
+            sessions.insert(format!("a:{n}"), position);
+        }
+        forget_oldest(&mut sessions, 3);
+        assert_eq!(sessions.keys().cloned().collect::<Vec<_>>(), ["a:2", "a:3", "a:4"]);
+    }
+}
