@@ -1,6 +1,7 @@
 //! Integration tests on real repositories made with the real git binary: every ckpt command is
 //! checked against a fingerprint of the user's git state, and every restore byte-for-byte.
 
+mod agents;
 mod common;
 mod contract;
 mod copy;

@@ -66,10 +66,7 @@ fn only_verbs_and_the_registry_mutate_files() {
     ];
     // The demo acts as the user of a scratch repository it creates itself; `ckpt integrate`
     // edits the one agent settings file the user asked it to (and keeps a backup beside it).
-    let found = offenders(
-        &writes,
-        &["verbs/", "records/", "cli/demo.rs", "cli/hook/integrate.rs"],
-    );
+    let found = offenders(&writes, &["verbs/", "records/", "cli/demo.rs", "cli/hook/integrate.rs"]);
     assert!(
         found.is_empty(),
         "filesystem writes outside verbs/records:\n{}",
