@@ -142,6 +142,7 @@ fn every_command_speaks_only_json_lines_and_matches_the_readme() {
     run(&["watch", "status"], 0);
     run(&["watch", "stop"], 0);
     run(&["demo"], 0);
+    run(&["integrate", "claude", "--dry-run"], 0);
     // A one-call harness session log of this workspace, for `trace list`.
     let key = format!(
         "--{}--",
