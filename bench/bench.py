@@ -268,6 +268,30 @@ def main():
     if mode != "watch":
         print(f"warning: the watched snapshots were not served by the daemon (mode {mode})", file=sys.stderr)
 
+    # An agent's hook as Claude Code runs it before a tool call (process start to exit, the
+    # event on stdin); it asks the daemon, as `ckpt integrate` sets it up.
+    def hook(*extra):
+        event = json.dumps({
+            "session_id": "bench-session", "cwd": repo, "hook_event_name": "PreToolUse",
+            "prompt_id": "bench-prompt", "tool_name": "Edit",
+            "tool_input": {"file_path": os.path.join(repo, "notes.txt"), "old_string": "a", "new_string": "b"},
+        })
+        start = time.perf_counter()
+        out = subprocess.run([ckpt, "hook", "claude", *extra], cwd=repo, input=event, text=True, capture_output=True)
+        elapsed = time.perf_counter() - start
+        if out.returncode != 0 or out.stdout:
+            sys.exit(f"ckpt hook failed (exit {out.returncode}): {out.stdout} {out.stderr}")
+        return elapsed
+
+    def hook_after_dirty(*extra):
+        seed = str(5000 + len(samples))
+        samples.append(seed)
+        subprocess.run(["bash", os.path.join(shared, "dirty.sh"), repo, "100", seed], check=True, stdout=subprocess.DEVNULL)
+        return hook(*extra)
+    hook()
+    results["ckpt hook claude (daemon running): no-op"] = median_of(hook, args.runs)
+    results["ckpt hook claude (daemon running): after dirty.sh 100"] = median_of(hook_after_dirty, args.runs)
+
     # A restore while the daemon runs: its guard is a watched snapshot, and the plan looks at
     # the paths the restore touches only.
     guard_scans = []
@@ -285,6 +309,9 @@ def main():
     if any(scan != "watch" for scan in guard_scans):
         print(f"warning: not every restore guard was served by the daemon: {guard_scans}", file=sys.stderr)
     subprocess.run([ckpt, "watch", "stop"], cwd=repo, stdout=subprocess.DEVNULL)
+    hook("--no-watch")
+    results["ckpt hook claude --no-watch: no-op"] = median_of(lambda: hook("--no-watch"), args.runs)
+    results["ckpt hook claude --no-watch: after dirty.sh 100"] = median_of(lambda: hook_after_dirty("--no-watch"), args.runs)
 
     def restore_sample():
         seed = str(2000 + len(samples))

@@ -9,6 +9,7 @@ mod diff;
 #[cfg(feature = "fault-injection")]
 mod faults;
 mod health;
+mod hooks;
 mod hostile;
 mod plugin;
 mod props;

@@ -1,0 +1,214 @@
+//! `ckpt hook` fed agents' hook events on stdin, on real repositories: a checkpoint before each
+//! mutating tool with the session's turn and step, nothing on stdout, the git state untouched,
+//! and the agents' exit-code protocol (1 warns, 2 blocks only with --fail-closed).
+
+use std::io::Write as _;
+use std::process::Stdio;
+
+use serde_json::json;
+
+use crate::common::*;
+
+/// `ckpt hook AGENT EXTRA...` with `event` on stdin.
+fn hook(repo: &TestRepo, agent: &str, extra: &[&str], event: &str) -> Run {
+    let mut cmd = repo.ckpt_command();
+    cmd.args(["hook", agent])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn ckpt hook");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(event.as_bytes())
+        .expect("write the event");
+    let out = child.wait_with_output().expect("ckpt hook");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        json: Vec::new(),
+    }
+}
+
+fn claude_event(repo: &TestRepo, name: &str, tool: Option<&str>, prompt: &str) -> String {
+    let mut event = json!({
+        "session_id": "sess-1",
+        "transcript_path": repo.home.join("t.jsonl"),
+        "cwd": repo.root,
+        "hook_event_name": name,
+        "prompt_id": prompt,
+    });
+    if let Some(tool) = tool {
+        event["tool_name"] = json!(tool);
+        event["tool_input"] = json!({"file_path": repo.path("notes.txt"), "content": "x"});
+    }
+    event.to_string()
+}
+
+fn labels(repo: &TestRepo) -> Vec<String> {
+    let listed = repo.ckpt_json(&["list", "--session", "sess-1"], 0);
+    listed
+        .json
+        .iter()
+        .filter(|r| r["type"] == "checkpoint")
+        .map(|r| {
+            format!(
+                "{}.{} {} {}",
+                r["turn"],
+                r["step"],
+                r["trigger"].as_str().unwrap_or("?"),
+                r["kind"].as_str().unwrap_or("?")
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_hook_checkpoints_before_each_mutating_tool_and_counts_turns() {
+    let repo = TestRepo::new();
+    let before = repo.fingerprint();
+    let steps: [(&str, Option<&str>, &str); 6] = [
+        ("UserPromptSubmit", None, "p1"),
+        ("PreToolUse", Some("Write"), "p1"),
+        ("PreToolUse", Some("Read"), "p1"),
+        ("PreToolUse", Some("Edit"), "p1"),
+        ("Stop", None, "p1"),
+        // No prompt event for the second turn: its prompt id opens it.
+        ("PreToolUse", Some("Bash"), "p2"),
+    ];
+    for (n, (name, tool, prompt)) in steps.iter().enumerate() {
+        let run = hook(&repo, "claude", &[], &claude_event(&repo, name, *tool, prompt));
+        assert_eq!(run.code, 0, "{name} {tool:?}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "a hook printed on stdout: {:?}", run.stdout);
+        // The tool then changes something.
+        if matches!(tool, Some("Write" | "Edit" | "Bash")) {
+            repo.write("notes.txt", format!("after event {n}\n").as_bytes());
+        }
+    }
+    assert_eq!(labels(&repo), ["1.1 Write auto", "1.2 Edit auto", "2.1 Bash auto"]);
+    let listed = repo.ckpt_json(&["list", "--session", "sess-1"], 0);
+    let first = listed.json[0]["id"].as_str().expect("id").to_owned();
+    let second = listed.json[1]["id"].as_str().expect("id").to_owned();
+    assert!(
+        repo.git_raw(&["cat-file", "-e", &format!("{first}:notes.txt")])
+            .status
+            .code()
+            != Some(0),
+        "the checkpoint before the write already holds notes.txt"
+    );
+    // Before the Edit: the file as the Write left it.
+    assert_eq!(
+        repo.git(&["cat-file", "blob", &format!("{second}:notes.txt")]),
+        "after event 1\n"
+    );
+    assert_eq!(repo.fingerprint().without_status(), before.without_status());
+    // Back to before turn 1.
+    repo.ckpt_json(&["restore", "turn:1", "--session", "sess-1", "--exact", "--yes"], 0);
+    assert!(!repo.path("notes.txt").exists());
+}
+
+#[test]
+fn gemini_and_codex_events_are_read_with_their_own_names() {
+    let repo = TestRepo::new();
+    let gemini = |name: &str, tool: Option<&str>| {
+        let mut event = json!({"session_id": "sess-1", "cwd": repo.root, "hook_event_name": name});
+        if let Some(tool) = tool {
+            event["tool_name"] = json!(tool);
+        }
+        event.to_string()
+    };
+    for (n, (name, tool)) in [
+        ("BeforeAgent", None),
+        ("BeforeTool", Some("write_file")),
+        ("BeforeTool", Some("read_file")),
+        ("BeforeAgent", None),
+        ("BeforeTool", Some("run_shell_command")),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let run = hook(&repo, "gemini", &[], &gemini(name, tool));
+        assert_eq!((run.code, run.stdout.as_str()), (0, ""), "{}", run.stderr);
+        repo.write("notes.txt", format!("after event {n}\n").as_bytes());
+    }
+    // A Claude event name means nothing to the Gemini hook.
+    let foreign = hook(
+        &repo,
+        "gemini",
+        &[],
+        &claude_event(&repo, "PreToolUse", Some("Write"), "p"),
+    );
+    assert_eq!(foreign.code, 0);
+    assert_eq!(labels(&repo), ["1.1 write_file auto", "2.1 run_shell_command auto"]);
+    let codex = json!({"session_id": "sess-1", "turn_id": "t9", "cwd": repo.root, "hook_event_name": "PreToolUse", "tool_name": "apply_patch"});
+    repo.write("notes.txt", b"codex\n");
+    assert_eq!(hook(&repo, "codex", &[], &codex.to_string()).code, 0);
+    // A session this agent has no position for continues past the turns its id already has,
+    // so `turn:` targets within it stay unambiguous.
+    assert_eq!(labels(&repo).last().map(String::as_str), Some("3.1 apply_patch auto"));
+}
+
+#[test]
+fn parallel_hooks_of_one_session_each_get_their_own_step() {
+    let repo = TestRepo::new();
+    let event = claude_event(&repo, "PreToolUse", Some("Bash"), "p1");
+    let runs: Vec<Run> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..12)
+            .map(|_| scope.spawn(|| hook(&repo, "claude", &[], &event)))
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    for run in &runs {
+        assert_eq!((run.code, run.stdout.as_str()), (0, ""), "{}", run.stderr);
+    }
+    // Twelve steps were counted (one checkpoint: nothing changed between them); the next call
+    // after a change is step 13, so no two calls shared a step.
+    repo.write("notes.txt", b"changed\n");
+    assert_eq!(hook(&repo, "claude", &[], &event).code, 0);
+    let all = labels(&repo);
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all[1], "1.13 Bash auto");
+}
+
+#[test]
+fn no_checkpoint_warns_and_only_fail_closed_blocks_a_tool() {
+    // A bare repository has no worktree to checkpoint.
+    let bare = TestRepo::bare_dir();
+    bare.git(&["init", "-q", "--bare"]);
+    let tool = claude_event(&bare, "PreToolUse", Some("Write"), "p1");
+    let open = hook(&bare, "claude", &[], &tool);
+    assert_eq!(open.code, 1, "{}", open.stderr);
+    assert!(open.stdout.is_empty());
+    assert!(
+        open.stderr
+            .contains("no checkpoint was taken before Write in session sess-1"),
+        "{}",
+        open.stderr
+    );
+    let closed = hook(&bare, "claude", &["--fail-closed"], &tool);
+    assert_eq!(closed.code, 2, "{}", closed.stderr);
+    assert!(closed.stderr.contains("blocked Write"), "{}", closed.stderr);
+    // A prompt is never blocked.
+    let prompt = hook(
+        &bare,
+        "claude",
+        &["--fail-closed"],
+        &claude_event(&bare, "UserPromptSubmit", None, "p1"),
+    );
+    assert_eq!(prompt.code, 1, "{}", prompt.stderr);
+    // An event ckpt cannot read: blocked only when failing closed.
+    assert_eq!(hook(&bare, "claude", &[], "{not json").code, 1);
+    assert_eq!(hook(&bare, "claude", &["--fail-closed"], "{not json").code, 2);
+    let control = json!({"session_id": "a\nb", "hook_event_name": "PreToolUse", "tool_name": "Write"}).to_string();
+    let refused = hook(&bare, "claude", &[], &control);
+    assert_eq!(refused.code, 1);
+    assert!(refused.stderr.contains("session"), "{}", refused.stderr);
+    // A hook line this ckpt does not understand warns; exit 2 would block every tool.
+    let unknown = hook(&bare, "claude", &["--no-such-option"], &tool);
+    assert_eq!(unknown.code, 1, "{}", unknown.stderr);
+    let unknown_agent = hook(&bare, "no-such-agent", &[], &tool);
+    assert_eq!(unknown_agent.code, 1, "{}", unknown_agent.stderr);
+}
