@@ -537,6 +537,8 @@ pub struct IntegrateRecord<'a> {
     pub written: bool,
     /// Where the old file was kept, when one was there and this wrote a new one.
     pub backup: Option<WirePath>,
+    /// Claude Code's `/ckpt` command file, when this wrote (or removed) it.
+    pub command_file: Option<WirePath>,
     /// The change as a unified diff (empty when unchanged).
     pub diff: &'a str,
 }

@@ -51,6 +51,9 @@ const AGENTS = {
     first: (sid) => ['-p', 'PROMPT1: write notes.txt, then edit it', '--session-id', sid, '--permission-mode', 'bypassPermissions', '--output-format', 'json'],
     second: (sid) => ['-p', 'PROMPT2: delete tracked.txt', '--resume', sid, '--permission-mode', 'bypassPermissions', '--output-format', 'json'],
     sessionOf: (_out, sid) => sid,
+    // ckpt integrate also installs Claude Code's /ckpt command.
+    slashCommand: ({ repo }) => join(repo, '.claude', 'commands', 'ckpt.md'),
+    third: (sid) => ['-p', '/ckpt', '--resume', sid, '--permission-mode', 'bypassPermissions', '--output-format', 'json'],
   },
   codex: {
     package: '@openai/codex',
@@ -303,6 +306,17 @@ async function testAgent(name, failures) {
     }
     check(gitState(repo) === state0, 'the agent run through ckpt changed the git state')
 
+    if (agent.slashCommand) {
+      // The /ckpt command puts this session's checkpoints into the prompt the model gets.
+      check(existsSync(agent.slashCommand({ repo })), 'ckpt integrate did not install the /ckpt command')
+      const third = await runAsync(bin, agent.third(sid), { cwd: repo, env })
+      check(third.code === 0, `/ckpt failed (exit ${third.code}): ${third.stdout.slice(-2000)}\n${third.stderr.slice(-2000)}`)
+      const seen = readFileSync(log, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((e) => e.lastUser !== undefined)
+      const expanded = seen.length ? seen[seen.length - 1].lastUser : ''
+      const listedAll = points.every((p) => expanded.includes(p.short)) && expanded.includes(`${agent.triggers[2]}`)
+      check(listedAll && !expanded.includes('${CLAUDE_SESSION_ID}'), `/ckpt did not put the session's checkpoints before the model: ${expanded.slice(0, 3000)}`)
+    }
+
     // Back to before the first prompt, byte-exact.
     const restored = ckpt(['--json', '-C', repo, 'restore', 'turn:1', '--session', sid, '--exact', '--yes'], { env })
     check(restored.code === 0, `ckpt restore turn:1 failed (exit ${restored.code}): ${restored.stdout}\n${restored.stderr}`)
@@ -314,6 +328,7 @@ async function testAgent(name, failures) {
     const removed = integrate('--remove', '--yes')
     check(removed.code === 0 && records(removed, 'integrate')[0]?.action === 'removed', `ckpt integrate --remove: ${removed.stdout} ${removed.stderr}`)
     check(JSON.stringify(JSON.parse(readFileSync(settings, 'utf8'))) === JSON.stringify(agent.userSettings), `--remove did not give the original settings back: ${readFileSync(settings, 'utf8')}`)
+    if (agent.slashCommand) check(!existsSync(agent.slashCommand({ repo })), '--remove left the /ckpt command')
     ckpt(['-C', repo, 'watch', 'stop'], { env })
     console.log(`${name} ${agent.version}: ${points.length} checkpoints (${labels.join(', ')}), restore and settings round trip checked`)
   } finally {

@@ -62,7 +62,10 @@ function claudeAnswer(req, res, body, state) {
   const n = ++state.seq
   const content = d.name ? [{ type: 'tool_use', id: `toolu_fake_${n}`, name: d.name, input: d.input }] : [{ type: 'text', text: d.text }]
   const stop = d.name ? 'tool_use' : 'end_turn'
-  state.log({ api: 'anthropic', decision: d })
+  // What the user's last message said, as the model received it (a slash command's expansion).
+  const users = (body.messages || []).filter((m) => m.role === 'user')
+  const lastUser = users.length ? blocksOf(users[users.length - 1]).map((b) => b.text || '').join('\n') : ''
+  state.log({ api: 'anthropic', decision: d, lastUser })
   if (!body.stream) {
     return json(res, 200, { id: `msg_${n}`, type: 'message', role: 'assistant', model: body.model, content, stop_reason: stop, stop_sequence: null, usage: { input_tokens: 10, output_tokens: 20 } })
   }

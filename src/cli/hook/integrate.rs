@@ -46,7 +46,8 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
         _ => named.clone(),
     };
     let before = read_settings(&file)?;
-    let command = hook_command(spec, request.fail_closed)?;
+    let exe = this_executable()?;
+    let command = hook_command(&exe, spec, request.fail_closed);
     let merged = if request.remove {
         without_ckpt_hooks(spec, before.as_deref())
     } else {
@@ -54,7 +55,7 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
     }
     .map_err(|why| {
         CkptError::Refused(format!(
-            "{} is not a settings file ckpt can merge into ({why}); nothing was written. Fix it, or add the hooks by hand (README, \"Other agents\")",
+            "{} is not a settings file ckpt can merge into ({why}); nothing was written. Fix it, or add the hooks by hand (README, \"Other coding agents\")",
             file.display()
         ))
     })?;
@@ -64,13 +65,15 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
         (Some(_), false, true) if before.as_deref().is_some_and(|b| has_ckpt_hooks(spec, b)) => "updated",
         (Some(_), false, _) => "added",
     };
-    let Some(after) = merged else {
+    let slash = slash_command_change(spec, &named, &exe, request.remove)?.filter(|c| c.before != c.after);
+    if merged.is_none() && slash.is_none() {
         out.record(&IntegrateRecord {
             agent: spec.name,
             file: wire_path(&file),
             action,
             written: false,
             backup: None,
+            command_file: None,
             diff: "",
         });
         out.human(&format!(
@@ -80,9 +83,20 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
             if request.remove { "lacks" } else { "has" }
         ));
         return Ok(Exit::Ok);
+    }
+    let mut diff = match &merged {
+        Some(after) => unified_diff(before.as_deref().unwrap_or(""), after, &file),
+        None => String::new(),
     };
-    let diff = unified_diff(before.as_deref().unwrap_or(""), &after, &file);
+    if let Some(change) = &slash {
+        diff.push_str(&unified_diff(
+            change.before.as_deref().unwrap_or(""),
+            change.after.as_deref().unwrap_or(""),
+            &change.file,
+        ));
+    }
     out.human(diff.trim_end());
+    let command_file = slash.as_ref().map(|c| wire_path(&c.file));
     if request.dry_run {
         out.record(&IntegrateRecord {
             agent: spec.name,
@@ -90,6 +104,7 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
             action,
             written: false,
             backup: None,
+            command_file,
             diff: &diff,
         });
         out.human("(dry run: nothing was written)");
@@ -105,17 +120,29 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
             file.display()
         )));
     }
-    let backup = match &before {
-        Some(old) => Some(write_backup(&file, old)?),
-        None => None,
-    };
-    write_settings(&file, &after)?;
+    let mut backup = None;
+    if let Some(after) = &merged {
+        if let Some(old) = &before {
+            backup = Some(write_backup(&file, old)?);
+        }
+        write_settings(&file, after)?;
+    }
+    if let Some(change) = &slash {
+        match &change.after {
+            Some(text) => write_settings(&change.file, text)?,
+            None => std::fs::remove_file(&change.file).map_err(|source| CkptError::Io {
+                path: change.file.clone(),
+                source,
+            })?,
+        }
+    }
     out.record(&IntegrateRecord {
         agent: spec.name,
         file: wire_path(&file),
         action,
         written: true,
         backup: backup.as_deref().map(wire_path),
+        command_file,
         diff: &diff,
     });
     match &backup {
@@ -125,12 +152,96 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
             file.display(),
             backup.display()
         )),
-        None => out.human(&format!("{}: wrote {}", spec.product, file.display())),
+        None if merged.is_some() => out.human(&format!("{}: wrote {}", spec.product, file.display())),
+        None => {}
+    }
+    if let Some(change) = &slash {
+        let done = if change.after.is_some() { "wrote" } else { "removed" };
+        out.human(&format!(
+            "{}: {done} the /ckpt command ({})",
+            spec.product,
+            change.file.display()
+        ));
     }
     if !request.remove {
         out.human(&after_note(spec, request.user));
     }
     Ok(Exit::Ok)
+}
+
+/// The first line of the `/ckpt` command file ckpt writes: what marks it as ckpt's to replace or
+/// remove (a `/ckpt` command of the user's own is never touched).
+const SLASH_COMMAND_MARKER: &str =
+    "<!-- written by `ckpt integrate claude`; `ckpt integrate claude --remove` deletes it -->";
+
+/// A change to Claude Code's `/ckpt` custom command file (`commands/ckpt.md` beside the
+/// settings): `None` content is no file.
+struct SlashCommandChange {
+    file: PathBuf,
+    before: Option<String>,
+    after: Option<String>,
+}
+
+/// Claude Code's `/ckpt` command: beside the settings ckpt edits, written when it is absent or
+/// ckpt's own, removed with the hooks; `None` for agents without ckpt's command, and when a
+/// `/ckpt` of the user's own is there (it is kept, and said).
+fn slash_command_change(
+    spec: &AgentSpec,
+    settings: &Path,
+    exe: &str,
+    remove: bool,
+) -> Result<Option<SlashCommandChange>, CkptError> {
+    if spec.name != "claude" {
+        return Ok(None);
+    }
+    let Some(dir) = settings.parent() else {
+        return Ok(None);
+    };
+    let file = dir.join("commands").join("ckpt.md");
+    let before = read_settings(&file)?;
+    let ours = before.as_deref().is_none_or(|text| text.contains(SLASH_COMMAND_MARKER));
+    if !ours {
+        if !remove {
+            sayln!(
+                "ckpt: note: {} is a /ckpt command of your own; it is kept, and ckpt's is not installed",
+                file.display()
+            );
+        }
+        return Ok(None);
+    }
+    let after = (!remove).then(|| slash_command_text(exe));
+    Ok(Some(SlashCommandChange { file, before, after }))
+}
+
+/// The `/ckpt` command: lists this session's checkpoints into the prompt (Claude Code fills in
+/// `${CLAUDE_SESSION_ID}` and runs the `!` line before the model sees it), then has the model
+/// preview, and restore only what the user names after the user says yes.
+fn slash_command_text(exe: &str) -> String {
+    let ckpt = shell_quote(exe);
+    format!(
+        r#"---
+description: ckpt's checkpoints of this session; preview, and restore files after you confirm
+argument-hint: "[turn:T | turn:T.S | checkpoint id] [-- paths]"
+allowed-tools: Bash({ckpt} list:*)
+---
+{SLASH_COMMAND_MARKER}
+ckpt took a checkpoint before each file change and shell command of this session
+(`{ckpt} list --session ${{CLAUDE_SESSION_ID}}`):
+
+!`{ckpt} list --session ${{CLAUDE_SESSION_ID}}`
+
+The user asks for: $ARGUMENTS
+
+- No checkpoint named: show the list above, say what each turn.step was about to run, and ask
+  which point to go back to. Change nothing.
+- A checkpoint named (`turn:T`, `turn:T.S` or an id): run
+  `{ckpt} preview <it> --session ${{CLAUDE_SESSION_ID}} [-- paths]` and show exactly what a
+  restore would overwrite, delete or leave. Then ask the user to confirm. Only after an explicit
+  yes, run `{ckpt} restore <it> --session ${{CLAUDE_SESSION_ID}} --yes [-- paths]` and report
+  its guard checkpoint: `{ckpt} restore <guard id> --exact --yes` undoes the restore.
+- Never restore without that yes, and never with `--exact` unless the user asked for it.
+"#
+    )
 }
 
 fn wire_path(path: &Path) -> WirePath {
@@ -209,23 +320,27 @@ fn read_settings(file: &Path) -> Result<Option<String>, CkptError> {
         .map_err(|_| CkptError::Refused(format!("{} is not UTF-8 text", file.display())))
 }
 
-/// The command line an agent runs: this ckpt, by absolute path, quoted for the shell.
-fn hook_command(spec: &AgentSpec, fail_closed: bool) -> Result<String, CkptError> {
+/// This ckpt's absolute path, which the agents' settings name.
+fn this_executable() -> Result<String, CkptError> {
     let exe = std::env::current_exe().map_err(|source| CkptError::Io {
         path: "the ckpt executable".into(),
         source,
     })?;
-    let exe = exe.to_str().ok_or_else(|| {
+    exe.to_str().map(str::to_owned).ok_or_else(|| {
         CkptError::InvalidInput(format!(
             "the ckpt executable's path {} is not UTF-8, which settings files cannot hold",
             exe.display()
         ))
-    })?;
+    })
+}
+
+/// The command line an agent runs: this ckpt, by absolute path, quoted for the shell.
+fn hook_command(exe: &str, spec: &AgentSpec, fail_closed: bool) -> String {
     let mut command = format!("{} hook {}", shell_quote(exe), spec.name);
     if fail_closed {
         command.push_str(" --fail-closed");
     }
-    Ok(command)
+    command
 }
 
 fn shell_quote(word: &str) -> String {
@@ -588,6 +703,35 @@ mod tests {
             None
         );
         assert_eq!(without_ckpt_hooks(claude(), None).expect("none"), None);
+    }
+
+    #[test]
+    fn the_slash_command_is_ckpts_to_write_and_remove_and_a_users_own_is_kept() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let settings = dir.path().join("settings.local.json");
+        let change = |remove| slash_command_change(claude(), &settings, "/opt/ckpt", remove).expect("read");
+        let fresh = change(false).expect("claude has one");
+        assert_eq!(fresh.before, None);
+        let text = fresh.after.expect("content");
+        assert!(
+            text.contains("!`/opt/ckpt list --session ${CLAUDE_SESSION_ID}`"),
+            "{text}"
+        );
+        assert!(text.contains(SLASH_COMMAND_MARKER));
+        std::fs::create_dir_all(dir.path().join("commands")).expect("mkdir");
+        std::fs::write(&fresh.file, &text).expect("write");
+        assert_eq!(change(false).map(|c| c.before == c.after), Some(true), "unchanged");
+        assert_eq!(change(true).map(|c| c.after), Some(None), "removed with the hooks");
+        std::fs::write(&fresh.file, "my own /ckpt\n").expect("write");
+        assert!(
+            change(false).is_none() && change(true).is_none(),
+            "a user's own is never touched"
+        );
+        assert!(
+            slash_command_change(Agent::Gemini.spec(), &settings, "/opt/ckpt", false)
+                .expect("read")
+                .is_none()
+        );
     }
 
     #[test]
