@@ -249,6 +249,11 @@ pub(super) struct SnapshotArgs {
     /// Scan in full even if the config says `watch = true`
     #[arg(long)]
     pub(super) no_watch: bool,
+    /// The first checkpoint of its turn (for harness adapters): when nothing changed since the
+    /// newest checkpoint but that is another session's or turn's, one is still made (same
+    /// tree, nothing new stored), so `turn:T` names the state before turn T
+    #[arg(long, requires = "turn")]
+    pub(super) opens_turn: bool,
 }
 
 /// `ckpt trace ...`

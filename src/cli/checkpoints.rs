@@ -30,6 +30,7 @@ pub(super) fn snapshot(
         },
         max_file_size,
         watch: !args.no_watch && (args.watch || config.watch == Some(true)),
+        opens_turn: args.opens_turn,
     };
     let outcome = provider.snapshot(&request)?;
     // No socket: no daemon; start one for the next snapshot. A daemon that is there but did not

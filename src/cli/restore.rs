@@ -65,6 +65,7 @@ pub(super) fn restore(
         kind: Kind::Guard,
         max_file_size,
         watch,
+        opens_turn: false,
     };
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let mut ask = ask_on_terminal(&record);

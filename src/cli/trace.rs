@@ -888,6 +888,7 @@ fn trace_restore(
         kind: Kind::Guard,
         max_file_size: guard.max_file_size,
         watch: guard.watch,
+        opens_turn: false,
     };
     let materialized_request = SnapshotRequest {
         trigger: Some(address.clone()),

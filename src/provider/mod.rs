@@ -98,6 +98,11 @@ pub struct SnapshotRequest {
     /// Ask the workspace's watch daemon what changed instead of walking (it falls back to a
     /// full scan whenever the daemon cannot vouch for the answer).
     pub watch: bool,
+    /// The first checkpoint of a turn (an agent hook's step 1): when nothing changed since the
+    /// newest checkpoint but that one is another session's or another turn's, this turn still
+    /// gets its own (the same tree, no new content), so `turn:T` names the state before turn T
+    /// rather than a later step.
+    pub opens_turn: bool,
 }
 
 /// How a snapshot learned what is in the worktree.

@@ -212,3 +212,50 @@ fn no_checkpoint_warns_and_only_fail_closed_blocks_a_tool() {
     let unknown_agent = hook(&bare, "no-such-agent", &[], &tool);
     assert_eq!(unknown_agent.code, 1, "{}", unknown_agent.stderr);
 }
+
+#[test]
+fn a_turn_that_starts_on_an_unchanged_tree_still_has_its_own_first_checkpoint() {
+    let repo = TestRepo::new();
+    let event = |session: &str, name: &str, tool: Option<&str>, prompt: &str| {
+        let mut event = json!({"session_id": session, "cwd": repo.root, "hook_event_name": name, "prompt_id": prompt});
+        if let Some(tool) = tool {
+            event["tool_name"] = json!(tool);
+        }
+        let run = hook(&repo, "claude", &[], &event.to_string());
+        assert_eq!((run.code, run.stdout.as_str()), (0, ""), "{}", run.stderr);
+    };
+    // Session A ends on a state a checkpoint of its own already holds.
+    event("A", "UserPromptSubmit", None, "a1");
+    event("A", "PreToolUse", Some("Edit"), "a1");
+    repo.write("notes.txt", b"A's edit\n");
+    event("A", "PreToolUse", Some("Bash"), "a1");
+    // Session B starts on that same tree: its turn 1 still gets a checkpoint of its own.
+    event("B", "UserPromptSubmit", None, "b1");
+    event("B", "PreToolUse", Some("Edit"), "b1");
+    repo.write("notes.txt", b"B1\n");
+    event("B", "PreToolUse", Some("Edit"), "b1");
+    repo.write("notes.txt", b"B2\n");
+    event("B", "PreToolUse", Some("Bash"), "b1");
+    // B's turn 2 begins on the state 1.3 holds, with a command that changes nothing (tests,
+    // say), then edits.
+    event("B", "UserPromptSubmit", None, "b2");
+    event("B", "PreToolUse", Some("Bash"), "b2");
+    event("B", "PreToolUse", Some("Edit"), "b2");
+    repo.write("notes.txt", b"B3\n");
+    let listed = repo.ckpt_json(&["list", "--session", "B"], 0);
+    let turns: Vec<String> = listed
+        .json
+        .iter()
+        .map(|r| format!("{}.{} {}", r["turn"], r["step"], r["files"]))
+        .collect();
+    // 2.2 found nothing changed since 2.1: no checkpoint of its own, and none is needed.
+    assert_eq!(turns, ["1.1 0", "1.2 1", "1.3 1", "2.1 0"], "{:?}", listed.json);
+    let restore = |target: &str| {
+        repo.ckpt_json(&["restore", target, "--session", "B", "--yes"], 0);
+        String::from_utf8(repo.read("notes.txt")).expect("text")
+    };
+    assert_eq!(restore("turn:1"), "A's edit\n", "turn:1 is the state before B's turn 1");
+    assert_eq!(restore("turn:2"), "B2\n", "turn:2 is the state before B's turn 2");
+    assert_eq!(restore("turn:2.2"), "B2\n");
+    assert_eq!(restore("turn:1.2"), "B1\n");
+}

@@ -128,6 +128,7 @@ fn handle_event(cli: &Cli, spec: &AgentSpec, no_watch: bool) -> Result<(), Failu
         max_file_size: None,
         watch: !no_watch,
         no_watch,
+        opens_turn: position.step == 1,
     };
     let max_file_size = config.max_file_size.unwrap_or(DEFAULT_MAX_FILE_SIZE);
     // Nothing on stdout: the agent reads it as its hook protocol.

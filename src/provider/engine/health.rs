@@ -304,6 +304,7 @@ impl Engine {
                 kind: Kind::Guard,
                 max_file_size: crate::provider::scan::DEFAULT_MAX_FILE_SIZE,
                 watch: false,
+                opens_turn: false,
             };
             let selection = Selection {
                 paths: eligible,

@@ -45,10 +45,71 @@ impl Engine {
     pub(super) fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {
         let registry = self.registry()?;
         let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
-        if !request.watch {
-            return Ok(self.snapshot_locked(&registry, &lock, request)?.0);
+        let outcome = if request.watch {
+            self.snapshot_watched_locked(&registry, &lock, request)?.0
+        } else {
+            self.snapshot_locked(&registry, &lock, request)?.0
+        };
+        let belongs_to_this_turn = |record: &Record| record.session == request.session && record.turn == request.turn;
+        if outcome.created || !request.opens_turn || belongs_to_this_turn(&outcome.record) {
+            return Ok(outcome);
         }
-        Ok(self.snapshot_watched_locked(&registry, &lock, request)?.0)
+        self.open_turn_on(&registry, &lock, request, outcome)
+    }
+
+    /// A checkpoint with `request`'s labels for the unchanged state `unchanged` names: the
+    /// same tree, nothing new stored. The watch base and the stat cache move to it, so the next
+    /// watched snapshot builds on it as it would have on `unchanged`.
+    fn open_turn_on(
+        &self,
+        registry: &Registry,
+        lock: &RegistryLock,
+        request: &SnapshotRequest,
+        unchanged: SnapshotOutcome,
+    ) -> Result<SnapshotOutcome, CkptError> {
+        let previous = &unchanged.record;
+        let tree = previous.tree_id().map_err(CkptError::InvalidInput)?;
+        let head = self.checkpoint_parent()?;
+        let mut records = self.reconcile(registry.load()?)?.records;
+        let counts = Counts {
+            files: 0,
+            total_files: previous.total_files,
+            bytes: 0,
+        };
+        let record = self.publish(
+            registry,
+            lock,
+            &mut records,
+            request,
+            (tree, head),
+            counts,
+            previous.skipped.clone(),
+        )?;
+        let (Ok(old_id), Ok(new_id)) = (previous.object_id(), record.object_id()) else {
+            return Err(CkptError::InvalidInput(format!(
+                "checkpoint {} has a bad id",
+                record.id
+            )));
+        };
+        if let Some(cache) = self
+            .trusted_stat_cache(registry)
+            .filter(|c| c.checkpoint == Some(old_id))
+        {
+            if let Err(e) = cache.save_delta(registry.dir(), lock, Some(new_id), &[]) {
+                self.reporter.warning(&format!("could not write the stat cache: {e}"));
+            }
+        }
+        let files = WatchFiles::new(&self.state_dir);
+        if let Some(mut base) = files.load_base().filter(|b| b.checkpoint == previous.id) {
+            base.checkpoint = record.id.clone();
+            files.save_base(&base, lock)?;
+        }
+        Ok(SnapshotOutcome {
+            not_protected: record.skipped.clone(),
+            record,
+            created: true,
+            ..unchanged
+        })
     }
 
     /// The watched snapshot; the caller holds the workspace lock. The capture comes back only
