@@ -132,6 +132,16 @@ impl Engine {
             source,
         })?;
         let layout = CopyLayout::for_root(&root)?;
+        // Checkpointing the store into itself would grow it by itself on every snapshot.
+        if let Ok(home) = layout.home.canonicalize() {
+            if root.starts_with(&home) {
+                return Err(CkptError::NoProvider(format!(
+                    "{} is inside ckpt's own copy store {}; run ckpt in the workspace you want protected",
+                    dir.display(),
+                    home.display()
+                )));
+            }
+        }
         let store_lock = StoreLock::shared(&layout.home, &|lock| reporter.waiting_for_lock(lock))?;
         let mut excludes = match excludes {
             Some(patterns) => patterns.join("\n"),

@@ -31,7 +31,15 @@ pub struct Position {
     pub turn_key: Option<String>,
     /// Unix seconds of the last event, for forgetting the oldest sessions.
     pub seen: i64,
+    /// The agent's ids of this session's latest tool calls, with the step each got: the same
+    /// call announced twice (ckpt's hook installed in both the user's and the project's
+    /// settings) is one step, not two.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<(String, u64, u64)>,
 }
+
+/// Tool call ids remembered per session.
+const RECENT_CALLS: usize = 16;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct PositionsFile {
@@ -44,6 +52,18 @@ struct PositionsFile {
 #[derive(Debug, Clone)]
 pub struct HookPositions {
     dir: PathBuf,
+}
+
+/// One hook event of an agent's session, as far as its position goes.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionEvent<'a> {
+    pub agent: &'a str,
+    pub session: &'a str,
+    pub advance: Advance,
+    /// The agent's id of the turn the event belongs to, if it gives one.
+    pub turn_key: Option<&'a str>,
+    /// The agent's id of the tool call, if it gives one.
+    pub call_id: Option<&'a str>,
 }
 
 /// What happened in a session, as far as its position goes.
@@ -67,20 +87,23 @@ impl HookPositions {
         self.dir.join(POSITIONS_FILE)
     }
 
-    /// Moves the session `agent`/`session` on by `advance` and returns where it now stands.
-    /// `turn_key` is the agent's id of the turn the event belongs to, if it gives one. A session
+    /// Moves the event's session on and returns where it now stands. A session
     /// seen for the first time starts at turn `first_turn()` (1, or past the turns its
     /// checkpoints already have). An unreadable or corrupt positions file is replaced:
     /// positions only label checkpoints, and losing them must not stop a hook from taking one.
     pub fn advance(
         &self,
-        agent: &str,
-        session: &str,
-        advance: Advance,
-        turn_key: Option<&str>,
+        event: &SessionEvent<'_>,
         first_turn: impl FnOnce() -> u64,
         now: i64,
     ) -> Result<Position, RecordsError> {
+        let SessionEvent {
+            agent,
+            session,
+            advance,
+            turn_key,
+            call_id,
+        } = *event;
         create_state_dir(&self.dir)?;
         let _lock = acquire_lock(&self.dir.join(LOCK_FILE), LockMode::Exclusive, &|_| {})?;
         let path = self.file();
@@ -91,24 +114,45 @@ impl HookPositions {
         };
         let key = format!("{agent}:{session}");
         let known = file.sessions.get(&key).cloned();
+        let repeated = known.as_ref().zip(call_id).and_then(|(known, id)| {
+            known
+                .calls
+                .iter()
+                .find(|(seen, _, _)| seen == id)
+                .map(|(_, turn, step)| (*turn, *step))
+        });
+        if let (Some((turn, step)), Some(known)) = (repeated, &known) {
+            return Ok(Position {
+                turn,
+                step,
+                ..known.clone()
+            });
+        }
         let same_turn = |known: &Position| turn_key.is_none() || known.turn_key.as_deref() == turn_key;
-        let (turn, step) = match (known, advance) {
+        let (turn, step) = match (known.clone(), advance) {
             // The same prompt announced twice: nothing moves.
             (Some(known), Advance::Prompt) if turn_key.is_some() && same_turn(&known) => (known.turn, known.step),
-            (Some(known), Advance::Prompt) => (known.turn + 1, 0),
+            (Some(known), Advance::Prompt) => (known.turn.saturating_add(1), 0),
             (Some(known), Advance::ToolCall) if same_turn(&known) || known.turn_key.is_none() => {
-                (known.turn.max(1), known.step + 1)
+                (known.turn.max(1), known.step.saturating_add(1))
             }
             // A tool call of a turn whose prompt event was missed.
-            (Some(known), Advance::ToolCall) => (known.turn + 1, 1),
+            (Some(known), Advance::ToolCall) => (known.turn.saturating_add(1), 1),
             (None, Advance::Prompt) => (first_turn().max(1), 0),
             (None, Advance::ToolCall) => (first_turn().max(1), 1),
         };
+        let mut calls = known.map(|k| k.calls).unwrap_or_default();
+        if let Some(id) = call_id.filter(|_| advance == Advance::ToolCall) {
+            calls.push((id.to_owned(), turn, step));
+            let excess = calls.len().saturating_sub(RECENT_CALLS);
+            calls.drain(..excess);
+        }
         let position = Position {
             turn,
             step,
             turn_key: turn_key.map(str::to_owned),
             seen: now,
+            calls,
         };
         file.sessions.insert(key, position.clone());
         forget_oldest(&mut file.sessions, MAX_SESSIONS);
@@ -150,7 +194,17 @@ mod tests {
         let positions = HookPositions::new(dir.path());
         let at = |agent, session, advance| {
             let p = positions
-                .advance(agent, session, advance, None, || 1, 100)
+                .advance(
+                    &SessionEvent {
+                        agent,
+                        session,
+                        advance,
+                        turn_key: None,
+                        call_id: None,
+                    },
+                    || 1,
+                    100,
+                )
                 .expect("advance");
             (p.turn, p.step)
         };
@@ -170,7 +224,17 @@ mod tests {
         let positions = HookPositions::new(dir.path());
         let at = |advance, key| {
             let p = positions
-                .advance("codex", "s", advance, Some(key), || 1, 1)
+                .advance(
+                    &SessionEvent {
+                        agent: "codex",
+                        session: "s",
+                        advance,
+                        turn_key: Some(key),
+                        call_id: None,
+                    },
+                    || 1,
+                    1,
+                )
                 .expect("advance");
             (p.turn, p.step)
         };
@@ -187,20 +251,61 @@ mod tests {
     }
 
     #[test]
+    fn one_tool_call_announced_twice_is_one_step() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let positions = HookPositions::new(dir.path());
+        let call = |id| {
+            let p = positions
+                .advance(
+                    &SessionEvent {
+                        agent: "claude",
+                        session: "s",
+                        advance: Advance::ToolCall,
+                        turn_key: Some("p1"),
+                        call_id: Some(id),
+                    },
+                    || 1,
+                    1,
+                )
+                .expect("advance");
+            (p.turn, p.step)
+        };
+        assert_eq!(call("toolu_1"), (1, 1));
+        assert_eq!(call("toolu_1"), (1, 1));
+        assert_eq!(call("toolu_2"), (1, 2));
+        assert_eq!(call("toolu_2"), (1, 2));
+        assert_eq!(call("toolu_3"), (1, 3));
+        assert_eq!(call("toolu_1"), (1, 1), "still known");
+    }
+
+    #[test]
     fn a_session_first_seen_mid_way_starts_where_it_is_told() {
         let dir = tempfile::tempdir().expect("temp dir");
         let positions = HookPositions::new(dir.path());
         let p = positions
-            .advance("claude", "s", Advance::ToolCall, None, || 4, 1)
+            .advance(
+                &SessionEvent {
+                    agent: "claude",
+                    session: "s",
+                    advance: Advance::ToolCall,
+                    turn_key: None,
+                    call_id: None,
+                },
+                || 4,
+                1,
+            )
             .expect("advance");
         assert_eq!((p.turn, p.step), (4, 1));
         // Known afterwards: where it started is not asked again.
         let p = positions
             .advance(
-                "claude",
-                "s",
-                Advance::ToolCall,
-                None,
+                &SessionEvent {
+                    agent: "claude",
+                    session: "s",
+                    advance: Advance::ToolCall,
+                    turn_key: None,
+                    call_id: None,
+                },
                 || unreachable!("known session"),
                 2,
             )
@@ -215,7 +320,17 @@ mod tests {
         fs::create_dir_all(dir.path().join(HOOKS_DIR)).expect("mkdir");
         fs::write(positions.file(), b"{ not json").expect("write");
         let p = positions
-            .advance("claude", "s", Advance::ToolCall, None, || 1, 1)
+            .advance(
+                &SessionEvent {
+                    agent: "claude",
+                    session: "s",
+                    advance: Advance::ToolCall,
+                    turn_key: None,
+                    call_id: None,
+                },
+                || 1,
+                1,
+            )
             .expect("advance");
         assert_eq!((p.turn, p.step), (1, 1));
         let mut sessions = BTreeMap::new();
@@ -225,6 +340,7 @@ mod tests {
                 step: 1,
                 turn_key: None,
                 seen: n,
+                calls: Vec::new(),
             };
             sessions.insert(format!("a:{n}"), position);
         }

@@ -199,6 +199,13 @@ fn no_checkpoint_warns_and_only_fail_closed_blocks_a_tool() {
         &claude_event(&bare, "UserPromptSubmit", None, "p1"),
     );
     assert_eq!(prompt.code, 1, "{}", prompt.stderr);
+    // A prompt serde cannot take whole (a lone surrogate, as JSON.stringify writes broken
+    // text) is still a prompt, and still never blocked.
+    let surrogate = format!(
+        r#"{{"session_id":"sess-1","cwd":{:?},"hook_event_name":"UserPromptSubmit","prompt":"hi \ud83d"}}"#,
+        bare.root.to_str().expect("utf-8")
+    );
+    assert_eq!(hook(&bare, "claude", &["--fail-closed"], &surrogate).code, 1);
     // An event ckpt cannot read: blocked only when failing closed.
     assert_eq!(hook(&bare, "claude", &[], "{not json").code, 1);
     assert_eq!(hook(&bare, "claude", &["--fail-closed"], "{not json").code, 2);
@@ -258,4 +265,53 @@ fn a_turn_that_starts_on_an_unchanged_tree_still_has_its_own_first_checkpoint() 
     assert_eq!(restore("turn:2"), "B2\n", "turn:2 is the state before B's turn 2");
     assert_eq!(restore("turn:2.2"), "B2\n");
     assert_eq!(restore("turn:1.2"), "B1\n");
+}
+
+#[test]
+fn integrate_keeps_a_private_settings_file_private_and_refuses_a_read_only_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let repo = TestRepo::new();
+    repo.write(".claude/settings.local.json", b"{\"env\": {\"TOKEN\": \"secret\"}}\n");
+    let settings = repo.path(".claude/settings.local.json");
+    std::fs::set_permissions(&settings, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let before = repo.fingerprint();
+    let added = repo.ckpt_json(&["integrate", "claude", "--yes"], 0);
+    let record = added.one("integrate");
+    assert_eq!(record["action"], "added");
+    let backup = std::path::PathBuf::from(record["backup"].as_str().expect("a backup"));
+    // The backup is ckpt's, inside the git directory: never in `git status` or a commit.
+    assert!(
+        backup.starts_with(repo.common_dir().join("ckpt")),
+        "{}",
+        backup.display()
+    );
+    assert_eq!(
+        std::fs::read(&backup).expect("backup"),
+        b"{\"env\": {\"TOKEN\": \"secret\"}}\n"
+    );
+    let mode = |path: &std::path::Path| std::fs::metadata(path).expect("stat").permissions().mode() & 0o777;
+    assert_eq!((mode(&backup), mode(&settings)), (0o600, 0o600));
+    let status = repo.git(&["status", "--porcelain", "--untracked-files=all"]);
+    assert!(!status.contains("ckpt-backup"), "{status}");
+    assert!(repo.path(".claude/commands/ckpt.md").exists());
+    assert_eq!(repo.fingerprint().without_status(), before.without_status());
+    // A file someone made read-only is not replaced behind their back.
+    std::fs::set_permissions(&settings, std::fs::Permissions::from_mode(0o400)).expect("chmod");
+    let refused = repo.ckpt_json(&["integrate", "claude", "--remove", "--yes"], 4);
+    assert!(refused.stderr.contains("read-only"), "{}", refused.stderr);
+    assert!(std::fs::read_to_string(&settings)
+        .expect("read")
+        .contains(" hook claude"));
+}
+
+#[test]
+fn ckpt_does_not_checkpoint_its_own_copy_store() {
+    let repo = TestRepo::bare_dir();
+    repo.write("notes.txt", b"a plain directory\n");
+    repo.ckpt_json(&["snapshot"], 0);
+    let store = repo.home.join(".local/share/ckpt");
+    assert!(store.is_dir(), "the copy store is where the test expects it");
+    let run = repo.ckpt_in(&store, &["--json".as_ref(), "snapshot".as_ref()]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("inside ckpt's own copy store"), "{}", run.stderr);
 }

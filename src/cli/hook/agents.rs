@@ -39,6 +39,8 @@ pub struct AgentSpec {
     pub project_dir_env: Option<&'static str>,
     /// The field of its events that names the current turn, where it has one.
     pub turn_key_field: Option<&'static str>,
+    /// The field of its tool events that names the tool call, where it has one.
+    pub call_id_field: Option<&'static str>,
     pub timeout_unit: TimeoutUnit,
     /// Per hook entry, a `name` field (Gemini CLI shows it).
     pub names_entries: bool,
@@ -52,6 +54,7 @@ const CLAUDE: AgentSpec = AgentSpec {
     mutating_tools: &["Write", "Edit", "MultiEdit", "NotebookEdit", "Bash"],
     project_dir_env: Some("CLAUDE_PROJECT_DIR"),
     turn_key_field: Some("prompt_id"),
+    call_id_field: Some("tool_use_id"),
     timeout_unit: TimeoutUnit::Seconds,
     names_entries: false,
 };
@@ -65,6 +68,7 @@ const CODEX: AgentSpec = AgentSpec {
     mutating_tools: &["apply_patch", "Bash"],
     project_dir_env: None,
     turn_key_field: Some("turn_id"),
+    call_id_field: Some("tool_use_id"),
     timeout_unit: TimeoutUnit::Seconds,
     names_entries: false,
 };
@@ -77,6 +81,7 @@ const GEMINI: AgentSpec = AgentSpec {
     mutating_tools: &["write_file", "replace", "run_shell_command"],
     project_dir_env: Some("GEMINI_PROJECT_DIR"),
     turn_key_field: None,
+    call_id_field: None,
     timeout_unit: TimeoutUnit::Milliseconds,
     names_entries: true,
 };
@@ -108,6 +113,7 @@ pub enum HookEvent {
         session: String,
         tool: String,
         turn_key: Option<String>,
+        call_id: Option<String>,
     },
     /// Anything else (another event, a tool that changes nothing): no checkpoint.
     Ignored { what: String },
@@ -121,14 +127,22 @@ pub struct ParsedEvent {
 }
 
 /// Reads one hook event of `spec`'s agent. Unknown fields are ignored; a missing or non-text
-/// `hook_event_name`, or a prompt or mutating tool call without a `session_id`, is refused.
+/// `hook_event_name`, or a prompt or mutating tool call without a `session_id`, is refused. Only
+/// top-level text fields matter, so an event serde cannot take whole (a lone surrogate in a
+/// file's new content, input nested too deep) is still read for them.
 pub fn parse_event(spec: &AgentSpec, input: &[u8]) -> Result<ParsedEvent, String> {
-    let value: serde_json::Value =
-        serde_json::from_slice(input).map_err(|e| format!("the hook event on stdin is not JSON: {e}"))?;
-    let object = value
-        .as_object()
-        .ok_or("the hook event on stdin is not a JSON object")?;
-    let text = |field: &str| object.get(field).and_then(|v| v.as_str()).filter(|s| !s.is_empty());
+    let fields = match serde_json::from_slice::<serde_json::Value>(input) {
+        Ok(serde_json::Value::Object(object)) => object
+            .into_iter()
+            .filter_map(|(key, value)| match value {
+                serde_json::Value::String(text) => Some((key, text)),
+                _ => None,
+            })
+            .collect(),
+        Ok(_) => return Err("the hook event on stdin is not a JSON object".into()),
+        Err(e) => top_level_strings(input).ok_or_else(|| format!("the hook event on stdin is not JSON: {e}"))?,
+    };
+    let text = |field: &str| fields.get(field).map(String::as_str).filter(|s| !s.is_empty());
     let name = text("hook_event_name").ok_or("the hook event has no \"hook_event_name\"")?;
     let cwd = text("cwd").map(PathBuf::from);
     let turn_key = spec.turn_key_field.and_then(text).map(str::to_owned);
@@ -149,6 +163,7 @@ pub fn parse_event(spec: &AgentSpec, input: &[u8]) -> Result<ParsedEvent, String
                 session: session()?,
                 tool: tool.to_owned(),
                 turn_key,
+                call_id: spec.call_id_field.and_then(text).map(str::to_owned),
             }
         } else {
             HookEvent::Ignored {
@@ -161,6 +176,58 @@ pub fn parse_event(spec: &AgentSpec, input: &[u8]) -> Result<ParsedEvent, String
         }
     };
     Ok(ParsedEvent { event, cwd })
+}
+
+/// The text values of a JSON object's top-level fields, found by scanning its structure
+/// without building the rest: nested values are skipped whatever they hold. `None` when the
+/// input is not an object with balanced brackets and closed strings.
+fn top_level_strings(input: &[u8]) -> Option<std::collections::HashMap<String, String>> {
+    let mut fields = std::collections::HashMap::new();
+    let mut depth = 0usize;
+    let mut expect_key = false;
+    let mut key: Option<String> = None;
+    let mut seen_object = false;
+    let mut at = 0;
+    while at < input.len() {
+        match input[at] {
+            b'"' => {
+                let start = at;
+                at += 1;
+                while *input.get(at)? != b'"' {
+                    at += if input[at] == b'\\' { 2 } else { 1 };
+                }
+                if depth == 1 {
+                    let text = serde_json::from_slice::<String>(&input[start..=at]).ok();
+                    if expect_key {
+                        key = text;
+                        expect_key = false;
+                    } else if let (Some(name), Some(value)) = (key.take(), text) {
+                        fields.insert(name, value);
+                    }
+                }
+            }
+            b'{' if depth == 0 && !seen_object => {
+                seen_object = true;
+                depth = 1;
+                expect_key = true;
+            }
+            b'{' | b'[' if depth > 0 => depth += 1,
+            b'}' | b']' if depth > 0 => {
+                depth -= 1;
+                key = None;
+            }
+            b',' if depth == 1 => {
+                expect_key = true;
+                key = None;
+            }
+            b' ' | b'\t' | b'\n' | b'\r' | b':' => {}
+            _ if depth == 0 && at == 0 && input.starts_with("\u{feff}".as_bytes()) => at += 2,
+            _ if depth == 0 => return None,
+            _ => {}
+        }
+        at += 1;
+    }
+    (seen_object && depth == 0).then_some(fields)
 }
 
 #[cfg(test)]
@@ -181,6 +248,7 @@ mod tests {
                 session: "41c3f61b-528f-41e1-9e69-7e9f4007f98f".into(),
                 tool: "Edit".into(),
                 turn_key: Some("f2f2d7ed".into()),
+                call_id: Some("toolu_1".into()),
             }
         );
         assert_eq!(edit.cwd, Some(PathBuf::from("/r")));
@@ -217,6 +285,37 @@ mod tests {
                 .event,
             HookEvent::Ignored { .. }
         ));
+    }
+
+    #[test]
+    fn an_event_serde_cannot_take_whole_is_still_read_for_its_top_level_fields() {
+        // A lone surrogate in the new content (what JSON.stringify gives for broken text), and
+        // content nested far past serde's recursion limit.
+        let surrogate = CLAUDE_EDIT.replace(r#""new_string":"b""#, r#""new_string":"b\ud83d""#);
+        assert!(serde_json::from_str::<serde_json::Value>(&surrogate).is_err());
+        let deep = CLAUDE_EDIT.replace(
+            r#""replace_all":false"#,
+            &format!(r#""x":{}1{}"#, "[".repeat(500), "]".repeat(500)),
+        );
+        assert!(serde_json::from_str::<serde_json::Value>(&deep).is_err());
+        for input in [surrogate, deep] {
+            let event = parse_event(Agent::Claude.spec(), input.as_bytes()).expect("read").event;
+            assert!(
+                matches!(event, HookEvent::ToolCall { ref tool, .. } if tool == "Edit"),
+                "{event:?}"
+            );
+        }
+        // Field names inside nested values or escaped in strings do not count.
+        let spoof = r#"{"tool_input":{"hook_event_name":"UserPromptSubmit"},"x":"\"hook_event_name\":\"Stop\"","hook_event_name":"PreToolUse","tool_name":"Bash","session_id":"s","bad":"\ud800"}"#;
+        let event = parse_event(Agent::Claude.spec(), spoof.as_bytes()).expect("read").event;
+        assert!(
+            matches!(event, HookEvent::ToolCall { ref tool, .. } if tool == "Bash"),
+            "{event:?}"
+        );
+        // Still refused: not an object, or cut short.
+        assert!(top_level_strings(b"[1]").is_none());
+        assert!(top_level_strings(br#"{"a":"b"#).is_none());
+        assert!(top_level_strings(br#"{"a":{"b":1}"#).is_none());
     }
 
     #[test]

@@ -66,6 +66,26 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
         (Some(_), false, _) => "added",
     };
     let slash = slash_command_change(spec, &named, &exe, request.remove)?.filter(|c| c.before != c.after);
+    if !request.remove {
+        let other = settings_file(spec, !request.user, cli)
+            .ok()
+            .filter(|other| *other != named);
+        if let Some(other) = other.filter(|o| {
+            read_settings(o)
+                .ok()
+                .flatten()
+                .is_some_and(|t| has_ckpt_hooks(spec, &t))
+        }) {
+            sayln!(
+                "ckpt: note: {} has ckpt's hooks too: each tool call would run ckpt twice ({} then counts it as {}). `ckpt integrate {} {} --remove` takes them out there",
+                other.display(),
+                spec.product,
+                if spec.call_id_field.is_some() { "one step" } else { "two steps" },
+                spec.name,
+                if request.user { "--project" } else { "--user" }
+            );
+        }
+    }
     if merged.is_none() && slash.is_none() {
         out.record(&IntegrateRecord {
             agent: spec.name,
@@ -117,6 +137,14 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
     if !confirmed {
         return Err(CkptError::Refused(format!(
             "changing {} needs confirmation: pass --yes (or --dry-run to only see the change); nothing was written",
+            file.display()
+        )));
+    }
+    // The agent itself rewrites its settings (a permission you approved, say): a change while
+    // the question was open is not overwritten.
+    if read_settings(&file)? != before {
+        return Err(CkptError::Refused(format!(
+            "{} changed while ckpt waited for your answer; nothing was written. Run ckpt integrate again",
             file.display()
         )));
     }
@@ -304,6 +332,12 @@ fn read_settings(file: &Path) -> Result<Option<String>, CkptError> {
         Ok(meta) if !meta.is_file() => {
             return Err(CkptError::Refused(format!("{} is not a regular file", file.display())))
         }
+        Ok(meta) if meta.permissions().readonly() => {
+            return Err(CkptError::Refused(format!(
+                "{} is read-only (someone made it so); nothing was written. Make it writable to let ckpt edit it",
+                file.display()
+            )))
+        }
         Ok(meta) if meta.len() > MAX_SETTINGS_BYTES => {
             return Err(CkptError::Refused(format!(
                 "{} is larger than {MAX_SETTINGS_BYTES} bytes",
@@ -359,9 +393,10 @@ fn shell_quote(word: &str) -> String {
 /// quoted or not), then `hook <agent>`.
 fn is_ckpt_hook(spec: &AgentSpec, command: &str) -> bool {
     let command = command.trim_start();
-    let (program, rest) = match command.strip_prefix('\'') {
-        Some(quoted) => match quoted.find('\'') {
-            Some(end) => (&quoted[..end], &quoted[end + 1..]),
+    let quote = command.chars().next().filter(|c| *c == '\'' || *c == '"');
+    let (program, rest) = match quote {
+        Some(quote) => match command[1..].find(quote) {
+            Some(end) => (&command[1..end + 1], &command[end + 2..]),
             None => return false,
         },
         None => command.split_at(command.find(char::is_whitespace).unwrap_or(command.len())),
@@ -428,8 +463,13 @@ pub(super) fn with_ckpt_hooks(spec: &AgentSpec, before: Option<&str>, command: &
                 .or_insert_with(|| Value::Array(Vec::new()))
                 .as_array_mut()
                 .ok_or_else(|| format!("\"hooks.{event}\" is not a list"))?;
-            let at = drop_ckpt_entries(spec, groups)?;
-            let group = ckpt_group(spec, event, command);
+            let (at, no_watch) = drop_ckpt_entries(spec, groups)?;
+            // An older entry's --no-watch was the user's choice: kept.
+            let command = match no_watch && !command.contains(" --no-watch") {
+                true => format!("{command} --no-watch"),
+                false => command.to_owned(),
+            };
+            let group = ckpt_group(spec, event, &command);
             groups.insert(at.unwrap_or(groups.len()), group);
         }
         Ok(())
@@ -460,9 +500,19 @@ pub(super) fn without_ckpt_hooks(spec: &AgentSpec, before: Option<&str>) -> Resu
 }
 
 /// Removes ckpt's entries from `groups`, and groups left with no entry; where the first removed
-/// group stood.
-fn drop_ckpt_entries(spec: &AgentSpec, groups: &mut Vec<Value>) -> Result<Option<usize>, String> {
+/// group stood, and whether a removed entry ran with `--no-watch`.
+fn drop_ckpt_entries(spec: &AgentSpec, groups: &mut Vec<Value>) -> Result<(Option<usize>, bool), String> {
     let mut first = None;
+    let no_watch = groups.iter().any(|group| {
+        group.get("hooks").and_then(Value::as_array).is_some_and(|hooks| {
+            hooks.iter().any(|h| {
+                entry_is_ckpt(spec, h)
+                    && h.get("command")
+                        .and_then(Value::as_str)
+                        .is_some_and(|c| c.split_whitespace().any(|w| w == "--no-watch"))
+            })
+        })
+    });
     let mut at = 0;
     while at < groups.len() {
         if !group_has_ckpt(spec, &groups[at]) {
@@ -481,7 +531,7 @@ fn drop_ckpt_entries(spec: &AgentSpec, groups: &mut Vec<Value>) -> Result<Option
             at += 1;
         }
     }
-    Ok(first)
+    Ok((first, no_watch))
 }
 
 /// Parses `before` (empty: `{}`), lets `change` edit its `hooks` table, and prints it back in
@@ -491,6 +541,11 @@ fn edit(
     change: impl FnOnce(&mut Map<String, Value>) -> Result<(), String>,
 ) -> Result<Option<String>, String> {
     let text = before.unwrap_or("");
+    // A byte-order mark (some editors write one) is kept, and so are CRLF line ends.
+    let (bom, text) = match text.strip_prefix('\u{feff}') {
+        Some(rest) => ("\u{feff}", rest),
+        None => ("", text),
+    };
     let mut root: Value = if text.trim().is_empty() {
         Value::Object(Map::new())
     } else {
@@ -498,20 +553,26 @@ fn edit(
     };
     let original = root.clone();
     let object = root.as_object_mut().ok_or("not a JSON object")?;
-    let had_hooks = object.contains_key("hooks");
     let hooks = object
         .entry("hooks")
         .or_insert_with(|| Value::Object(Map::new()))
         .as_object_mut()
         .ok_or("\"hooks\" is not an object")?;
     change(hooks)?;
-    if hooks.is_empty() && !had_hooks {
+    // An empty table is no hooks: it goes (ckpt's removal may leave one it made).
+    if hooks.is_empty() {
         object.remove("hooks");
     }
     if root == original && before.is_some() {
         return Ok(None);
     }
-    Ok(Some(print_like(&root, text)))
+    let printed = print_like(&root, text);
+    let printed = if text.contains("\r\n") {
+        printed.replace('\n', "\r\n")
+    } else {
+        printed
+    };
+    Ok(Some(format!("{bom}{printed}")))
 }
 
 /// `value` as pretty JSON indented the way `like` is (two spaces when it shows no indent).
@@ -541,17 +602,43 @@ fn unified_diff(before: &str, after: &str, file: &Path) -> String {
         .to_string()
 }
 
-/// Copies the old settings beside the file, under a name no earlier backup has.
+/// Keeps the old settings under a name no earlier backup has, readable by no one the original
+/// was not: inside a repository in ckpt's own directory there (`<git dir>/ckpt/integrate-backups`,
+/// so no backup shows up in `git status` or a commit), else beside the file.
 fn write_backup(file: &Path, old: &str) -> Result<PathBuf, CkptError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
     let name = file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let beside = file.parent().unwrap_or(Path::new("."));
+    let (dir, name) = match crate::verbs::enclosing_common_dir(beside) {
+        Some(common) => {
+            let dir = common.join("ckpt").join("integrate-backups");
+            std::fs::create_dir_all(&dir).map_err(|source| CkptError::Io {
+                path: dir.clone(),
+                source,
+            })?;
+            let parent = beside
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (dir, format!("{parent}-{name}"))
+        }
+        None => (beside.to_path_buf(), name),
+    };
+    let mode = std::fs::metadata(file)
+        .map(|m| m.permissions().mode() & 0o777)
+        .unwrap_or(0o600);
     for n in 0..100 {
         let suffix = if n == 0 { String::new() } else { format!("-{n}") };
-        let backup = file.with_file_name(format!("{name}.ckpt-backup-{stamp}{suffix}"));
-        let created = std::fs::OpenOptions::new().write(true).create_new(true).open(&backup);
+        let backup = dir.join(format!("{name}.ckpt-backup-{stamp}{suffix}"));
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&backup);
         match created {
             Ok(mut handle) => {
                 use std::io::Write as _;
@@ -569,8 +656,8 @@ fn write_backup(file: &Path, old: &str) -> Result<PathBuf, CkptError> {
         }
     }
     Err(CkptError::Refused(format!(
-        "no free backup name beside {}; nothing was written",
-        file.display()
+        "no free backup name in {}; nothing was written",
+        dir.display()
     )))
 }
 
@@ -703,6 +790,30 @@ mod tests {
             None
         );
         assert_eq!(without_ckpt_hooks(claude(), None).expect("none"), None);
+    }
+
+    #[test]
+    fn a_files_byte_order_mark_line_ends_and_the_users_no_watch_are_kept() {
+        let before = "\u{feff}{\r\n  \"hooks\": {\r\n    \"PreToolUse\": [{\"matcher\": \"Bash\", \"hooks\": [{\"type\": \"command\", \"command\": \"\\\"/old dir/ckpt\\\" hook claude --no-watch\"}]}]\r\n  }\r\n}\r\n";
+        let after = with_ckpt_hooks(claude(), Some(before), CKPT)
+            .expect("merge")
+            .expect("changed");
+        assert!(after.starts_with('\u{feff}'), "{after:?}");
+        assert!(
+            after.contains("\r\n") && !after.replace("\r\n", "").contains('\n'),
+            "{after:?}"
+        );
+        let value: Value = serde_json::from_str(after.trim_start_matches('\u{feff}')).expect("json");
+        let pre = value["hooks"]["PreToolUse"].as_array().expect("list");
+        // The double-quoted old entry was ckpt's: replaced where it stood, its --no-watch kept.
+        assert_eq!(pre.len(), 1, "{after}");
+        assert_eq!(pre[0]["hooks"][0]["command"], format!("{CKPT} --no-watch"));
+        // Taking ckpt's hooks out of a file that had no others leaves no empty table behind.
+        let removed = without_ckpt_hooks(claude(), Some(&after))
+            .expect("remove")
+            .expect("changed");
+        let value: Value = serde_json::from_str(removed.trim_start_matches('\u{feff}')).expect("json");
+        assert_eq!(value, json!({}));
     }
 
     #[test]

@@ -19,7 +19,13 @@ use super::exit::Exit;
 use super::output::Output;
 use crate::provider::scan::DEFAULT_MAX_FILE_SIZE;
 use crate::provider::{CkptError, Provider};
-use crate::records::hooks::Advance;
+use crate::records::hooks::{Advance, SessionEvent};
+
+/// How long a hook waits for a workspace lock another ckpt holds.
+const HOOK_LOCK_TIMEOUT_SECS: &str = "30";
+
+/// How long a hook waits for the agent to close stdin.
+const STDIN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The largest hook event read: a `Write` event carries the whole new file.
 const MAX_EVENT_BYTES: u64 = 256 << 20;
@@ -49,19 +55,52 @@ impl Failure {
 /// why there is no checkpoint, 2 block the tool call (only with `fail_closed`).
 pub(super) fn run(cli: &Cli, agent: Agent, fail_closed: bool, no_watch: bool) -> Exit {
     let spec = agent.spec();
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle_event(cli, spec, no_watch)));
+    // An agent kills a hook at its timeout (120 s as `ckpt integrate` sets it) and runs the tool
+    // anyway, unprotected and unexplained: a held workspace lock is given up on well before,
+    // with a reason the agent shows. Set before any thread exists.
+    if std::env::var_os("CKPT_LOCK_TIMEOUT_SECS").is_none() {
+        std::env::set_var("CKPT_LOCK_TIMEOUT_SECS", HOOK_LOCK_TIMEOUT_SECS);
+    }
+    let parsed = match read_event().and_then(|input| agents::parse_event(spec, &input)) {
+        Ok(parsed) => parsed,
+        Err(message) => return report(Failure::before_reading(message), fail_closed),
+    };
+    // What a failure past here is about (a crash included): a prompt is never blocked.
+    let (tool, session, prompt) = match &parsed.event {
+        HookEvent::Ignored { .. } => return Exit::Ok,
+        HookEvent::Prompt { session, .. } => (None, session.clone(), true),
+        HookEvent::ToolCall { session, tool, .. } => (Some(tool.clone()), session.clone(), false),
+    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        handle_event(cli, spec, parsed, no_watch)
+    }));
     let failure = match outcome {
         Ok(Ok(())) => return Exit::Ok,
         Ok(Err(failure)) => failure,
         // The panic message is already on stderr; any status but 0, 1 and 2 would block in
         // some agents, so a crash is a failure like any other.
-        Err(_) => Failure::before_reading("ckpt crashed (the message above says where)".into()),
+        Err(_) => Failure {
+            tool,
+            session: Some(session),
+            prompt,
+            message: "ckpt crashed (the message above says where)".into(),
+        },
     };
-    let before = failure.tool.as_deref().unwrap_or("this tool call");
+    report(failure, fail_closed)
+}
+
+/// Says why there is no checkpoint, the way the agents show a hook's stderr, and picks the
+/// exit status: block (2) only when failing closed and not for a prompt.
+fn report(failure: Failure, fail_closed: bool) -> Exit {
+    let before = failure
+        .tool
+        .as_deref()
+        .map(printable)
+        .unwrap_or_else(|| "this tool call".into());
     let session = failure
         .session
         .as_deref()
-        .map(|s| format!(" in session {s}"))
+        .map(|s| format!(" in session {}", printable(s)))
         .unwrap_or_default();
     if fail_closed && !failure.prompt {
         sayln!(
@@ -84,17 +123,26 @@ pub(super) fn run(cli: &Cli, agent: Agent, fail_closed: bool, no_watch: bool) ->
     }
 }
 
-fn handle_event(cli: &Cli, spec: &AgentSpec, no_watch: bool) -> Result<(), Failure> {
-    let input = read_event().map_err(Failure::before_reading)?;
-    let parsed = agents::parse_event(spec, &input).map_err(Failure::before_reading)?;
-    let (session, tool, turn_key, advance) = match parsed.event {
+/// Text from an event as it may go to a terminal: control characters escaped, and cut short.
+fn printable(text: &str) -> String {
+    const LONGEST: usize = 80;
+    let mut shown: String = text.chars().take(LONGEST).flat_map(char::escape_debug).collect();
+    if text.chars().count() > LONGEST {
+        shown.push('…');
+    }
+    shown
+}
+
+fn handle_event(cli: &Cli, spec: &AgentSpec, parsed: agents::ParsedEvent, no_watch: bool) -> Result<(), Failure> {
+    let (session, tool, turn_key, call_id, advance) = match parsed.event {
         HookEvent::Ignored { .. } => return Ok(()),
-        HookEvent::Prompt { session, turn_key } => (session, None, turn_key, Advance::Prompt),
+        HookEvent::Prompt { session, turn_key } => (session, None, turn_key, None, Advance::Prompt),
         HookEvent::ToolCall {
             session,
             tool,
             turn_key,
-        } => (session, Some(tool), turn_key, Advance::ToolCall),
+            call_id,
+        } => (session, Some(tool), turn_key, call_id, Advance::ToolCall),
     };
     let fail = |message: String| Failure {
         tool: tool.clone(),
@@ -108,10 +156,13 @@ fn handle_event(cli: &Cli, spec: &AgentSpec, no_watch: bool) -> Result<(), Failu
     let position = provider
         .hook_positions()
         .advance(
-            spec.name,
-            &session,
-            advance,
-            turn_key.as_deref(),
+            &SessionEvent {
+                agent: spec.name,
+                session: &session,
+                advance,
+                turn_key: turn_key.as_deref(),
+                call_id: call_id.as_deref(),
+            },
             || turn_after_checkpoints(provider.as_ref(), &session),
             chrono::Utc::now().timestamp(),
         )
@@ -137,26 +188,50 @@ fn handle_event(cli: &Cli, spec: &AgentSpec, no_watch: bool) -> Result<(), Failu
     Ok(())
 }
 
-/// The hook event on stdin, whole.
+/// The hook event on stdin, whole. Agents close stdin after the event; one that does not is
+/// waited for [`STDIN_WAIT`], then what arrived is taken if it is a whole JSON value (a hook
+/// that hangs until the agent's timeout lets the tool run unprotected, unexplained).
 fn read_event() -> Result<Vec<u8>, String> {
-    let stdin = std::io::stdin();
-    if stdin.is_terminal() {
+    if std::io::stdin().is_terminal() {
         return Err(
             "`ckpt hook` reads the agent's hook event (JSON) on stdin; the agent runs it (see `ckpt integrate`)".into(),
         );
     }
-    let mut input = Vec::new();
-    stdin
-        .lock()
-        .take(MAX_EVENT_BYTES + 1)
-        .read_to_end(&mut input)
-        .map_err(|e| format!("reading the hook event on stdin: {e}"))?;
-    if input.len() as u64 > MAX_EVENT_BYTES {
-        return Err(format!(
-            "the hook event on stdin is larger than {MAX_EVENT_BYTES} bytes"
-        ));
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (done, finished) = std::sync::mpsc::channel();
+    let sink = received.clone();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut chunk = vec![0u8; 64 << 10];
+        let outcome = loop {
+            match stdin.read(&mut chunk) {
+                Ok(0) => break Ok(()),
+                Ok(n) => {
+                    let mut all = sink.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    all.extend_from_slice(&chunk[..n]);
+                    if all.len() as u64 > MAX_EVENT_BYTES {
+                        break Err(format!(
+                            "the hook event on stdin is larger than {MAX_EVENT_BYTES} bytes"
+                        ));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(format!("reading the hook event on stdin: {e}")),
+            }
+        };
+        let _ = done.send(outcome);
+    });
+    let outcome = finished.recv_timeout(STDIN_WAIT);
+    let input = std::mem::take(&mut *received.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    match outcome {
+        Ok(Ok(())) => Ok(input),
+        Ok(Err(message)) => Err(message),
+        Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(&input).is_ok() => Ok(input),
+        Err(_) => Err(format!(
+            "the agent did not close stdin within {} s, and what it sent is no whole JSON event",
+            STDIN_WAIT.as_secs()
+        )),
     }
-    Ok(input)
 }
 
 /// The workspace the event is about: `-C DIR`, else the project directory the agent gives its
@@ -193,5 +268,5 @@ fn turn_after_checkpoints(provider: &dyn Provider, session: &str) -> u64 {
                 .filter_map(|r| r.turn)
                 .max()
         })
-        .map_or(1, |turn| turn + 1)
+        .map_or(1, |turn| turn.saturating_add(1))
 }
