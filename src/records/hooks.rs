@@ -188,23 +188,29 @@ fn forget_oldest(sessions: &mut BTreeMap<String, Position>, keep: usize) {
 mod tests {
     use super::*;
 
+    fn event<'a>(
+        agent: &'a str,
+        session: &'a str,
+        advance: Advance,
+        turn_key: Option<&'a str>,
+        call_id: Option<&'a str>,
+    ) -> SessionEvent<'a> {
+        SessionEvent {
+            agent,
+            session,
+            advance,
+            turn_key,
+            call_id,
+        }
+    }
+
     #[test]
     fn prompts_open_turns_and_tool_calls_count_steps_per_session() {
         let dir = tempfile::tempdir().expect("temp dir");
         let positions = HookPositions::new(dir.path());
         let at = |agent, session, advance| {
             let p = positions
-                .advance(
-                    &SessionEvent {
-                        agent,
-                        session,
-                        advance,
-                        turn_key: None,
-                        call_id: None,
-                    },
-                    || 1,
-                    100,
-                )
+                .advance(&event(agent, session, advance, None, None), || 1, 100)
                 .expect("advance");
             (p.turn, p.step)
         };
@@ -224,17 +230,7 @@ mod tests {
         let positions = HookPositions::new(dir.path());
         let at = |advance, key| {
             let p = positions
-                .advance(
-                    &SessionEvent {
-                        agent: "codex",
-                        session: "s",
-                        advance,
-                        turn_key: Some(key),
-                        call_id: None,
-                    },
-                    || 1,
-                    1,
-                )
+                .advance(&event("codex", "s", advance, Some(key), None), || 1, 1)
                 .expect("advance");
             (p.turn, p.step)
         };
@@ -256,17 +252,7 @@ mod tests {
         let positions = HookPositions::new(dir.path());
         let call = |id| {
             let p = positions
-                .advance(
-                    &SessionEvent {
-                        agent: "claude",
-                        session: "s",
-                        advance: Advance::ToolCall,
-                        turn_key: Some("p1"),
-                        call_id: Some(id),
-                    },
-                    || 1,
-                    1,
-                )
+                .advance(&event("claude", "s", Advance::ToolCall, Some("p1"), Some(id)), || 1, 1)
                 .expect("advance");
             (p.turn, p.step)
         };
@@ -283,29 +269,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let positions = HookPositions::new(dir.path());
         let p = positions
-            .advance(
-                &SessionEvent {
-                    agent: "claude",
-                    session: "s",
-                    advance: Advance::ToolCall,
-                    turn_key: None,
-                    call_id: None,
-                },
-                || 4,
-                1,
-            )
+            .advance(&event("claude", "s", Advance::ToolCall, None, None), || 4, 1)
             .expect("advance");
         assert_eq!((p.turn, p.step), (4, 1));
         // Known afterwards: where it started is not asked again.
         let p = positions
             .advance(
-                &SessionEvent {
-                    agent: "claude",
-                    session: "s",
-                    advance: Advance::ToolCall,
-                    turn_key: None,
-                    call_id: None,
-                },
+                &event("claude", "s", Advance::ToolCall, None, None),
                 || unreachable!("known session"),
                 2,
             )
@@ -320,17 +290,7 @@ mod tests {
         fs::create_dir_all(dir.path().join(HOOKS_DIR)).expect("mkdir");
         fs::write(positions.file(), b"{ not json").expect("write");
         let p = positions
-            .advance(
-                &SessionEvent {
-                    agent: "claude",
-                    session: "s",
-                    advance: Advance::ToolCall,
-                    turn_key: None,
-                    call_id: None,
-                },
-                || 1,
-                1,
-            )
+            .advance(&event("claude", "s", Advance::ToolCall, None, None), || 1, 1)
             .expect("advance");
         assert_eq!((p.turn, p.step), (1, 1));
         let mut sessions = BTreeMap::new();

@@ -86,16 +86,19 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
             );
         }
     }
-    if merged.is_none() && slash.is_none() {
+    let record = |written: bool, backup: Option<&Path>, command_file: Option<WirePath>, diff: &str| {
         out.record(&IntegrateRecord {
             agent: spec.name,
             file: wire_path(&file),
             action,
-            written: false,
-            backup: None,
-            command_file: None,
-            diff: "",
-        });
+            written,
+            backup: backup.map(wire_path),
+            command_file,
+            diff,
+        })
+    };
+    if merged.is_none() && slash.is_none() {
+        record(false, None, None, "");
         out.human(&format!(
             "{}: {} already {} ckpt's hooks; nothing to change",
             spec.product,
@@ -118,15 +121,7 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
     out.human(diff.trim_end());
     let command_file = slash.as_ref().map(|c| wire_path(&c.file));
     if request.dry_run {
-        out.record(&IntegrateRecord {
-            agent: spec.name,
-            file: wire_path(&file),
-            action,
-            written: false,
-            backup: None,
-            command_file,
-            diff: &diff,
-        });
+        record(false, None, command_file, &diff);
         out.human("(dry run: nothing was written)");
         return Ok(Exit::Ok);
     }
@@ -164,15 +159,7 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
             })?,
         }
     }
-    out.record(&IntegrateRecord {
-        agent: spec.name,
-        file: wire_path(&file),
-        action,
-        written: true,
-        backup: backup.as_deref().map(wire_path),
-        command_file,
-        diff: &diff,
-    });
+    record(true, backup.as_deref(), command_file, &diff);
     match &backup {
         Some(backup) => out.human(&format!(
             "{}: wrote {} (the old one is kept as {})",
