@@ -136,7 +136,9 @@ export function apply(ctx, rawConfig) {
       // The workspace's watch daemon (started by the first such snapshot) answers an unchanged
       // worktree without a walk; ckpt falls back to a full scan whenever it cannot vouch.
       if (config.watch) args.push('--watch')
-      if (pos.turn !== undefined) args.push('--turn', String(pos.turn))
+      // --opens-turn: a turn whose first change finds the tree as an earlier turn (or another
+      // session) left it still gets a checkpoint of its own, so "before turn T" is that state.
+      if (pos.turn !== undefined) args.push('--turn', String(pos.turn), '--opens-turn')
       if (pos.step !== undefined) args.push('--step', String(pos.step))
       if (config.watch) {
         if (!watchers.has(pos.cwd)) watchers.set(pos.cwd, new Set())

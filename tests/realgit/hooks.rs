@@ -315,3 +315,30 @@ fn ckpt_does_not_checkpoint_its_own_copy_store() {
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(run.stderr.contains("inside ckpt's own copy store"), "{}", run.stderr);
 }
+
+#[test]
+fn snapshot_opens_turn_gives_each_turn_its_own_first_checkpoint() {
+    let repo = TestRepo::new();
+    let snap = |turn: &str, step: &str, extra: &[&str]| {
+        let mut args = vec!["snapshot", "--session", "s", "--turn", turn, "--step", step];
+        args.extend_from_slice(extra);
+        repo.ckpt_json(&args, 0).one("snapshot").clone()
+    };
+    let first = snap("1", "1", &[]);
+    assert_eq!(first["created"], true);
+    // Without --opens-turn an unchanged tree is the earlier turn's checkpoint.
+    assert_eq!(snap("2", "1", &[])["created"], false);
+    let opened = snap("2", "1", &["--opens-turn"]);
+    assert_eq!(
+        (&opened["created"], &opened["files"], &opened["bytes"]),
+        (&json!(true), &json!(0), &json!(0))
+    );
+    assert_ne!(opened["id"], first["id"]);
+    let tree = |id: &serde_json::Value| repo.git(&["rev-parse", &format!("{}^{{tree}}", id.as_str().expect("id"))]);
+    assert_eq!(tree(&opened["id"]), tree(&first["id"]));
+    // Once the turn has one, later unchanged steps make none.
+    assert_eq!(snap("2", "2", &["--opens-turn"])["id"], opened["id"]);
+    assert_eq!(snap("2", "2", &["--opens-turn"])["created"], false);
+    // --opens-turn needs --turn.
+    repo.ckpt_json(&["snapshot", "--opens-turn"], 2);
+}
