@@ -52,7 +52,7 @@ use crate::provider::{self, CkptError};
 
 use crate::records::config::Config;
 
-use crate::records::{validate_label, Record};
+use crate::records::{validate_new_label, Record};
 
 use args::*;
 use checkpoints::{list, show, snapshot};
@@ -169,7 +169,7 @@ fn retention_policy(config: &Config) -> provider::retention::Policy {
 
 fn check_label(what: &str, value: &Option<String>) -> Result<(), CkptError> {
     match value {
-        Some(text) => validate_label(what, text).map_err(CkptError::InvalidInput),
+        Some(text) => validate_new_label(what, text).map_err(CkptError::InvalidInput),
         None => Ok(()),
     }
 }

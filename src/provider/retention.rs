@@ -30,7 +30,9 @@ pub struct Removal {
 
 /// Records are oldest first. First each session keeps its newest `max_per_session`; then, while
 /// the kept checkpoints' incremental bytes exceed the quota, the oldest are removed — but never
-/// the newest checkpoint of a session.
+/// the newest checkpoint of a session. A turn whose first checkpoint goes loses the rest of its
+/// checkpoints too (rule `turn`), unless one of them is its session's newest: then the first
+/// stays.
 pub fn plan(records: &[Record], policy: &Policy) -> Vec<Removal> {
     let mut by_session: BTreeMap<Option<&str>, Vec<usize>> = BTreeMap::new();
     for (index, record) in records.iter().enumerate() {
@@ -65,6 +67,34 @@ pub fn plan(records: &[Record], policy: &Policy) -> Vec<Removal> {
         removed[index] = true;
         total = total.saturating_sub(record.bytes);
         out.push((index, "quota"));
+    }
+    // A turn goes from its start or not at all: `turn:T` names the turn's first checkpoint,
+    // the state before it, and must not come to name a later step of it.
+    let mut turns: BTreeMap<(Option<&str>, u64), Vec<usize>> = BTreeMap::new();
+    for (index, record) in records.iter().enumerate() {
+        if let (Some(turn), true) = (record.turn, record.kind != crate::records::Kind::Guard) {
+            turns.entry((record.session.as_deref(), turn)).or_default().push(index);
+        }
+    }
+    for indices in turns.values() {
+        let (&start, later) = match indices.split_first() {
+            Some(split) => split,
+            None => continue,
+        };
+        let kept_later: Vec<usize> = later.iter().copied().filter(|&i| !removed[i]).collect();
+        if !removed[start] || kept_later.is_empty() {
+            continue;
+        }
+        if kept_later.iter().any(|&i| newest_of_session[i]) {
+            // The session's newest stays, so its turn's start stays too.
+            removed[start] = false;
+            out.retain(|(index, _)| *index != start);
+        } else {
+            for index in kept_later {
+                removed[index] = true;
+                out.push((index, "turn"));
+            }
+        }
     }
     out.sort_by_key(|(index, _)| *index);
     out.into_iter()
@@ -142,6 +172,31 @@ mod tests {
             quota_bytes: 1000,
         };
         assert!(plan(&records, &generous).is_empty());
+    }
+
+    #[test]
+    fn a_turn_goes_from_its_start_or_not_at_all() {
+        let at = |n, turn| Record {
+            turn: Some(turn),
+            step: Some(n as u64),
+            ..record(n, Some("s"), 1)
+        };
+        let records = vec![at(0, 1), at(1, 1), at(2, 2), at(3, 2), at(4, 2)];
+        let keep = |max| {
+            ids(&plan(
+                &records,
+                &Policy {
+                    max_per_session: max,
+                    quota_bytes: u64::MAX,
+                },
+            ))
+        };
+        // Keeping 4 would leave turn 1 without its start: its other checkpoint goes too.
+        assert_eq!(keep(4), vec![(0, "max_per_session"), (1, "turn")]);
+        assert_eq!(keep(3), vec![(0, "max_per_session"), (1, "max_per_session")]);
+        // Keeping 2 would cut turn 2 after its start; its newest stays, and so does the start
+        // (one more than asked for).
+        assert_eq!(keep(2), vec![(0, "max_per_session"), (1, "max_per_session")]);
     }
 
     #[test]

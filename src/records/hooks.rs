@@ -36,6 +36,10 @@ pub struct Position {
     /// settings) is one step, not two.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<(String, u64, u64)>,
+    /// This event announced a tool call already counted (and checkpointed by that first
+    /// announcement): nothing more to do.
+    #[serde(skip)]
+    pub repeated: bool,
 }
 
 /// Tool call ids remembered per session.
@@ -125,6 +129,7 @@ impl HookPositions {
             return Ok(Position {
                 turn,
                 step,
+                repeated: true,
                 ..known.clone()
             });
         }
@@ -153,6 +158,7 @@ impl HookPositions {
             turn_key: turn_key.map(str::to_owned),
             seen: now,
             calls,
+            repeated: false,
         };
         file.sessions.insert(key, position.clone());
         forget_oldest(&mut file.sessions, MAX_SESSIONS);
@@ -301,6 +307,7 @@ mod tests {
                 turn_key: None,
                 seen: n,
                 calls: Vec::new(),
+                repeated: false,
             };
             sessions.insert(format!("a:{n}"), position);
         }

@@ -135,6 +135,19 @@ pub fn validate_label(what: &str, text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// [`validate_label`] for a label about to be stored: also nothing that hides text or turns it
+/// around where lists and terminals show it. (Labels already stored are read as before.)
+pub fn validate_new_label(what: &str, text: &str) -> Result<(), String> {
+    validate_label(what, text)?;
+    let invisible = |c: char| matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2028}' | '\u{2029}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}');
+    if text.chars().any(invisible) {
+        return Err(format!(
+            "{what} must not contain invisible or direction-changing characters (U+200B–U+200F, U+202A–U+202E, U+2028, U+2029, U+2060–U+2069, U+FEFF)"
+        ));
+    }
+    Ok(())
+}
+
 impl Record {
     pub fn object_id(&self) -> Result<ObjectId, String> {
         ObjectId::from_hex(&self.id).map_err(|e| e.to_string())
@@ -616,5 +629,11 @@ mod tests {
         assert!(validate_label("session", "").is_err());
         assert!(validate_label("session", "a\nb").is_err());
         assert!(validate_label("session", &"x".repeat(MAX_LABEL_LEN + 1)).is_err());
+        assert!(validate_new_label("session", "abc-123 turn").is_ok());
+        assert!(validate_new_label("session", "evil\u{202E}txt").is_err());
+        assert!(
+            validate_label("session", "evil\u{202E}txt").is_ok(),
+            "stored labels still load"
+        );
     }
 }

@@ -206,6 +206,21 @@ fn no_checkpoint_warns_and_only_fail_closed_blocks_a_tool() {
         bare.root.to_str().expect("utf-8")
     );
     assert_eq!(hook(&bare, "claude", &["--fail-closed"], &surrogate).code, 1);
+    // Broken prompt events (no session id, cut short, trailing bytes) are still prompts.
+    for broken in [
+        r#"{"hook_event_name":"UserPromptSubmit","prompt":"x"}"#.to_owned(),
+        r#"{"session_id":"s","hook_event_name":"UserPromptSubmit","prompt":"x"#.to_owned(),
+        r#"{"session_id":"s","hook_event_name":"UserPromptSubmit"} x"#.to_owned(),
+    ] {
+        let run = hook(&bare, "claude", &["--fail-closed"], &broken);
+        assert_eq!(run.code, 1, "{broken}: {}", run.stderr);
+    }
+    // A directory the agent names that is not there is not swapped for another one.
+    let gone = claude_event(&bare, "PreToolUse", Some("Write"), "p1")
+        .replace(bare.root.to_str().expect("utf-8"), "/nonexistent/ckpt-test-dir");
+    let run = hook(&bare, "claude", &["--fail-closed"], &gone);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("/nonexistent/ckpt-test-dir"), "{}", run.stderr);
     // An event ckpt cannot read: blocked only when failing closed.
     assert_eq!(hook(&bare, "claude", &[], "{not json").code, 1);
     assert_eq!(hook(&bare, "claude", &["--fail-closed"], "{not json").code, 2);
@@ -341,4 +356,32 @@ fn snapshot_opens_turn_gives_each_turn_its_own_first_checkpoint() {
     assert_eq!(snap("2", "2", &["--opens-turn"])["created"], false);
     // --opens-turn needs --turn.
     repo.ckpt_json(&["snapshot", "--opens-turn"], 2);
+}
+
+#[test]
+fn a_tool_call_announced_twice_is_checkpointed_once_even_between_other_sessions() {
+    let repo = TestRepo::new();
+    let call = |session: &str, name: &str, prompt: &str, id: &str| {
+        let event = json!({"session_id": session, "cwd": repo.root, "hook_event_name": name,
+            "prompt_id": prompt, "tool_name": "Edit", "tool_use_id": id});
+        let run = hook(&repo, "claude", &[], &event.to_string());
+        assert_eq!((run.code, run.stdout.as_str()), (0, ""), "{}", run.stderr);
+    };
+    call("A", "UserPromptSubmit", "a1", "");
+    call("A", "PreToolUse", "a1", "u1");
+    // Another session's checkpoint lands between the two announcements of A's call.
+    repo.write("b.txt", b"B\n");
+    call("B", "PreToolUse", "b1", "v1");
+    call("A", "PreToolUse", "a1", "u1");
+    // Even after a change, the repeated announcement takes nothing under 1.1.
+    repo.write("notes.txt", b"later\n");
+    call("A", "PreToolUse", "a1", "u1");
+    call("A", "PreToolUse", "a1", "u2");
+    let listed = repo.ckpt_json(&["list", "--session", "A"], 0);
+    let labels: Vec<String> = listed
+        .json
+        .iter()
+        .map(|r| format!("{}.{}", r["turn"], r["step"]))
+        .collect();
+    assert_eq!(labels, ["1.1", "1.2"], "{:?}", listed.json);
 }

@@ -41,6 +41,9 @@ pub struct AgentSpec {
     pub turn_key_field: Option<&'static str>,
     /// The field of its tool events that names the tool call, where it has one.
     pub call_id_field: Option<&'static str>,
+    /// Without a turn id: a field its prompt events carry that is the same when one prompt is
+    /// announced twice (ckpt's hook in both the user's and the project's settings).
+    pub prompt_key_field: Option<&'static str>,
     pub timeout_unit: TimeoutUnit,
     /// Per hook entry, a `name` field (Gemini CLI shows it).
     pub names_entries: bool,
@@ -55,6 +58,7 @@ const CLAUDE: AgentSpec = AgentSpec {
     project_dir_env: Some("CLAUDE_PROJECT_DIR"),
     turn_key_field: Some("prompt_id"),
     call_id_field: Some("tool_use_id"),
+    prompt_key_field: None,
     timeout_unit: TimeoutUnit::Seconds,
     names_entries: false,
 };
@@ -69,6 +73,7 @@ const CODEX: AgentSpec = AgentSpec {
     project_dir_env: None,
     turn_key_field: Some("turn_id"),
     call_id_field: Some("tool_use_id"),
+    prompt_key_field: None,
     timeout_unit: TimeoutUnit::Seconds,
     names_entries: false,
 };
@@ -82,6 +87,7 @@ const GEMINI: AgentSpec = AgentSpec {
     project_dir_env: Some("GEMINI_PROJECT_DIR"),
     turn_key_field: None,
     call_id_field: None,
+    prompt_key_field: Some("timestamp"),
     timeout_unit: TimeoutUnit::Milliseconds,
     names_entries: true,
 };
@@ -154,7 +160,7 @@ pub fn parse_event(spec: &AgentSpec, input: &[u8]) -> Result<ParsedEvent, String
     let event = if name == spec.prompt_event {
         HookEvent::Prompt {
             session: session()?,
-            turn_key,
+            turn_key: turn_key.or_else(|| spec.prompt_key_field.and_then(text).map(str::to_owned)),
         }
     } else if name == spec.tool_event {
         let tool = text("tool_name").ok_or_else(|| format!("the {name} event has no \"tool_name\""))?;
@@ -182,6 +188,25 @@ pub fn parse_event(spec: &AgentSpec, input: &[u8]) -> Result<ParsedEvent, String
 /// without building the rest: nested values are skipped whatever they hold. `None` when the
 /// input is not an object with balanced brackets and closed strings.
 fn top_level_strings(input: &[u8]) -> Option<std::collections::HashMap<String, String>> {
+    let (fields, whole) = scan_top_level(input);
+    whole.then_some(fields)
+}
+
+/// What an event that could not be read at all still shows of itself: whether it is a prompt
+/// (never blocked), or plainly not a mutating tool call (nothing to block), from the top-level
+/// fields seen before it broke off.
+pub fn could_be_a_mutating_call(spec: &AgentSpec, input: &[u8]) -> (bool, bool) {
+    let (fields, _) = scan_top_level(input);
+    let name = fields.get("hook_event_name").map(String::as_str);
+    let prompt = name == Some(spec.prompt_event);
+    let tool = fields.get("tool_name").map(String::as_str);
+    let other_event = name.is_some() && name != Some(spec.tool_event);
+    let harmless_tool = name == Some(spec.tool_event) && tool.is_some_and(|t| !spec.mutating_tools.contains(&t));
+    (prompt, !(prompt || other_event || harmless_tool))
+}
+
+/// The top-level text fields found, and whether the input was one whole object.
+fn scan_top_level(input: &[u8]) -> (std::collections::HashMap<String, String>, bool) {
     let mut fields = std::collections::HashMap::new();
     let mut depth = 0usize;
     let mut expect_key = false;
@@ -193,11 +218,18 @@ fn top_level_strings(input: &[u8]) -> Option<std::collections::HashMap<String, S
             b'"' => {
                 let start = at;
                 at += 1;
-                while *input.get(at)? != b'"' {
-                    at += if input[at] == b'\\' { 2 } else { 1 };
+                loop {
+                    match input.get(at) {
+                        None => return (fields, false),
+                        Some(b'"') => break,
+                        Some(b'\\') => at += 2,
+                        Some(_) => at += 1,
+                    }
                 }
                 if depth == 1 {
-                    let text = serde_json::from_slice::<String>(&input[start..=at]).ok();
+                    let text = input
+                        .get(start..=at)
+                        .and_then(|raw| serde_json::from_slice::<String>(raw).ok());
                     if expect_key {
                         key = text;
                         expect_key = false;
@@ -222,12 +254,13 @@ fn top_level_strings(input: &[u8]) -> Option<std::collections::HashMap<String, S
             }
             b' ' | b'\t' | b'\n' | b'\r' | b':' => {}
             _ if depth == 0 && at == 0 && input.starts_with("\u{feff}".as_bytes()) => at += 2,
-            _ if depth == 0 => return None,
+            _ if depth == 0 => return (fields, false),
             _ => {}
         }
         at += 1;
     }
-    (seen_object && depth == 0).then_some(fields)
+    let whole = seen_object && depth == 0;
+    (fields, whole)
 }
 
 #[cfg(test)]

@@ -137,9 +137,13 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
     }
     // The agent itself rewrites its settings (a permission you approved, say): a change while
     // the question was open is not overwritten.
-    if read_settings(&file)? != before {
+    let slash_changed = match &slash {
+        Some(change) => read_settings(&change.file)? != change.before,
+        None => false,
+    };
+    if read_settings(&file)? != before || slash_changed {
         return Err(CkptError::Refused(format!(
-            "{} changed while ckpt waited for your answer; nothing was written. Run ckpt integrate again",
+            "{} (or its /ckpt command) changed while ckpt waited for your answer; nothing was written. Run ckpt integrate again",
             file.display()
         )));
     }
@@ -151,6 +155,10 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
         write_settings(&file, after)?;
     }
     if let Some(change) = &slash {
+        // ckpt's /ckpt as someone edited it, or as an older ckpt wrote it: kept as a backup.
+        if let Some(old) = &change.before {
+            write_backup(&change.file, old)?;
+        }
         match &change.after {
             Some(text) => write_settings(&change.file, text)?,
             None => std::fs::remove_file(&change.file).map_err(|source| CkptError::Io {
@@ -376,21 +384,50 @@ fn shell_quote(word: &str) -> String {
     }
 }
 
-/// Whether `command` is a ckpt hook of `spec`'s agent: a program named `ckpt` (any path,
-/// quoted or not), then `hook <agent>`.
+/// Whether `command` is a ckpt hook of `spec`'s agent: a program named `ckpt` (any path, quoted
+/// for the shell in any way), then `hook <agent>`.
 fn is_ckpt_hook(spec: &AgentSpec, command: &str) -> bool {
-    let command = command.trim_start();
-    let quote = command.chars().next().filter(|c| *c == '\'' || *c == '"');
-    let (program, rest) = match quote {
-        Some(quote) => match command[1..].find(quote) {
-            Some(end) => (&command[1..end + 1], &command[end + 2..]),
-            None => return false,
-        },
-        None => command.split_at(command.find(char::is_whitespace).unwrap_or(command.len())),
+    let Some((program, rest)) = first_shell_word(command) else {
+        return false;
     };
-    let named_ckpt = Path::new(program).file_name().is_some_and(|name| name == "ckpt");
+    let named_ckpt = Path::new(&program).file_name().is_some_and(|name| name == "ckpt");
     let mut words = rest.split_whitespace();
     named_ckpt && words.next() == Some("hook") && words.next() == Some(spec.name)
+}
+
+/// The first word of a POSIX shell command line (single quotes, double quotes with their
+/// backslash escapes, and backslash escapes, in any mix), and the rest of the line.
+fn first_shell_word(command: &str) -> Option<(String, &str)> {
+    let command = command.trim_start();
+    let mut word = String::new();
+    let mut chars = command.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            c if c.is_whitespace() => return Some((word, &command[at..])),
+            '\'' => loop {
+                match chars.next()?.1 {
+                    '\'' => break,
+                    c => word.push(c),
+                }
+            },
+            '"' => loop {
+                match chars.next()?.1 {
+                    '"' => break,
+                    '\\' => match chars.next()?.1 {
+                        c @ ('"' | '\\' | '$' | '`') => word.push(c),
+                        c => {
+                            word.push('\\');
+                            word.push(c);
+                        }
+                    },
+                    c => word.push(c),
+                }
+            },
+            '\\' => word.push(chars.next()?.1),
+            c => word.push(c),
+        }
+    }
+    Some((word, ""))
 }
 
 fn has_ckpt_hooks(spec: &AgentSpec, text: &str) -> bool {
@@ -842,6 +879,15 @@ mod tests {
         assert!(!is_ckpt_hook(spec, "notckpt hook claude"));
         assert!(!is_ckpt_hook(spec, "echo ckpt hook claude"));
         assert!(!is_ckpt_hook(spec, "'/unterminated/ckpt hook claude"));
+        // Whatever shell_quote writes is read back as ckpt.
+        for path in ["/opt/ckpt", "/tmp/bin dir/it's $x/ckpt", "/a\"b/ckpt"] {
+            assert!(
+                is_ckpt_hook(spec, &format!("{} hook claude", shell_quote(path))),
+                "{path}"
+            );
+        }
+        assert!(is_ckpt_hook(spec, r#""/p a/\"q\"/ckpt" hook claude"#));
+        assert!(is_ckpt_hook(spec, r"/p\ a/ckpt hook claude"));
         assert_eq!(shell_quote("/usr/bin/ckpt"), "/usr/bin/ckpt");
         assert_eq!(shell_quote("/a b/it's/ckpt"), r"'/a b/it'\''s/ckpt'");
     }

@@ -37,6 +37,8 @@ struct Failure {
     session: Option<String>,
     /// A prompt event: never blocked (that would drop the user's prompt).
     prompt: bool,
+    /// Whether the event is, or may be, a mutating tool call: only those are blocked.
+    may_block: bool,
     message: String,
 }
 
@@ -46,6 +48,7 @@ impl Failure {
             tool: None,
             session: None,
             prompt: false,
+            may_block: true,
             message,
         }
     }
@@ -61,9 +64,22 @@ pub(super) fn run(cli: &Cli, agent: Agent, fail_closed: bool, no_watch: bool) ->
     if std::env::var_os("CKPT_LOCK_TIMEOUT_SECS").is_none() {
         std::env::set_var("CKPT_LOCK_TIMEOUT_SECS", HOOK_LOCK_TIMEOUT_SECS);
     }
-    let parsed = match read_event().and_then(|input| agents::parse_event(spec, &input)) {
-        Ok(parsed) => parsed,
+    let input = match read_event() {
+        Ok(input) => input,
         Err(message) => return report(Failure::before_reading(message), fail_closed),
+    };
+    let parsed = match agents::parse_event(spec, &input) {
+        Ok(parsed) => parsed,
+        Err(message) => {
+            // Broken as it is, it may still say it is a prompt or a harmless call.
+            let (prompt, may_block) = agents::could_be_a_mutating_call(spec, &input);
+            let failure = Failure {
+                prompt,
+                may_block,
+                ..Failure::before_reading(message)
+            };
+            return report(failure, fail_closed);
+        }
     };
     // What a failure past here is about (a crash included): a prompt is never blocked.
     let (tool, session, prompt) = match &parsed.event {
@@ -83,6 +99,7 @@ pub(super) fn run(cli: &Cli, agent: Agent, fail_closed: bool, no_watch: bool) ->
             tool,
             session: Some(session),
             prompt,
+            may_block: !prompt,
             message: "ckpt crashed (the message above says where)".into(),
         },
     };
@@ -102,7 +119,7 @@ fn report(failure: Failure, fail_closed: bool) -> Exit {
         .as_deref()
         .map(|s| format!(" in session {}", printable(s)))
         .unwrap_or_default();
-    if fail_closed && !failure.prompt {
+    if fail_closed && failure.may_block && !failure.prompt {
         sayln!(
             "ckpt: blocked {before}{session}: no checkpoint could be taken first: {}. (The hook runs with --fail-closed; fix the cause, or drop --fail-closed to let tools run unprotected.)",
             failure.message
@@ -148,9 +165,10 @@ fn handle_event(cli: &Cli, spec: &AgentSpec, parsed: agents::ParsedEvent, no_wat
         tool: tool.clone(),
         session: Some(session.clone()),
         prompt: advance == Advance::Prompt,
+        may_block: advance == Advance::ToolCall,
         message,
     };
-    crate::records::validate_label("session", &session).map_err(&fail)?;
+    crate::records::validate_new_label("session", &session).map_err(&fail)?;
     let dir = workspace_dir(cli, spec, parsed.cwd.as_deref()).map_err(|e| fail(e.to_string()))?;
     let (config, provider) = super::open_workspace(cli, &dir, false).map_err(|e| fail(e.to_string()))?;
     let position = provider
@@ -167,7 +185,8 @@ fn handle_event(cli: &Cli, spec: &AgentSpec, parsed: agents::ParsedEvent, no_wat
             chrono::Utc::now().timestamp(),
         )
         .map_err(|e| fail(e.to_string()))?;
-    let Some(tool) = tool.clone() else {
+    // A call announced twice was checkpointed by its first announcement.
+    let Some(tool) = tool.clone().filter(|_| !position.repeated) else {
         return Ok(());
     };
     let args = SnapshotArgs {
@@ -235,7 +254,8 @@ fn read_event() -> Result<Vec<u8>, String> {
 }
 
 /// The workspace the event is about: `-C DIR`, else the project directory the agent gives its
-/// hooks, else the event's `cwd`, else where the hook was started.
+/// hooks, else the event's `cwd`, else where the hook was started. A directory the agent names
+/// that is not there is an error, never a reason to protect some other directory instead.
 fn workspace_dir(cli: &Cli, spec: &AgentSpec, event_cwd: Option<&Path>) -> Result<PathBuf, CkptError> {
     if cli.dir.is_some() {
         return super::working_dir(cli);
@@ -245,14 +265,18 @@ fn workspace_dir(cli: &Cli, spec: &AgentSpec, event_cwd: Option<&Path>) -> Resul
         .and_then(std::env::var_os)
         .filter(|dir| !dir.is_empty())
         .map(PathBuf::from);
-    let chosen = from_env
-        .into_iter()
-        .chain(event_cwd.map(Path::to_path_buf))
-        .find(|dir| dir.is_absolute() && dir.is_dir());
-    match chosen {
-        Some(dir) => dir.canonicalize().map_err(|source| CkptError::Io { path: dir, source }),
-        None => super::working_dir(cli),
+    let Some(named) = from_env.or_else(|| event_cwd.map(Path::to_path_buf)) else {
+        return super::working_dir(cli);
+    };
+    if !named.is_absolute() || !named.is_dir() {
+        return Err(CkptError::InvalidInput(format!(
+            "the agent names {} as the workspace, which is not an existing directory (an absolute path)",
+            named.display()
+        )));
     }
+    named
+        .canonicalize()
+        .map_err(|source| CkptError::Io { path: named, source })
 }
 
 /// The turn a session ckpt has no position for starts at: past the turns its checkpoints

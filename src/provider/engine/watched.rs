@@ -50,8 +50,13 @@ impl Engine {
         } else {
             self.snapshot_locked(&registry, &lock, request)?.0
         };
-        let belongs_to_this_turn = |record: &Record| record.session == request.session && record.turn == request.turn;
-        if outcome.created || !request.opens_turn || belongs_to_this_turn(&outcome.record) {
+        if outcome.created || !request.opens_turn {
+            return Ok(outcome);
+        }
+        // Any checkpoint of this turn already stands for its start (the newest may be another
+        // session's that came in between).
+        let of_this_turn = |record: &Record| record.session == request.session && record.turn == request.turn;
+        if of_this_turn(&outcome.record) || self.reconcile(registry.load()?)?.records.iter().any(of_this_turn) {
             return Ok(outcome);
         }
         self.open_turn_on(&registry, &lock, request, outcome)
