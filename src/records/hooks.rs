@@ -36,6 +36,10 @@ pub struct Position {
     /// settings) is one step, not two.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<(String, u64, u64)>,
+    /// The agent's ids of this session's earlier turns: a late tool call of one of them (its
+    /// prompt long answered) joins the current turn instead of opening a new one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_turn_keys: Vec<String>,
     /// This event announced a tool call already counted (and checkpointed by that first
     /// announcement): nothing more to do.
     #[serde(skip)]
@@ -44,6 +48,8 @@ pub struct Position {
 
 /// Tool call ids remembered per session.
 const RECENT_CALLS: usize = 16;
+/// Earlier turn ids remembered per session.
+const RECENT_TURNS: usize = 8;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct PositionsFile {
@@ -133,7 +139,11 @@ impl HookPositions {
                 ..known.clone()
             });
         }
-        let same_turn = |known: &Position| turn_key.is_none() || known.turn_key.as_deref() == turn_key;
+        let same_turn = |known: &Position| {
+            turn_key.is_none()
+                || known.turn_key.as_deref() == turn_key
+                || turn_key.is_some_and(|key| known.earlier_turn_keys.iter().any(|k| k == key))
+        };
         let (turn, step) = match (known.clone(), advance) {
             // The same prompt announced twice: nothing moves.
             (Some(known), Advance::Prompt) if turn_key.is_some() && same_turn(&known) => (known.turn, known.step),
@@ -146,6 +156,19 @@ impl HookPositions {
             (None, Advance::Prompt) => (first_turn().max(1), 0),
             (None, Advance::ToolCall) => (first_turn().max(1), 1),
         };
+        // The key of the turn in force: a late call of an earlier turn does not replace it.
+        let current_key = match (&known, turn_key) {
+            (Some(known), Some(key)) if known.earlier_turn_keys.iter().any(|k| k == key) => known.turn_key.clone(),
+            _ => turn_key.map(str::to_owned),
+        };
+        let mut earlier_turn_keys = known.as_ref().map(|k| k.earlier_turn_keys.clone()).unwrap_or_default();
+        if let Some(old) = known.as_ref().and_then(|k| k.turn_key.clone()) {
+            if current_key.as_ref() != Some(&old) && !earlier_turn_keys.contains(&old) {
+                earlier_turn_keys.push(old);
+                let excess = earlier_turn_keys.len().saturating_sub(RECENT_TURNS);
+                earlier_turn_keys.drain(..excess);
+            }
+        }
         let mut calls = known.map(|k| k.calls).unwrap_or_default();
         if let Some(id) = call_id.filter(|_| advance == Advance::ToolCall) {
             calls.push((id.to_owned(), turn, step));
@@ -155,9 +178,10 @@ impl HookPositions {
         let position = Position {
             turn,
             step,
-            turn_key: turn_key.map(str::to_owned),
+            turn_key: current_key,
             seen: now,
             calls,
+            earlier_turn_keys,
             repeated: false,
         };
         file.sessions.insert(key, position.clone());
@@ -250,6 +274,10 @@ mod tests {
         assert_eq!(at(Advance::ToolCall, "t2"), (2, 2));
         assert_eq!(at(Advance::Prompt, "t3"), (3, 0));
         assert_eq!(at(Advance::ToolCall, "t3"), (3, 1));
+        // A late call of turn t1 joins the turn in force; it does not open a fourth.
+        assert_eq!(at(Advance::ToolCall, "t1"), (3, 2));
+        assert_eq!(at(Advance::ToolCall, "t3"), (3, 3));
+        assert_eq!(at(Advance::Prompt, "t4"), (4, 0));
     }
 
     #[test]
@@ -307,6 +335,7 @@ mod tests {
                 turn_key: None,
                 seen: n,
                 calls: Vec::new(),
+                earlier_turn_keys: Vec::new(),
                 repeated: false,
             };
             sessions.insert(format!("a:{n}"), position);
