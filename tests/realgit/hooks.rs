@@ -385,3 +385,27 @@ fn a_tool_call_announced_twice_is_checkpointed_once_even_between_other_sessions(
         .collect();
     assert_eq!(labels, ["1.1", "1.2"], "{:?}", listed.json);
 }
+
+#[test]
+fn integrate_never_writes_through_a_link_in_the_project() {
+    let repo = TestRepo::new();
+    let outside = repo.home.join("elsewhere");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    std::fs::write(outside.join("settings.local.json"), b"{}\n").expect("write");
+    // A cloned repository may carry `.claude` as a link to anywhere.
+    repo.symlink(&outside, ".claude");
+    let refused = repo.ckpt_json(&["integrate", "claude", "--yes"], 4);
+    assert!(refused.stderr.contains("symbolic link"), "{}", refused.stderr);
+    assert_eq!(
+        std::fs::read(outside.join("settings.local.json")).expect("read"),
+        b"{}\n"
+    );
+    assert!(!outside.join("commands").exists());
+    // So is a link in place of the /ckpt command's directory.
+    std::fs::remove_file(repo.path(".claude")).expect("unlink");
+    std::fs::create_dir_all(repo.path(".claude")).expect("mkdir");
+    repo.symlink(&outside, ".claude/commands");
+    repo.ckpt_json(&["integrate", "claude", "--yes"], 4);
+    assert!(!repo.path(".claude/settings.local.json").exists());
+    assert!(!outside.join("ckpt.md").exists());
+}

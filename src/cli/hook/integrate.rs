@@ -36,8 +36,18 @@ pub struct Request {
 
 pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError> {
     let spec = request.agent.spec();
-    let named = settings_file(spec, request.user, cli)?;
-    // A settings file linked from a dotfiles repository is edited where it lives.
+    let (named, project) = settings_file(spec, request.user, cli)?;
+    // A project's files are the repository's: a link there (a cloned repository can hold one)
+    // must not send ckpt's writes anywhere else.
+    if let Some(root) = &project {
+        refuse_links_below(root, &named)?;
+        if spec.name == "claude" {
+            if let Some(dir) = named.parent() {
+                refuse_links_below(root, &dir.join("commands").join("ckpt.md"))?;
+            }
+        }
+    }
+    // A user settings file linked from a dotfiles repository is edited where it lives.
     let file = match std::fs::symlink_metadata(&named) {
         Ok(meta) if meta.file_type().is_symlink() => named.canonicalize().map_err(|source| CkptError::Io {
             path: named.clone(),
@@ -69,6 +79,7 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
     if !request.remove {
         let other = settings_file(spec, !request.user, cli)
             .ok()
+            .map(|(other, _)| other)
             .filter(|other| *other != named);
         if let Some(other) = other.filter(|o| {
             read_settings(o)
@@ -285,14 +296,33 @@ fn after_note(spec: &AgentSpec, user: bool) -> String {
     )
 }
 
-/// The settings file `ckpt integrate` edits for `spec`'s agent.
-fn settings_file(spec: &AgentSpec, user: bool, cli: &Cli) -> Result<PathBuf, CkptError> {
+/// Refuses `path` when it, or a directory between `root` and it, is a symbolic link.
+fn refuse_links_below(root: &Path, path: &Path) -> Result<(), CkptError> {
+    let Ok(below) = path.strip_prefix(root) else {
+        return Ok(());
+    };
+    let mut at = root.to_path_buf();
+    for component in below.components() {
+        at.push(component);
+        if std::fs::symlink_metadata(&at).is_ok_and(|meta| meta.file_type().is_symlink()) {
+            return Err(CkptError::Refused(format!(
+                "{} is a symbolic link inside the project; ckpt writes a project's settings only where they are, never through a link. Nothing was written",
+                at.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The settings file `ckpt integrate` edits for `spec`'s agent, and for project settings the
+/// project's top directory.
+fn settings_file(spec: &AgentSpec, user: bool, cli: &Cli) -> Result<(PathBuf, Option<PathBuf>), CkptError> {
     let env_dir = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
     let home = || {
         env_dir("HOME").ok_or_else(|| CkptError::InvalidInput("$HOME is not set: cannot find the user settings".into()))
     };
     if user {
-        return Ok(match spec.name {
+        let file = match spec.name {
             "claude" => env_dir("CLAUDE_CONFIG_DIR")
                 .map(Ok)
                 .unwrap_or_else(|| home().map(|h| h.join(".claude")))?
@@ -306,16 +336,18 @@ fn settings_file(spec: &AgentSpec, user: bool, cli: &Cli) -> Result<PathBuf, Ckp
                 .unwrap_or_else(home)?
                 .join(".gemini")
                 .join("settings.json"),
-        });
+        };
+        return Ok((file, None));
     }
     let cwd = crate::cli::working_dir(cli)?;
     let root = crate::verbs::enclosing_worktree(&cwd).unwrap_or(cwd);
-    Ok(match spec.name {
+    let file = match spec.name {
         // The personal project file: not the one a team shares in git.
         "claude" => root.join(".claude").join("settings.local.json"),
         "codex" => root.join(".codex").join("hooks.json"),
         _ => root.join(".gemini").join("settings.json"),
-    })
+    };
+    Ok((file, Some(root)))
 }
 
 fn read_settings(file: &Path) -> Result<Option<String>, CkptError> {
