@@ -62,6 +62,9 @@ struct TraceFile<'a> {
     bytes: Option<usize>,
     /// The rebuilt content's blob id in this repository, comparable with a checkpoint's.
     id: Option<String>,
+    /// The content was worked back from the worktree file now (undoing later edits), not
+    /// replayed forwards from the log.
+    worked_back: bool,
     reason: Option<&'a str>,
 }
 
@@ -260,6 +263,7 @@ fn node_record<'a>(
                 rebuildable: true,
                 bytes: content.as_ref().map(Vec::len),
                 id: content.as_deref().map(|c| provider.content_id(c)).transpose()?,
+                worked_back: node.worked_back.contains(path),
                 reason: None,
             },
             Known::Unknown(why) => TraceFile {
@@ -267,6 +271,7 @@ fn node_record<'a>(
                 rebuildable: false,
                 bytes: None,
                 id: None,
+                worked_back: false,
                 reason: Some(why),
             },
         });
@@ -304,6 +309,10 @@ fn node_text(node: &TraceNode<'_>) -> String {
     }
     for (path, known) in &node.files {
         match known {
+            Known::Content(_) if node.worked_back.contains(path) => line.push_str(&format!(
+                "  rebuilds {} (worked back from the worktree)",
+                super::output::human_path(path)
+            )),
             Known::Content(_) => line.push_str(&format!("  rebuilds {}", super::output::human_path(path))),
             Known::Unknown(why) => line.push_str(&format!("  unknown {} ({why})", super::output::human_path(path))),
         }
@@ -390,15 +399,35 @@ struct Replayed {
 }
 
 impl Replayed {
+    /// The session's nodes, replayed forwards from its checkpoints and then worked back from
+    /// the worktree where that is exact.
     fn nodes(&self, provider: &dyn Provider) -> Vec<TraceNode<'_>> {
-        trace::replay_among(
+        let mut nodes = trace::replay_among(
             provider.workdir(),
             self.log.header.cwd.as_deref(),
             &self.log.calls,
             &self.checkpoints,
             &self.foreign,
             |record, file| provider.file_at(record, file).map_err(|e| e.to_string()),
-        )
+        );
+        trace::work_backwards(&mut nodes, &self.foreign, |path| file_now(provider.workdir(), path));
+        nodes
+    }
+}
+
+/// The largest worktree file the trace works back from.
+const MAX_WORKED_BACK_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The worktree file at `path` now, for working the trace back from it (`None`: unreadable).
+fn file_now(workdir: &Path, path: &RepoPath) -> Option<trace::FileNow> {
+    let millis = |(secs, nanos): (i64, u32)| secs.saturating_mul(1000).saturating_add(i64::from(nanos / 1_000_000));
+    match crate::verbs::read_settled_file(workdir, path, MAX_WORKED_BACK_BYTES) {
+        Ok(Some((content, stat))) => Some(trace::FileNow {
+            content: Some(content),
+            // A modification time set into the future counts too.
+            changed_at: millis(stat.ctime).max(millis(stat.mtime)),
+        }),
+        Ok(None) | Err(_) => None,
     }
 }
 

@@ -46,6 +46,9 @@ pub struct ToolCall {
     /// The model's arguments, parsed; `Err` with why when the string is not JSON.
     pub arguments: Result<Value, String>,
     pub outcome: CallOutcome,
+    /// When its result was logged (the tool had finished by then); `None` when there is no
+    /// single result, or it carries no time.
+    pub result_time: Option<String>,
 }
 
 /// Something in a log that could not be used, with where it is.
@@ -273,8 +276,9 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
     let mut header = SessionHeader::default();
     let mut calls: Vec<ToolCall> = Vec::new();
     let mut problems = Vec::new();
-    // `None`: results that disagree arrived for one call id.
-    let mut results: std::collections::HashMap<String, Option<CallOutcome>> = std::collections::HashMap::new();
+    // `None`: results that disagree (or more than one) arrived for one call id.
+    let mut results: std::collections::HashMap<String, Option<(CallOutcome, Option<String>)>> =
+        std::collections::HashMap::new();
     for (index, line) in text.split(|b| *b == b'\n').enumerate() {
         let number = index + 1;
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -294,6 +298,7 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
                 name: UNREADABLE_LINE.to_owned(),
                 arguments: Err(message),
                 outcome: CallOutcome::Unknown,
+                result_time: None,
             });
         };
         let value: Value = match serde_json::from_slice(line) {
@@ -342,19 +347,25 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
                     name,
                     arguments,
                     outcome: CallOutcome::Unknown,
+                    result_time: None,
                 });
             }
             "tool/result" => {
                 if let Some(call_id) = result_call_id(data) {
                     let outcome = outcome_of(data);
+                    let time = value.get("time").map(|t| match t {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    });
                     results
                         .entry(call_id)
-                        .and_modify(|known| {
-                            if *known != Some(outcome) {
-                                *known = None;
-                            }
+                        .and_modify(|known| match known {
+                            // A repeated result keeps its outcome if it agrees, but no single
+                            // time says when the tool finished.
+                            Some((seen, seen_time)) if *seen == outcome => *seen_time = None,
+                            _ => *known = None,
                         })
-                        .or_insert(Some(outcome));
+                        .or_insert(Some((outcome, time)));
                 }
             }
             _ => {}
@@ -378,14 +389,14 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
         .map(|(id, _)| id.to_owned())
         .collect();
     for call in &mut calls {
-        call.outcome = if shared.contains(&call.call_id) {
-            CallOutcome::Unknown
+        let result = if shared.contains(&call.call_id) {
+            None
         } else {
-            results
-                .get(&call.call_id)
-                .copied()
-                .flatten()
-                .unwrap_or(CallOutcome::Unknown)
+            results.get(&call.call_id).cloned().flatten()
+        };
+        (call.outcome, call.result_time) = match result {
+            Some((outcome, time)) => (outcome, time),
+            None => (CallOutcome::Unknown, None),
         };
     }
     (header, calls, problems)
@@ -429,6 +440,7 @@ pub fn read_log(path: &Path) -> Result<SessionLog, super::RecordsError> {
             name: UNREADABLE_LINE.to_owned(),
             arguments: Err(torn.clone()),
             outcome: CallOutcome::Unknown,
+            result_time: None,
         });
         problems.push(LogProblem { line: 0, message: torn });
     }

@@ -18,7 +18,8 @@ pub use vault::{
     LocalBlobs, NewTreeEntry, OpenBatch, ParallelBlobs, PathScope, PrivateStore, TreeChange, Vault, READ_ATTEMPTS,
 };
 pub use worktree::{
-    end_watch_daemon, open_no_follow, process_is_alive, temp_file_owner, DiskItem, RestoreOp, WorktreeProbe,
+    end_watch_daemon, open_no_follow, process_is_alive, read_settled_file, temp_file_owner, DiskItem, RestoreOp,
+    WorktreeProbe,
 };
 
 /// A value that failed validation before reaching a verb.

@@ -676,3 +676,276 @@ fn another_session_of_the_workspace_writing_in_between_makes_the_file_unknown() 
         "{planned}"
     );
 }
+
+/// Milliseconds since the epoch, as the harness stamps its events.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A session as the harness records it while it really runs: each call is logged, the tool
+/// changes the file (through `effect`), then its result is logged, all on the real clock.
+struct LiveSession {
+    lines: Vec<String>,
+    seq: u64,
+}
+
+impl LiveSession {
+    fn new(id: &str, cwd: &str) -> Self {
+        LiveSession {
+            lines: vec![serde_json::json!({"type": "session", "id": id, "cwd": cwd}).to_string()],
+            seq: 0,
+        }
+    }
+
+    fn run(&mut self, turn: u64, step: u64, name: &str, args: serde_json::Value, effect: impl FnOnce()) {
+        // Calls of a real session are milliseconds apart at the least.
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        self.seq += 1;
+        let id = format!("call-{}", self.seq);
+        self.lines.push(
+            serde_json::json!({"type": "tool/call", "seq": self.seq, "time": now_ms(),
+                "data": {"turn": turn, "step": step, "callId": id, "name": name, "arguments": args.to_string()}})
+            .to_string(),
+        );
+        effect();
+        self.seq += 1;
+        self.lines.push(
+            serde_json::json!({"type": "tool/result", "seq": self.seq, "time": now_ms(),
+                "data": {"message": {"source": {"kind": "tool", "callId": id},
+                    "content": [{"type": "tool-result", "toolCallId": id, "isError": false}]}}})
+            .to_string(),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(40));
+    }
+
+    /// Two calls of one step that run at once: both logged, both effects, both results.
+    fn run_together(&mut self, turn: u64, calls: [(u64, serde_json::Value); 2], effect: impl FnOnce()) {
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        let ids: Vec<String> = calls
+            .iter()
+            .map(|(step, args)| {
+                self.seq += 1;
+                let id = format!("call-{}", self.seq);
+                self.lines.push(
+                    serde_json::json!({"type": "tool/call", "seq": self.seq, "time": now_ms(),
+                        "data": {"turn": turn, "step": step, "callId": id, "name": "edit", "arguments": args.to_string()}})
+                    .to_string(),
+                );
+                id
+            })
+            .collect();
+        effect();
+        for id in ids.iter().rev() {
+            self.seq += 1;
+            self.lines.push(
+                serde_json::json!({"type": "tool/result", "seq": self.seq, "time": now_ms(),
+                    "data": {"message": {"source": {"kind": "tool", "callId": id},
+                        "content": [{"type": "tool-result", "toolCallId": id, "isError": false}]}}})
+                .to_string(),
+            );
+        }
+    }
+
+    fn save(&self, home: &std::path::Path, cwd: &str, id: &str) {
+        let dir = home.join("sessions").join(project_key(cwd)).join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = zstd::encode_all(format!("{}\n", self.lines.join("\n")).as_bytes(), 3).unwrap();
+        std::fs::write(dir.join("session.jsonl.zstd"), log).unwrap();
+    }
+}
+
+/// What `trace list` says of `path` at node `turn_step`: (rebuildable, worked back, reason).
+fn file_at_node(run: &Run, turn_step: &str, path: &str) -> (bool, bool, String) {
+    let node = run
+        .json
+        .iter()
+        .find(|r| r["type"] == "trace.node" && r["node"].as_str().unwrap().ends_with(&format!(":{turn_step}")))
+        .unwrap_or_else(|| panic!("no node {turn_step}: {:?}", run.json));
+    let file = node["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == path)
+        .unwrap_or_else(|| panic!("node {turn_step} names no {path}: {node}"));
+    (
+        file["rebuildable"].as_bool().unwrap(),
+        file["worked_back"].as_bool().unwrap(),
+        file["reason"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+#[test]
+fn a_session_no_checkpoint_saw_is_worked_back_from_the_worktree_only_where_that_is_exact() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"alpha\nbeta\ngamma\n");
+    repo.write("c.txt", b"one\ntwo\none\n");
+    repo.commit_all("base");
+    let root = repo.root.to_str().unwrap().to_owned();
+    let home = repo.home.join("dsh");
+    let edit = |path: &'static str, old: &'static str, new: &'static str| {
+        let repo = &repo;
+        move || {
+            let text = String::from_utf8(repo.read(path)).unwrap();
+            repo.write(path, text.replacen(old, new, 1).as_bytes());
+        }
+    };
+    // No checkpoint at all: ckpt was not running while the agent worked.
+    let mut session = LiveSession::new("session-cold", &root);
+    session.run(
+        1,
+        1,
+        "edit",
+        serde_json::json!({"file_path": "a.txt", "old_string": "beta", "new_string": "BETA"}),
+        edit("a.txt", "beta", "BETA"),
+    );
+    session.run(1, 2, "bash", serde_json::json!({"command": "echo c >> c.txt"}), || {
+        let mut text = repo.read("c.txt");
+        text.extend_from_slice(b"c\n");
+        repo.write("c.txt", &text);
+    });
+    session.run(
+        1,
+        3,
+        "edit",
+        serde_json::json!({"file_path": "a.txt", "old_string": "gamma", "new_string": "GAMMA"}),
+        edit("a.txt", "gamma", "GAMMA"),
+    );
+    session.run(
+        2,
+        1,
+        "edit",
+        serde_json::json!({"file_path": "c.txt", "old_string": "two", "new_string": "TWO"}),
+        edit("c.txt", "two", "TWO"),
+    );
+    session.run(
+        2,
+        2,
+        "edit",
+        serde_json::json!({"file_path": "c.txt", "old_string": "TWO", "new_string": "one"}),
+        edit("c.txt", "TWO", "one"),
+    );
+    session.save(&home, &root, "session-cold");
+    let home = home.to_str().unwrap();
+    let before = repo.fingerprint();
+    let files_before = repo.worktree();
+
+    let run = repo.ckpt_json(&["trace", "list", "--dsh-home", home], 0);
+    // a.txt: worked back over 1.3 (the shell ran before it, on another file, but it could have
+    // touched a.txt, so 1.1 stays unknown).
+    assert_eq!(file_at_node(&run, "1.3", "a.txt"), (true, true, String::new()));
+    let (known, _, why) = file_at_node(&run, "1.1", "a.txt");
+    assert!(
+        !known && why.contains("not worked back from the worktree") && why.contains("bash"),
+        "{why}"
+    );
+    // c.txt: 2.2 is now; undoing it is ambiguous ("one" occurs three times), so 2.1 is unknown.
+    assert!(file_at_node(&run, "2.2", "c.txt").0);
+    let (known, _, why) = file_at_node(&run, "2.1", "c.txt");
+    assert!(!known && why.contains("occurs 3 times"), "{why}");
+    let human = repo.ckpt(&["trace", "list", "--dsh-home", home]);
+    assert!(
+        human.stdout.contains("rebuilds a.txt (worked back from the worktree)"),
+        "{}",
+        human.stdout
+    );
+
+    // What call 1.3 changed, its base worked back too.
+    let human = repo.ckpt(&["trace", "diff", "trace:cold:1.3", "--dsh-home", home]);
+    assert!(
+        human.stdout.contains("-gamma") && human.stdout.contains("+GAMMA"),
+        "{}",
+        human.stdout
+    );
+    assert_eq!(repo.fingerprint(), before, "the trace is read-only");
+    assert_eq!(repo.worktree(), files_before);
+
+    // The user edits a.txt after the session: the worktree no longer vouches for anything.
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    repo.write("a.txt", b"alpha\nBETA\nGAMMA\nthe user's line\n");
+    let run = repo.ckpt_json(&["trace", "list", "--dsh-home", home], 0);
+    let (known, _, why) = file_at_node(&run, "1.3", "a.txt");
+    assert!(!known && why.contains("changed after call 1.3"), "{why}");
+    // Even one that puts the old modification time back: its status-change time still moved.
+    repo.write("a.txt", b"alpha\nBETA\nGAMMA\n");
+    let old = std::fs::metadata(repo.root.join("c.txt")).unwrap().modified().unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(repo.root.join("a.txt"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let run = repo.ckpt_json(&["trace", "list", "--dsh-home", home], 0);
+    assert!(
+        !file_at_node(&run, "1.3", "a.txt").0,
+        "a reset modification time proves nothing"
+    );
+}
+
+#[test]
+fn a_trace_restore_to_a_worked_back_node_writes_the_content_it_had_then() {
+    let repo = TestRepo::new();
+    repo.write("notes.md", b"# Notes\n\ndraft\n");
+    repo.commit_all("base");
+    let root = repo.root.to_str().unwrap().to_owned();
+    let home = repo.home.join("dsh");
+    let mut session = LiveSession::new("session-late", &root);
+    let step = |old: &'static str, new: &'static str| {
+        let repo = &repo;
+        move || {
+            let text = String::from_utf8(repo.read("notes.md")).unwrap();
+            repo.write("notes.md", text.replacen(old, new, 1).as_bytes());
+        }
+    };
+    session.run(
+        1,
+        1,
+        "edit",
+        serde_json::json!({"file_path": format!("{root}/notes.md"), "old_string": "draft", "new_string": "first pass"}),
+        step("draft", "first pass"),
+    );
+    session.run(1, 2, "str_replace_editor", serde_json::json!({"command": "str_replace", "path": "notes.md", "old_str": "first pass", "new_str": "final text"}), step("first pass", "final text"));
+    // Two edits of one file at once, in the order the log does not say: nothing of them is
+    // worked back, nor anything before them.
+    repo.write("pair.txt", b"left right\n");
+    session.run_together(
+        2,
+        [
+            (
+                1,
+                serde_json::json!({"file_path": "pair.txt", "old_string": "left", "new_string": "LEFT"}),
+            ),
+            (
+                2,
+                serde_json::json!({"file_path": "pair.txt", "old_string": "right", "new_string": "RIGHT"}),
+            ),
+        ],
+        || repo.write("pair.txt", b"LEFT RIGHT\n"),
+    );
+    session.save(&home, &root, "session-late");
+    let home = home.to_str().unwrap();
+    let before = repo.fingerprint().without_status();
+
+    let listed = repo.ckpt_json(&["trace", "list", "--dsh-home", home], 0);
+    let (known, _, why) = file_at_node(&listed, "2.2", "pair.txt");
+    assert!(!known && why.contains("calls 2.1 and 2.2 ran at once"), "{why}");
+    assert!(!file_at_node(&listed, "2.1", "pair.txt").0);
+
+    let run = repo.ckpt_json(&["trace", "restore", "trace:late:1.1", "--yes", "--dsh-home", home], 0);
+    assert_eq!(run.one("trace.restore")["rebuilt"], serde_json::json!(["notes.md"]));
+    assert_eq!(repo.read("notes.md"), b"# Notes\n\nfirst pass\n");
+    assert_eq!(repo.fingerprint().without_status(), before, "only refs/ckpt/ changed");
+    // Undo through the guard gives the state before, byte-exact.
+    let guard = repo
+        .ckpt_json(&["list"], 0)
+        .json
+        .iter()
+        .rev()
+        .find(|r| r["type"] == "checkpoint" && r["kind"] == "guard")
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .unwrap();
+    repo.ckpt_json(&["restore", &guard, "--yes"], 0);
+    assert_eq!(repo.read("notes.md"), b"# Notes\n\nfinal text\n");
+}

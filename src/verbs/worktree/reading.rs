@@ -145,6 +145,62 @@ impl Worktree<'_> {
         }
     }
 
+    /// The bytes and stat of the regular file at `path`, read without following any symlink
+    /// (ancestors included) and only if it held still while read and holds at most `max_bytes`;
+    /// `Ok(None)` for anything else (missing, a directory, a symlink, reached through one, a
+    /// special file, larger, or changing).
+    pub(super) fn read_settled_file(
+        &self,
+        path: &RepoPath,
+        max_bytes: u64,
+    ) -> Result<Option<(Vec<u8>, FileStat)>, VerbError> {
+        let parent = match self.open_parent(path, false) {
+            Ok(Some(parent)) => parent,
+            Ok(None) => return Ok(None),
+            Err(VerbError::Worktree { message, .. }) if message.contains("symlink or not a directory") => {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        let leaf = Self::leaf(path);
+        let fd = match rustix::fs::openat(
+            &parent,
+            leaf,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT | Errno::LOOP | Errno::ISDIR | Errno::NXIO) => return Ok(None),
+            Err(e) => {
+                return Err(worktree_error(
+                    path,
+                    format!("cannot open for reading: {}", errno_text(e)),
+                ))
+            }
+        };
+        let stat_of = |fd: &OwnedFd| {
+            rustix::fs::fstat(fd).map_err(|e| worktree_error(path, format!("cannot stat: {}", errno_text(e))))
+        };
+        let before = stat_of(&fd)?;
+        if FileType::from_raw_mode(before.st_mode) != FileType::RegularFile || before.st_size as u64 > max_bytes {
+            return Ok(None);
+        }
+        let mut file = std::fs::File::from(fd);
+        let mut content = Vec::new();
+        (&mut file)
+            .take(max_bytes + 1)
+            .read_to_end(&mut content)
+            .map_err(|e| worktree_error(path, format!("cannot read: {e}")))?;
+        let after =
+            rustix::fs::fstat(&file).map_err(|e| worktree_error(path, format!("cannot stat: {}", errno_text(e))))?;
+        let still = content.len() as u64 == before.st_size as u64
+            && file_stat(&before) == file_stat(&after)
+            // A path swapped for another file while it was read is not the file read.
+            && rustix::fs::statat(&parent, leaf, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|now| (now.st_dev, now.st_ino) == (before.st_dev, before.st_ino));
+        Ok(still.then(|| (content, file_stat(&after))))
+    }
+
     /// Opens a directory of the worktree without following symlinks; `None` if it is gone.
     pub(super) fn open_dir(&self, dir: &RepoPath) -> Result<Option<OwnedFd>, VerbError> {
         let Some(parent) = self.open_parent(dir, false)? else {

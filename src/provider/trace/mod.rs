@@ -9,8 +9,12 @@
 //! later `write` or checkpoint pins them. Pure logic: the caller reads
 //! the log and the checkpoints; nothing here touches a file.
 
-use std::collections::BTreeMap;
+mod backwards;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+
+pub use backwards::{work_backwards, FileNow};
 
 use serde_json::Value;
 
@@ -40,6 +44,8 @@ pub struct TraceNode<'a> {
     /// What the replay took each replayed file to hold just before this call (the base of an
     /// edit, from an earlier node or a checkpoint), where it looked.
     pub before: BTreeMap<RepoPath, Known>,
+    /// The files whose content after this call was worked back from the worktree.
+    pub worked_back: BTreeSet<RepoPath>,
 }
 
 /// The tools the trace replays: their arguments say exactly which file they change and how.
@@ -199,12 +205,20 @@ fn apply(base: &[u8], change: &Change<'_>) -> Result<Vec<u8>, String> {
 /// When a call ran, in milliseconds since the epoch: the harness logs epoch milliseconds (an
 /// RFC 3339 text is read too).
 pub fn call_millis(call: &ToolCall) -> Option<i64> {
-    let time = call.time.as_deref()?;
+    millis_of(call.time.as_deref()?)
+}
+
+fn millis_of(time: &str) -> Option<i64> {
     time.parse::<i64>().ok().or_else(|| {
         chrono::DateTime::parse_from_rfc3339(time)
             .ok()
             .map(|t| t.timestamp_millis())
     })
+}
+
+/// When a call's result was logged, in milliseconds since the epoch.
+pub fn result_millis(call: &ToolCall) -> Option<i64> {
+    millis_of(call.result_time.as_deref()?)
 }
 
 /// A call of another session of the same workspace that may have changed files there: one file
@@ -213,6 +227,8 @@ pub fn call_millis(call: &ToolCall) -> Option<i64> {
 pub struct ForeignChange {
     /// When it ran (ms since the epoch); `None`: unknown, so possibly before any call.
     pub at: Option<i64>,
+    /// When its result was logged; `None`: unknown, so possibly still running.
+    pub until: Option<i64>,
     pub session: String,
     pub tool: String,
     pub path: Option<RepoPath>,
@@ -249,6 +265,7 @@ pub fn foreign_changes<'c>(
             };
             Some(ForeignChange {
                 at: call_millis(call),
+                until: result_millis(call),
                 session: session.to_owned(),
                 tool: call.name.clone(),
                 path,
@@ -325,6 +342,7 @@ pub fn replay_among<'a>(
             refused: None,
             files: BTreeMap::new(),
             before: BTreeMap::new(),
+            worked_back: BTreeSet::new(),
         };
         if blind_from_next && call.turn.is_some() {
             last_shell = last_shell.max(Some(position(call)));
@@ -520,6 +538,7 @@ mod tests {
             name: name.into(),
             arguments: Ok(args),
             outcome,
+            result_time: None,
         }
     }
 
