@@ -883,6 +883,19 @@ fn trace_restore(
         )));
     }
     if how == RestoreHow::DryRun {
+        // The same checks the restore makes, on a listing of the worktree that stores nothing.
+        let named: Vec<RepoPath> = state_after(&nodes, at).into_keys().collect();
+        let paths: Vec<RepoPath> = rebuilt.iter().map(|(p, _)| p.clone()).collect();
+        let refused = provider.materialize_refusals(guard.max_file_size, &paths, &named)?;
+        rebuilt.retain(|(path, _)| !refused.iter().any(|(p, _)| p == path));
+        not_restored.extend(refused);
+        let not_restored_text = not_restored_lines(&not_restored);
+        if rebuilt.is_empty() {
+            return Err(CkptError::Refused(format!(
+                "{address}: none of the files the trace rebuilds could be written safely now (dry run; nothing was changed)\n{}",
+                not_restored_text.trim_end()
+            )));
+        }
         out.record(&TraceRestoreRecord {
             node: &address,
             checkpoint: None,
@@ -893,12 +906,7 @@ fn trace_restore(
             .iter()
             .map(|(p, _)| format!("  put back: {}\n", super::output::human_path(p)))
             .collect();
-        out.human(
-            format!(
-                "{address} (dry run; nothing was changed):\n{would}{not_restored_text}  (the restore itself also refuses, file by file, what it cannot write safely now: a directory, symlink or ignored path in the way, a file over the size limit)"
-            )
-            .trim_end(),
-        );
+        out.human(format!("{address} (dry run; nothing was changed):\n{would}{not_restored_text}").trim_end());
         return Ok(Exit::partial_if(!not_restored.is_empty()));
     }
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();

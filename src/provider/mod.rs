@@ -273,6 +273,14 @@ pub trait Provider {
         files: &[(RepoPath, Vec<u8>)],
         named: &[RepoPath],
     ) -> Result<engine::Materialized, CkptError>;
+    /// Read-only: which of `files` a [`Provider::materialize`] would refuse now, and why (a
+    /// dry run; stores nothing).
+    fn materialize_refusals(
+        &self,
+        max_file_size: u64,
+        files: &[RepoPath],
+        named: &[RepoPath],
+    ) -> Result<Vec<(RepoPath, String)>, CkptError>;
     /// Deletes these checkpoints (unpins, then drops the records); returns the ids removed.
     /// Objects are left to git's gc (git provider) or `ckpt gc` (copy store).
     fn remove(&self, ids: &[String]) -> Result<Vec<String>, CkptError>;
@@ -369,6 +377,14 @@ impl Provider for CopyThenGit {
         named: &[RepoPath],
     ) -> Result<engine::Materialized, CkptError> {
         self.primary.materialize(now, request, files, named)
+    }
+    fn materialize_refusals(
+        &self,
+        max_file_size: u64,
+        files: &[RepoPath],
+        named: &[RepoPath],
+    ) -> Result<Vec<(RepoPath, String)>, CkptError> {
+        self.primary.materialize_refusals(max_file_size, files, named)
     }
     fn workdir(&self) -> &Path {
         self.primary.workdir()

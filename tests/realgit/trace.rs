@@ -511,9 +511,24 @@ fn a_trace_restore_never_replaces_a_directory_a_symlink_or_a_file_in_the_way_nor
         "--dsh-home",
         &home_text,
     ];
+    // A dry run makes the same checks, on a listing of the worktree that stores nothing.
+    let mut dry_args = args;
+    dry_args[3] = "--dry-run";
+    let objects = repo.git(&["count-objects", "-v"]);
+    let dry = repo.ckpt_json(&dry_args, 3);
+    let planned = dry.one("trace.restore").clone();
+    assert_eq!(planned["checkpoint"], serde_json::Value::Null);
+    assert_eq!(repo.worktree(), files, "a dry run writes nothing");
+    assert!(repo.ckpt_refs().is_empty(), "a dry run publishes nothing");
+    assert_eq!(repo.git(&["count-objects", "-v"]), objects, "a dry run stores nothing");
     let run = repo.ckpt_json(&args, 3);
     let restored = run.one("trace.restore");
     assert_eq!(restored["rebuilt"], serde_json::json!(["ok.txt"]), "{restored}");
+    assert_eq!(
+        planned["rebuilt"], restored["rebuilt"],
+        "the dry run said what the restore did"
+    );
+    assert_eq!(planned["not_restored"], restored["not_restored"], "and what it refused");
     let refused = restored["not_restored"].to_string();
     for (path, why) in [
         ("dir", "is a directory"),
@@ -542,6 +557,13 @@ fn a_trace_restore_never_replaces_a_directory_a_symlink_or_a_file_in_the_way_nor
     for (session, path) in [("session-link01", "linkout/x"), ("session-link02", "linkout")] {
         log(session, &["ok.txt", path]);
         let node = format!("trace:{session}:1.2");
+        let dry = repo.ckpt(&["trace", "restore", &node, "--dry-run", "--dsh-home", &home_text]);
+        assert_eq!(dry.code, 4, "{path}: {}", dry.stderr);
+        assert!(
+            dry.stderr.contains("through the symlink linkout"),
+            "{path}: {}",
+            dry.stderr
+        );
         let run = repo.ckpt(&["trace", "restore", &node, "--yes", "--dsh-home", &home_text]);
         assert_eq!(run.code, 4, "{path}: {}", run.stderr);
         assert!(

@@ -316,6 +316,15 @@ impl Provider for Engine {
         Engine::materialize(self, now, request, files, named)
     }
 
+    fn materialize_refusals(
+        &self,
+        max_file_size: u64,
+        files: &[RepoPath],
+        named: &[RepoPath],
+    ) -> Result<Vec<(RepoPath, String)>, CkptError> {
+        Engine::materialize_refusals(self, max_file_size, files, named)
+    }
+
     fn file_at(&self, record: &Record, path: &RepoPath) -> Result<Option<Vec<u8>>, CkptError> {
         use crate::verbs::EntryKind;
         match self.item_at(&self.pinned_tree_id(record)?, path)? {
