@@ -812,14 +812,14 @@ impl WireRecord for TraceRestoreRecord<'_> {
 
 /// How a trace restore goes ahead: not at all (`--dry-run`), confirmed (`--yes`), or asking.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum RestoreHow {
+pub(super) enum RestoreHow {
     DryRun,
     Confirmed,
     Ask,
 }
 
 #[allow(clippy::too_many_arguments)]
-fn trace_restore(
+pub(super) fn trace_restore(
     provider: &dyn Provider,
     cwd: &Path,
     node: &str,

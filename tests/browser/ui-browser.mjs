@@ -160,6 +160,7 @@ async function main () {
     ['a restore by GET', { path: `/api/restore?id=${c1.id}&confirm=true`, headers: { Host: host, 'X-Ckpt-Token': token } }, 404],
     ['a restore without confirmation', { method: 'POST', path: '/api/restore', headers: { Host: host, 'X-Ckpt-Token': token, 'Content-Type': 'application/json' }, body: JSON.stringify({ id: c1.id, exact: true }) }, 409],
     ['a restore as a form post', { method: 'POST', path: '/api/restore', headers: { Host: host, 'X-Ckpt-Token': token, 'Content-Type': 'application/x-www-form-urlencoded' }, body: `id=${c1.id}&confirm=true` }, 415],
+    ['a trace restore without confirmation', { method: 'POST', path: '/api/trace-restore', headers: { Host: host, 'X-Ckpt-Token': token, 'Content-Type': 'application/json' }, body: JSON.stringify({ node: 'trace:s1:1.2' }) }, 409],
     ['a restore with the token in the query only', { method: 'POST', path: `/api/restore?token=${token}`, headers: { Host: host, 'Content-Type': 'application/json' }, body: JSON.stringify({ id: c1.id, confirm: true }) }, 403],
     ['a path outside the workspace', { method: 'POST', path: '/api/preview', headers: { Host: host, 'X-Ckpt-Token': token, 'Content-Type': 'application/json' }, body: JSON.stringify({ id: c1.id, paths: ['../outside'] }) }, 400],
     ['a method other than GET and POST', { method: 'DELETE', path: '/api/checkpoints', headers: { Host: host, 'X-Ckpt-Token': token } }, 405],
@@ -259,6 +260,35 @@ async function main () {
   await page.waitForFunction((old) => !old.isConnected && document.querySelector('#outcome .restored'), {}, firstOutcome)
   assert.match(await page.$eval('#outcome .restored', (e) => e.textContent), /Restored, and verified\./)
   assert.deepEqual(files(ws), worktree, 'undo: the state before the restore, byte-exact')
+
+  step('a tool call put back from the page: preview, Cancel, Yes, Undo')
+  await page.click('.node.trace[data-node="trace:s1:1.2"]')
+  await page.waitForSelector('#trace-preview')
+  await page.click('#trace-preview')
+  await page.waitForSelector('#outcome .trace-plan')
+  const plan = await page.$$eval('#outcome .trace-plan .paths', (blocks) => Object.fromEntries(blocks.map((b) => [b.className.replace('paths ', ''), [...b.querySelectorAll('li')].map((li) => li.textContent)])))
+  assert.deepEqual(plan, { rebuilt: ['a.txt', 'new.txt'] }, 'the edit on its checkpoint base, and the write before it')
+  assert.deepEqual(files(ws), worktree, 'a trace preview writes nothing')
+  const refsBefore = ckpt(ws, 'list').length
+  await page.click('#trace-restore')
+  await page.waitForSelector('#confirm[open]')
+  assert.match(await page.$eval('#confirm-body', (e) => e.textContent), /put back as the session log rebuilds them \(2\)a\.txtnew\.txt/)
+  await page.click('#confirm-cancel')
+  await page.waitForSelector('#outcome .cancelled')
+  assert.deepEqual(files(ws), worktree, 'cancelled: nothing changed')
+  assert.equal(ckpt(ws, 'list').length, refsBefore, 'cancelled: no checkpoint made')
+  await page.click('#trace-restore')
+  await page.waitForSelector('#confirm[open]')
+  await page.click('#confirm-yes')
+  await page.waitForSelector('#outcome .restored')
+  assert.match(await page.$eval('#outcome .restored', (e) => e.textContent), /Restored, and verified\./)
+  assert.deepEqual(files(ws), { ...worktree, 'a.txt': Buffer.from('alpha\nBeta\ngamma\n').toString('base64') }, 'a.txt as the log rebuilds it after call 1.2; nothing else touched')
+  const traceOutcome = await page.$('#outcome .restored')
+  await page.click('#undo')
+  await page.waitForSelector('#confirm[open]')
+  await page.click('#confirm-yes')
+  await page.waitForFunction((old) => !old.isConnected && document.querySelector('#outcome .restored'), {}, traceOutcome)
+  assert.deepEqual(files(ws), worktree, 'undo of the trace restore: byte-exact')
 
   step('a new checkpoint appears without a reload')
   write(ws, 'later.txt', 'later\n')

@@ -2,7 +2,8 @@
 //! its v1 records instead of printing them (list, diff, status, prune --dry-run, preview,
 //! restore), so the page sees exactly what `ckpt --json` prints. The one route of its own,
 //! `/api/file`, renders one file's line diff for the page (`diff.lines`). `/api/trace` and
-//! `/api/trace-diff` are `list --trace` and `trace diff NODE` (read-only). Restore needs
+//! `/api/trace-diff` are `list --trace` and `trace diff NODE` (read-only); `/api/trace-preview`
+//! and `/api/trace-restore` are `trace restore NODE --dry-run` and `--yes`. Both restores need
 //! `"confirm": true` in a POST body; nothing here writes by any other path.
 
 use std::os::unix::ffi::OsStrExt;
@@ -17,7 +18,7 @@ use super::super::inspect::{diff, status, DiffRequest};
 use super::super::output::{DiffView, Output};
 use super::super::restore::{preview, restore};
 use super::super::retention::prune;
-use super::super::trace::{timeline, trace_diff};
+use super::super::trace::{timeline, trace_diff, trace_restore, GuardSettings, RestoreHow};
 use super::super::{retention_policy, DEFAULT_MAX_FILE_SIZE};
 use super::{query_param, Answer};
 use crate::provider::{CkptError, Provider};
@@ -149,6 +150,34 @@ impl Api<'_> {
     pub fn post(&self, route: &str, body: &Value) -> Answer {
         let provider = self.provider;
         let workdir = provider.workdir();
+        let confirmed = body.get("confirm") == Some(&Value::Bool(true));
+        let watch = self.config.watch != Some(false);
+        if let Some(how) = match route {
+            "/api/trace-preview" => Some(RestoreHow::DryRun),
+            "/api/trace-restore" => Some(RestoreHow::Confirmed),
+            _ => None,
+        } {
+            if how == RestoreHow::Confirmed && !confirmed {
+                return Answer::error(
+                    409,
+                    "refused",
+                    "a trace restore needs \"confirm\": true (the page asks first); nothing was changed",
+                );
+            }
+            let node = match text_field(body, "node") {
+                Ok(node) => node.to_owned(),
+                Err(answer) => return answer,
+            };
+            let paths = match paths_of(body) {
+                Ok(paths) => paths,
+                Err(answer) => return answer,
+            };
+            let guard = GuardSettings {
+                max_file_size: self.max_file_size(),
+                watch,
+            };
+            return collect(|out| trace_restore(provider, workdir, &node, &paths, how, None, &guard, out));
+        }
         let args = match self.restore_args(body) {
             Ok(args) => args,
             Err(answer) => return answer,
@@ -156,14 +185,13 @@ impl Api<'_> {
         match route {
             "/api/preview" => collect(|out| preview(provider, workdir, &args, self.max_file_size(), out)),
             "/api/restore" => {
-                if body.get("confirm") != Some(&Value::Bool(true)) {
+                if !confirmed {
                     return Answer::error(
                         409,
                         "refused",
                         "a restore needs \"confirm\": true (the page asks first); nothing was changed",
                     );
                 }
-                let watch = self.config.watch != Some(false);
                 collect(|out| restore(provider, workdir, &args, true, self.max_file_size(), watch, out))
             }
             _ => Answer::error(404, "not_found", "no such API route"),

@@ -177,7 +177,10 @@ async function pickCall (call) {
   $('outcome').replaceChildren()
   $('file-head').replaceChildren()
   $('file-body').replaceChildren()
-  $('selection').replaceChildren(el('span', {}, 'Tool call ', el('b', {}, `${call.turn ?? '?'}.${call.step ?? '?'} ${call.tool}`), ' as the session log replays it (', el('code', {}, `ckpt trace restore ${call.node}`), ' puts its files back)'))
+  $('selection').replaceChildren(el('span', {}, 'Tool call ', el('b', {}, `${call.turn ?? '?'}.${call.step ?? '?'} ${call.tool}`), ' as the session log replays it (', el('code', {}, `ckpt trace restore ${call.node}`), ' puts its files back)'),
+    el('div', { class: 'call-actions' },
+      el('button', { type: 'button', id: 'trace-preview', onclick: () => tracePreview(call) }, 'Preview restore'),
+      el('button', { type: 'button', id: 'trace-restore', class: 'danger', onclick: () => traceRestore(call) }, 'Restore…')))
   const files = $('files')
   files.replaceChildren(el('p', { class: 'loading' }, 'loading…'))
   try {
@@ -403,6 +406,60 @@ async function restoreTo (id, exact, paths, what) {
       pathList('written', report.written, 'written'),
       pathList('deleted', report.deleted, 'deleted'),
       pathList('left in place, created after it', report.left, 'left'),
+      pathList('failed', (report.failed ?? []).map((f) => ({ path: f.path, reason: f.error })), 'failed'),
+      el('p', {}, `${report.unchanged} path(s) already matched`),
+    ]
+    if (report.guard) {
+      lines.push(el('p', { class: 'guard' }, `Guard checkpoint ${report.guard.slice(0, 8)} holds the files as they were before. `,
+        el('button', { type: 'button', id: 'undo', onclick: () => restoreTo(report.guard, true, [], `the state before that restore (guard ${report.guard.slice(0, 8)})`) }, 'Undo')))
+    }
+    outcome.replaceChildren(el('div', { class: 'restored' }, lines))
+    await refresh()
+  } catch (error) {
+    outcome.replaceChildren(el('p', { class: 'error' }, error.message))
+  }
+}
+
+/** What a trace restore would do (`ckpt trace restore NODE --dry-run`): the files it puts back and the ones it leaves, with why. */
+function tracePlanView (plan) {
+  return el('div', { class: 'preview trace-plan' },
+    pathList('put back as the session log rebuilds them', plan.rebuilt, 'rebuilt'),
+    pathList('left as they are', plan.not_restored, 'not-restored'),
+    el('p', {}, 'A trace restore never deletes a file.'))
+}
+
+async function tracePlan (call) {
+  const answer = await api('POST', '/api/trace-preview', { node: call.node })
+  return answer.records.find((r) => r.type === 'trace.restore')
+}
+
+async function tracePreview (call) {
+  const outcome = $('outcome')
+  try {
+    const plan = await tracePlan(call)
+    outcome.replaceChildren(el('h3', {}, `Putting back the files as they were after call ${call.turn ?? '?'}.${call.step ?? '?'} would:`), tracePlanView(plan))
+  } catch (error) {
+    outcome.replaceChildren(el('p', { class: 'error' }, error.message))
+  }
+}
+
+/** The files as the log rebuilds them after a call, through the same confirmed, guarded transaction as the CLI. */
+async function traceRestore (call) {
+  const outcome = $('outcome')
+  try {
+    const plan = await tracePlan(call)
+    const yes = await confirmInPage(`Put back the files as they were after call ${call.turn ?? '?'}.${call.step ?? '?'}? A guard checkpoint of the current files is taken first.`, tracePlanView(plan))
+    if (!yes) {
+      outcome.replaceChildren(el('p', { class: 'cancelled' }, 'Not restored; nothing was changed.'))
+      return
+    }
+    const answer = await api('POST', '/api/trace-restore', { node: call.node, confirm: true })
+    const done = answer.records.find((r) => r.type === 'trace.restore')
+    const report = answer.records.find((r) => r.type === 'restore')
+    const lines = [
+      el('h3', {}, report.verified && !done.not_restored.length ? 'Restored, and verified.' : report.verified ? 'Restored and verified, but not every file:' : 'Restored with problems:'),
+      pathList('written', report.written, 'written'),
+      pathList('left as they are', done.not_restored, 'not-restored'),
       pathList('failed', (report.failed ?? []).map((f) => ({ path: f.path, reason: f.error })), 'failed'),
       el('p', {}, `${report.unchanged} path(s) already matched`),
     ]
