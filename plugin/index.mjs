@@ -4,6 +4,9 @@
 // JSON Lines contract; this file only maps harness events to ckpt commands.
 
 import { randomUUID } from 'node:crypto'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 
 import { Config as ConfigSchema } from './lib/config.mjs'
 import { checkpointsProjection } from './lib/projection.mjs'
@@ -101,6 +104,34 @@ export function apply(ctx, rawConfig) {
     } catch (error) {
       if (/ENOENT|EACCES/.test(error.message)) resolved = undefined // gone since: look again next time
       throw error
+    }
+  }
+
+  /**
+   * `ckpt trace ...` for session `sid`, reading its log through the host's session query
+   * service where there is one (the file under the harness home lags the live log by a write
+   * batch), else from the file.
+   */
+  const traceCkpt = async (cwd, sid, args, signal, timeoutMs) => {
+    const query = ctx.get?.('sessionQuery')
+    let dir
+    const extra = []
+    if (typeof query?.readSession === 'function') {
+      try {
+        const { session, events } = await query.readSession(sid)
+        dir = mkdtempSync(join(tmpdir(), 'ckpt-session-log-'))
+        const file = join(dir, 'session.jsonl')
+        const lines = [JSON.stringify({ ...session, type: 'session' }), ...events.map((e) => JSON.stringify(e))]
+        writeFileSync(file, `${lines.join('\n')}\n`, { mode: 0o600 })
+        extra.push('--session-log', file)
+      } catch (error) {
+        log.warn('ckpt: the session query service could not give session %s (%s); reading its log file', sid, error.message)
+      }
+    }
+    try {
+      return await ckpt(cwd, ['trace', ...args, ...extra], signal, timeoutMs)
+    } finally {
+      if (dir) rmSync(dir, { recursive: true, force: true })
     }
   }
 
@@ -301,7 +332,7 @@ export function apply(ctx, rawConfig) {
       const shown = verb === 'all' ? listed.points : firstOfEachTurn(listed.points)
       if (!shown.length) {
         // No checkpoint in this session: what its own log can rebuild is still a way back.
-        const traced = await ckpt(cwd, ['trace', 'list', '--session', sid], signal)
+        const traced = await traceCkpt(cwd, sid, ['list', '--session', sid], signal)
         const nodes = traced.code === 0 ? traceNodes(traced.records) : []
         if (!nodes.length) return { kind: 'success', text: `${warning}no rewind points yet` }
         return { kind: 'success', text: `${warning}no checkpoints in this session, but its log rebuilds these files:\n${renderTraceNodes(nodes)}\n/${name} trace <turn.step> puts them back as they were after that call` }
@@ -312,7 +343,7 @@ export function apply(ctx, rawConfig) {
     }
     if (verb === 'trace') {
       if (!rest.length) {
-        const traced = await ckpt(cwd, ['trace', 'list', '--session', sid], signal)
+        const traced = await traceCkpt(cwd, sid, ['list', '--session', sid], signal)
         if (traced.code !== 0) return { kind: 'error', text: `${warning}${errorText(traced)}` }
         const nodes = traceNodes(traced.records)
         if (!nodes.length) return { kind: 'success', text: `${warning}this session's log rebuilds no file exactly (a shell call, or edits of files it never saw, hide their content)` }
@@ -322,7 +353,7 @@ export function apply(ctx, rawConfig) {
       const label = previewOnly ? rest[1] : rest[0]
       if (!label || !/^(\d+\.\d+|[\w-]+)$/u.test(label)) return { kind: 'error', text: `bad call ${label}: a call is turn.step (1.2) or a call id, as /${name} trace lists them` }
       const node = `trace:${sid}:${label}`
-      const planned = await ckpt(cwd, ['trace', 'restore', node, '--dry-run'], signal)
+      const planned = await traceCkpt(cwd, sid, ['restore', node, '--dry-run'], signal)
       const plan = one(planned, 'trace.restore')
       // Exit 3: some files it knows of cannot be rebuilt there; the plan names them.
       if ((planned.code !== 0 && planned.code !== 3) || !plan) return { kind: 'error', text: `${warning}${errorText(planned)}` }
@@ -333,7 +364,7 @@ export function apply(ctx, rawConfig) {
         return { kind: 'error', text: `not confirmed; nothing was changed.\n${planText}` }
       }
       if (agent.status === 'running') return { kind: 'error', text: 'the agent started a turn while the question was open; nothing was changed (ask again between turns)' }
-      const restored = await ckpt(cwd, ['trace', 'restore', node, '--yes'], signal, RESTORE_TIMEOUT_MS)
+      const restored = await traceCkpt(cwd, sid, ['restore', node, '--yes'], signal, RESTORE_TIMEOUT_MS)
       const report = one(restored, 'restore')
       if (!report) return { kind: 'error', text: `${warning}${errorText(restored)}` }
       const made = one(restored, 'trace.restore')

@@ -494,3 +494,42 @@ test('/rewind in a session without checkpoints offers what its log rebuilds; /re
     else process.env.DSH_HOME = saved
   }
 })
+
+test('/rewind trace reads the live log through the host\'s session query service, ahead of the file it lags', async () => {
+  const dir = repo()
+  const home = tempDir('ckpt-plugin-dsh-')
+  const logDir = join(home, 'sessions', `--${dir.replace(/^\//, '').replaceAll('/', '-')}--`, 'session-live01')
+  mkdirSync(logDir, { recursive: true })
+  const header = { id: 'session-live01', createdAt: '2026-12-01T00:00:00Z', cwd: dir }
+  const call = (seq, step, content) => ({ type: 'tool/call', seq, time: 1_700_000_000_000 + seq, data: { turn: 1, step, callId: `c${step}`, name: 'write', arguments: JSON.stringify({ file_path: 'a.txt', content }) } })
+  const result = (seq, step) => ({ type: 'tool/result', seq, time: 1_700_000_000_000 + seq, data: { message: { source: { kind: 'tool', callId: `c${step}` }, content: [{ type: 'tool-result', toolCallId: `c${step}`, isError: false }] } } })
+  const events = [call(1, 1, 'first\n'), result(2, 1), call(3, 2, 'second\n'), result(4, 2)]
+  // The file on disk has only the first call yet: the second is still in the write batch.
+  writeFileSync(join(logDir, 'session.jsonl'), `${[JSON.stringify({ type: 'session', ...header }), ...events.slice(0, 2).map((e) => JSON.stringify(e))].join('\n')}\n`)
+  const saved = process.env.DSH_HOME
+  process.env.DSH_HOME = home
+  try {
+    const asked = []
+    const sessionQuery = { readSession: async (id) => { asked.push(id); return { session: header, events } } }
+    const { command } = apply(fakeContext({ sessionQuery }), { binary: CKPT })
+    const agent = { session: { id: 'session-live01', header: { cwd: dir }, events: [] }, status: 'idle' }
+    const listed = await command.handler({ agent, rawInput: ' trace' })
+    assert.equal(listed.kind, 'success', listed.text)
+    assert.match(listed.text, /call 1\.2 {2}write {2}a\.txt {2}rebuilds a\.txt/, 'the call only the live log has')
+    const restored = await command.handler({ agent, rawInput: ' trace 1.2 --yes' })
+    assert.equal(restored.kind, 'success', restored.text)
+    assert.equal(readFileSync(join(dir, 'a.txt'), 'utf8'), 'second\n')
+    assert.deepEqual(asked, ['session-live01', 'session-live01', 'session-live01'], 'list, plan and restore each read it')
+
+    // A service that fails: the file is read instead, and says what it knows.
+    const broken = { readSession: async () => { throw new Error('no such session') } }
+    const fallback = apply(fakeContext({ sessionQuery: broken }), { binary: CKPT }).command
+    const fromFile = await fallback.handler({ agent, rawInput: ' trace' })
+    assert.equal(fromFile.kind, 'success', fromFile.text)
+    assert.match(fromFile.text, /call 1\.1 {2}write/)
+    assert.doesNotMatch(fromFile.text, /call 1\.2/)
+  } finally {
+    if (saved === undefined) delete process.env.DSH_HOME
+    else process.env.DSH_HOME = saved
+  }
+})

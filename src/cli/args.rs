@@ -268,6 +268,10 @@ pub(super) enum TraceAction {
         /// The harness's home (default: $DSH_HOME, else ~/.dsh)
         #[arg(long)]
         dsh_home: Option<PathBuf>,
+        /// Read one session's events from this file (JSON Lines or zstd, the harness's format)
+        /// instead of its log under the harness's home; the other sessions are still read there
+        #[arg(long, value_name = "FILE")]
+        session_log: Option<PathBuf>,
     },
     /// What a tool call changed (NODE alone), or the files as the trace knows them after NODE
     /// against another node or a checkpoint (`latest`, an id prefix, `turn:T`...)
@@ -282,6 +286,10 @@ pub(super) enum TraceAction {
         /// The harness's home (default: $DSH_HOME, else ~/.dsh)
         #[arg(long)]
         dsh_home: Option<PathBuf>,
+        /// Read one session's events from this file (JSON Lines or zstd, the harness's format)
+        /// instead of its log under the harness's home; the other sessions are still read there
+        #[arg(long, value_name = "FILE")]
+        session_log: Option<PathBuf>,
     },
     /// Put back the files the trace rebuilds exactly as they were after NODE (never deletes);
     /// takes a guard checkpoint first, like every restore
@@ -300,6 +308,10 @@ pub(super) enum TraceAction {
         /// The harness's home (default: $DSH_HOME, else ~/.dsh)
         #[arg(long)]
         dsh_home: Option<PathBuf>,
+        /// Read one session's events from this file (JSON Lines or zstd, the harness's format)
+        /// instead of its log under the harness's home; the other sessions are still read there
+        #[arg(long, value_name = "FILE")]
+        session_log: Option<PathBuf>,
         /// Only these paths, after `--`
         #[arg(last = true, value_name = "PATH")]
         paths: Vec<PathBuf>,

@@ -305,7 +305,10 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
             &cwd,
             session.as_deref(),
             *all,
-            dsh_home.as_deref(),
+            trace::LogSource {
+                dsh_home: dsh_home.as_deref(),
+                session_log: None,
+            },
             out,
         ),
         WorkspaceCommand::Show(args) => show(provider.as_ref(), args, out),

@@ -98,6 +98,24 @@ fn outcome_text(outcome: CallOutcome) -> &'static str {
     }
 }
 
+/// Where the session logs come from: the harness's home, and optionally one session's log read
+/// from a file of the caller's instead (the harness adapter passes the live log the host gives
+/// it, which the file under the home may lag).
+#[derive(Clone, Copy, Default)]
+pub(super) struct LogSource<'a> {
+    pub dsh_home: Option<&'a Path>,
+    pub session_log: Option<&'a Path>,
+}
+
+impl<'a> LogSource<'a> {
+    pub fn new(dsh_home: &'a Option<PathBuf>, session_log: &'a Option<PathBuf>) -> Self {
+        LogSource {
+            dsh_home: dsh_home.as_deref(),
+            session_log: session_log.as_deref(),
+        }
+    }
+}
+
 pub(super) fn trace(
     provider: &dyn Provider,
     cwd: &Path,
@@ -106,18 +124,38 @@ pub(super) fn trace(
     out: &Output,
 ) -> Result<Exit, CkptError> {
     match action {
-        TraceAction::List { session, dsh_home } => list(provider, cwd, session.as_deref(), dsh_home.as_deref(), out),
+        TraceAction::List {
+            session,
+            dsh_home,
+            session_log,
+        } => list(
+            provider,
+            cwd,
+            session.as_deref(),
+            LogSource::new(dsh_home, session_log),
+            out,
+        ),
         TraceAction::Diff {
             node,
             other,
             session,
             dsh_home,
-        } => trace_diff(provider, cwd, node, other.as_deref(), session, dsh_home.as_deref(), out),
+            session_log,
+        } => trace_diff(
+            provider,
+            cwd,
+            node,
+            other.as_deref(),
+            session,
+            LogSource::new(dsh_home, session_log),
+            out,
+        ),
         TraceAction::Restore {
             node,
             yes,
             dry_run,
             dsh_home,
+            session_log,
             paths,
             ..
         } => {
@@ -128,7 +166,8 @@ pub(super) fn trace(
             } else {
                 RestoreHow::Ask
             };
-            trace_restore(provider, cwd, node, paths, how, dsh_home.as_deref(), guard, out)
+            let logs = LogSource::new(dsh_home, session_log);
+            trace_restore(provider, cwd, node, paths, how, logs, guard, out)
         }
     }
 }
@@ -184,11 +223,11 @@ fn list(
     provider: &dyn Provider,
     cwd: &Path,
     session: Option<&str>,
-    dsh_home: Option<&Path>,
+    logs: LogSource<'_>,
     out: &Output,
 ) -> Result<Exit, CkptError> {
     let workdir = provider.workdir();
-    let (root, sessions) = replay_sessions(provider, cwd, dsh_home, |id| {
+    let (root, sessions) = replay_sessions(provider, cwd, logs, |id| {
         session.is_none_or(|s| id.starts_with(s) || session_short(id).starts_with(s))
     })?;
     let mut text = String::new();
@@ -327,7 +366,7 @@ pub(super) fn timeline(
     cwd: &Path,
     session: Option<&str>,
     all: bool,
-    dsh_home: Option<&Path>,
+    logs: LogSource<'_>,
     out: &Output,
 ) -> Result<Exit, CkptError> {
     let checkpoints: Vec<Record> = provider
@@ -335,7 +374,7 @@ pub(super) fn timeline(
         .into_iter()
         .filter(|r| session.is_none_or(|s| r.session.as_deref() == Some(s)))
         .collect();
-    let (_, sessions) = replay_sessions(provider, cwd, dsh_home, |id| session.is_none_or(|s| id == s))?;
+    let (_, sessions) = replay_sessions(provider, cwd, logs, |id| session.is_none_or(|s| id == s))?;
     let replayed: Vec<(&str, Vec<TraceNode<'_>>)> = sessions
         .iter()
         .map(|s| (s.log.header.id.as_str(), s.nodes(provider)))
@@ -431,16 +470,44 @@ fn file_now(workdir: &Path, path: &RepoPath) -> Option<trace::FileNow> {
     }
 }
 
+/// A session's log from a file of the caller's (`--session-log`): it must say which session it
+/// is and that the session ran in this workspace.
+fn given_log(provider: &dyn Provider, file: &Path) -> Result<(PathBuf, SessionLog), CkptError> {
+    let log = sessionlog::read_log(file)?;
+    let named = log.problems.iter().all(|p| p.message != "no session header line");
+    if !named {
+        return Err(CkptError::InvalidInput(format!(
+            "{}: a session log given with --session-log needs its header line (the session's id and cwd)",
+            file.display()
+        )));
+    }
+    let inside = log
+        .header
+        .cwd
+        .as_deref()
+        .is_some_and(|c| Path::new(c).starts_with(provider.workdir()));
+    if !inside {
+        return Err(CkptError::InvalidInput(format!(
+            "{}: session {} did not run in this workspace ({}), by its header's cwd ({})",
+            file.display(),
+            log.header.id,
+            provider.workdir().display(),
+            log.header.cwd.as_deref().unwrap_or("none")
+        )));
+    }
+    Ok((file.to_path_buf(), log))
+}
+
 /// Every session log of this workspace read, and the ones `keep` accepts replayed against their
 /// own checkpoints and against what every other session may have changed (a call a fork's log
 /// copied from its parent, known by its call id, is the session's own).
 fn replay_sessions(
     provider: &dyn Provider,
     cwd: &Path,
-    dsh_home: Option<&Path>,
+    logs: LogSource<'_>,
     keep: impl Fn(&str) -> bool,
 ) -> Result<(PathBuf, Vec<Replayed>), CkptError> {
-    let (root, mut paths) = workspace_logs(provider, cwd, dsh_home)?;
+    let (root, mut paths) = workspace_logs(provider, cwd, logs.dsh_home)?;
     // Sessions started in a directory below the workspace wrote its files too.
     let below: Vec<PathBuf> = provider
         .workdir()
@@ -450,8 +517,12 @@ fn replay_sessions(
     let first_below = paths.len();
     let below: Vec<PathBuf> = below.into_iter().filter(|p| !paths.contains(p)).collect();
     paths.extend(below);
-    let mut logs = Vec::with_capacity(paths.len());
-    let mut total: u64 = 0;
+    let mut logs: Vec<(PathBuf, SessionLog)> = match logs.session_log {
+        Some(file) => vec![given_log(provider, file)?],
+        None => Vec::new(),
+    };
+    let given: Option<String> = logs.first().map(|(_, log)| log.header.id.clone());
+    let mut total: u64 = logs.first().map_or(0, |(_, log)| log.bytes);
     for (at, path) in paths.into_iter().enumerate() {
         let log = sessionlog::read_log(&path)?;
         if at >= first_below {
@@ -463,6 +534,10 @@ fn replay_sessions(
             if !inside {
                 continue;
             }
+        }
+        // The caller's copy of a session stands in for that session's file.
+        if given.as_deref() == Some(log.header.id.as_str()) {
+            continue;
         }
         total += log.bytes;
         if total > MAX_LOGS_BYTES {
@@ -537,13 +612,8 @@ fn parse_node(text: &str) -> Result<(&str, &str), CkptError> {
 }
 
 /// The session a node address names (by a prefix of its id, with or without `session-`).
-fn load_session(
-    provider: &dyn Provider,
-    cwd: &Path,
-    prefix: &str,
-    dsh_home: Option<&Path>,
-) -> Result<Replayed, CkptError> {
-    let (root, mut found) = replay_sessions(provider, cwd, dsh_home, |id| {
+fn load_session(provider: &dyn Provider, cwd: &Path, prefix: &str, logs: LogSource<'_>) -> Result<Replayed, CkptError> {
+    let (root, mut found) = replay_sessions(provider, cwd, logs, |id| {
         id.starts_with(prefix) || session_short(id).starts_with(prefix)
     })?;
     // A session named whole wins over others it is a prefix of.
@@ -645,11 +715,11 @@ pub(super) fn trace_diff(
     node: &str,
     other: Option<&str>,
     session: &Option<String>,
-    dsh_home: Option<&Path>,
+    logs: LogSource<'_>,
     out: &Output,
 ) -> Result<Exit, CkptError> {
     let (prefix, name) = parse_node(node)?;
-    let replayed = load_session(provider, cwd, prefix, dsh_home)?;
+    let replayed = load_session(provider, cwd, prefix, logs)?;
     let nodes = replayed.nodes(provider);
     let at = find_node(&nodes, name, node)?;
     let from_label = node_address(&replayed.log.header.id, nodes[at].call);
@@ -681,7 +751,7 @@ pub(super) fn trace_diff(
             let (other_nodes, other_session) = if other_prefix == prefix {
                 (nodes.clone(), &replayed)
             } else {
-                other_replayed = load_session(provider, cwd, other_prefix, dsh_home)?;
+                other_replayed = load_session(provider, cwd, other_prefix, logs)?;
                 (other_replayed.nodes(provider), &other_replayed)
             };
             let other_at = find_node(&other_nodes, other_name, text)?;
@@ -825,7 +895,7 @@ pub(super) fn trace_restore(
     node: &str,
     paths: &[PathBuf],
     how: RestoreHow,
-    dsh_home: Option<&Path>,
+    logs: LogSource<'_>,
     guard: &GuardSettings,
     out: &Output,
 ) -> Result<Exit, CkptError> {
@@ -834,7 +904,7 @@ pub(super) fn trace_restore(
         .iter()
         .map(|arg| crate::provider::repo_path_from_user(provider.workdir(), cwd, arg))
         .collect::<Result<Vec<_>, _>>()?;
-    let replayed = load_session(provider, cwd, prefix, dsh_home)?;
+    let replayed = load_session(provider, cwd, prefix, logs)?;
     let nodes = replayed.nodes(provider);
     let at = find_node(&nodes, name, node)?;
     let address = node_address(&replayed.log.header.id, nodes[at].call);

@@ -971,3 +971,95 @@ fn a_trace_restore_to_a_worked_back_node_writes_the_content_it_had_then() {
     repo.ckpt_json(&["restore", &guard, "--yes"], 0);
     assert_eq!(repo.read("notes.md"), b"# Notes\n\nfinal text\n");
 }
+
+#[test]
+fn a_session_log_given_by_the_caller_stands_in_for_the_file_under_the_harness_home() {
+    let repo = TestRepo::new();
+    let root = repo.root.to_str().unwrap().to_owned();
+    let home = repo.home.join("dsh");
+    let header = serde_json::json!({"type": "session", "id": "session-given1", "cwd": root}).to_string();
+    let write = |seq: u64, step: u64, content: &str| {
+        call(
+            seq,
+            1,
+            step,
+            &format!("w{step}"),
+            "write",
+            serde_json::json!({"file_path": "a.txt", "content": content}),
+        )
+    };
+    let dir = home.join("sessions").join(project_key(&root)).join("session-given1");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The harness's file lags: it has the first call only.
+    std::fs::write(
+        dir.join("session.jsonl"),
+        format!("{header}\n{}\n{}\n", write(1, 1, "one\n"), result(2, "w1", false)),
+    )
+    .unwrap();
+    let live = repo.home.join("live.jsonl");
+    std::fs::write(
+        &live,
+        format!(
+            "{header}\n{}\n{}\n{}\n{}\n",
+            write(1, 1, "one\n"),
+            result(2, "w1", false),
+            write(3, 2, "two\n"),
+            result(4, "w2", false)
+        ),
+    )
+    .unwrap();
+    let home = home.to_str().unwrap();
+    let live_text = live.to_str().unwrap();
+    let run = repo.ckpt_json(&["trace", "list", "--dsh-home", home, "--session-log", live_text], 0);
+    let sessions: Vec<_> = run.json.iter().filter(|r| r["type"] == "trace.session").collect();
+    assert_eq!(
+        sessions.len(),
+        1,
+        "the given log replaces the file, not joins it: {sessions:?}"
+    );
+    assert_eq!(sessions[0]["log"], live_text);
+    assert!(file_at_node(&run, "1.2", "a.txt").0);
+    repo.ckpt_json(
+        &[
+            "trace",
+            "restore",
+            "trace:given1:1.2",
+            "--yes",
+            "--dsh-home",
+            home,
+            "--session-log",
+            live_text,
+        ],
+        0,
+    );
+    assert_eq!(repo.read("a.txt"), b"two\n");
+
+    // A log that does not say which session it is, or one of another workspace, is refused.
+    let headless = repo.home.join("headless.jsonl");
+    std::fs::write(&headless, format!("{}\n", write(1, 1, "x\n"))).unwrap();
+    let foreign = repo.home.join("foreign.jsonl");
+    std::fs::write(
+        &foreign,
+        format!(
+            "{}\n{}\n",
+            serde_json::json!({"type": "session", "id": "session-else", "cwd": "/somewhere/else"}),
+            write(1, 1, "x\n")
+        ),
+    )
+    .unwrap();
+    for (file, why) in [
+        (&headless, "needs its header line"),
+        (&foreign, "did not run in this workspace"),
+    ] {
+        let run = repo.ckpt(&[
+            "trace",
+            "list",
+            "--dsh-home",
+            home,
+            "--session-log",
+            file.to_str().unwrap(),
+        ]);
+        assert_eq!(run.code, 2, "{}", run.stderr);
+        assert!(run.stderr.contains(why), "{}", run.stderr);
+    }
+}

@@ -18,7 +18,7 @@ use super::super::inspect::{diff, status, DiffRequest};
 use super::super::output::{DiffView, Output};
 use super::super::restore::{preview, restore};
 use super::super::retention::prune;
-use super::super::trace::{timeline, trace_diff, trace_restore, GuardSettings, RestoreHow};
+use super::super::trace::{timeline, trace_diff, trace_restore, GuardSettings, LogSource, RestoreHow};
 use super::super::{retention_policy, DEFAULT_MAX_FILE_SIZE};
 use super::{query_param, Answer};
 use crate::provider::{CkptError, Provider};
@@ -128,12 +128,24 @@ impl Api<'_> {
                 })
             }
             "/api/file" => self.file_lines(url),
-            "/api/trace" => collect(|out| timeline(provider, provider.workdir(), None, self.all, None, out)),
+            "/api/trace" => {
+                collect(|out| timeline(provider, provider.workdir(), None, self.all, LogSource::default(), out))
+            }
             "/api/trace-diff" => {
                 let Some(node) = query_param(url, "node") else {
                     return Answer::error(400, "usage", "node= is required");
                 };
-                collect(|out| trace_diff(provider, provider.workdir(), &node, None, &None, None, out))
+                collect(|out| {
+                    trace_diff(
+                        provider,
+                        provider.workdir(),
+                        &node,
+                        None,
+                        &None,
+                        LogSource::default(),
+                        out,
+                    )
+                })
             }
             "/api/status" => {
                 let status = collect(|out| status(provider, self.max_file_size(), out));
@@ -176,7 +188,9 @@ impl Api<'_> {
                 max_file_size: self.max_file_size(),
                 watch,
             };
-            return collect(|out| trace_restore(provider, workdir, &node, &paths, how, None, &guard, out));
+            return collect(|out| {
+                trace_restore(provider, workdir, &node, &paths, how, LogSource::default(), &guard, out)
+            });
         }
         let args = match self.restore_args(body) {
             Ok(args) => args,
