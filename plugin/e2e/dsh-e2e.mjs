@@ -158,6 +158,13 @@ async function main() {
       { calls: [{ name: 'bash', args: { command: 'echo from-bash >> h1.txt', description: 'Append a line to h1.txt' } }] },
       { text: 'h1 done' },
     ],
+    // headless, no ckpt binary: a cold session that edits a file no checkpoint holds
+    h2: [
+      { calls: [{ name: 'read', args: { file_path: 'cold.txt' } }] },
+      { calls: [{ name: 'edit', args: { file_path: 'cold.txt', old_string: 'one', new_string: 'ONE' } }] },
+      { calls: [{ name: 'edit', args: { file_path: 'cold.txt', old_string: 'two', new_string: 'TWO' } }] },
+      { text: 'h2 done' },
+    ],
     // web, binary missing at first
     m1: [{ calls: [{ name: 'write', args: { file_path: 'm1.txt', content: 'no checkpoint for this\n' } }] }, { text: 'm1 done' }],
     // web turn 1: write a new file; read and edit a.txt
@@ -202,6 +209,25 @@ async function main() {
   check.equal((h0.stderr.match(/ckpt: WARNING/g) ?? []).length, 1, 'said once per session')
   check.equal(ckptList(ws).length, 0)
   rmSync(join(ws, 'h0.txt'), { force: true })
+
+  // --- Headless, no ckpt: the trace works the session's edits back from the worktree ------------
+  // No checkpoint holds cold.txt's base, so only the file now, undone edit by edit, can say what
+  // each call left; the real harness's log times and the kernel's file times must agree on it.
+  step('[#16] a cold session (no ckpt): trace list works its edits back from the worktree')
+  writeFileSync(join(ws, 'cold.txt'), 'one\ntwo\nthree\n')
+  const h2 = await run('dsh', ['--profile', 'headless', '[[h2]] edit cold.txt twice'], { cwd: ws, env: env({ ...modelEnv, PATH: basePath, CKPT_BIN: join(scratch, 'no-such-ckpt') }) })
+  check.equal(readFileSync(join(ws, 'cold.txt'), 'utf8'), 'ONE\nTWO\nthree\n', `the cold session edited cold.txt: ${h2.stdout}\n${h2.stderr}`)
+  const coldSession = model.requests.find((r) => r.script === 'h2')?.sessionId
+  const coldNodes = execFileSync(CKPT, ['-C', ws, '--json', 'trace', 'list', '--dsh-home', dshHome, '--session', String(coldSession)], { encoding: 'utf8' })
+    .split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((r) => r.type === 'trace.node' && r.tool === 'edit')
+  const blobOf = (text) => execFileSync('git', ['hash-object', '--stdin'], { input: text, encoding: 'utf8' }).trim()
+  check.deepEqual(
+    coldNodes.map((n) => n.files.map((f) => [f.path, f.rebuildable, f.worked_back, f.id])),
+    [[['cold.txt', true, true, blobOf('ONE\ntwo\nthree\n')]], [['cold.txt', true, true, blobOf('ONE\nTWO\nthree\n')]]],
+    `each edit's content, worked back from the worktree: ${JSON.stringify(coldNodes)}`,
+  )
+  check.equal(ckptList(ws).length, 0, 'the trace is read-only: no checkpoint')
+  rmSync(join(ws, 'cold.txt'), { force: true })
 
   // --- Headless: a checkpoint before every mutation; CKPT_BIN wins over a stale ckpt on PATH -----
   step('[7] headless run: write, str_replace_editor, bash; CKPT_BIN set, a stale ckpt first on PATH')
