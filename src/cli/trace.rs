@@ -172,7 +172,23 @@ pub(super) fn trace(
     }
 }
 
-/// The harness session logs of this workspace (for its root and for `cwd`), each once.
+/// The directories above `dir`, and above the path it resolves to when that differs, nearest
+/// first.
+fn ancestors_of(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let resolved = std::fs::canonicalize(dir).ok().filter(|r| r != dir);
+    for start in std::iter::once(dir.to_path_buf()).chain(resolved) {
+        for above in start.ancestors().skip(1) {
+            if !out.iter().any(|seen| seen == above) {
+                out.push(above.to_path_buf());
+            }
+        }
+    }
+    out
+}
+
+/// The harness session logs of this workspace (for its root, the path it resolves to, and
+/// `cwd`), each once.
 fn workspace_logs(
     provider: &dyn Provider,
     cwd: &Path,
@@ -181,7 +197,11 @@ fn workspace_logs(
     let root = sessionlog::sessions_root(dsh_home)
         .ok_or_else(|| CkptError::InvalidInput("no harness home: set DSH_HOME or HOME, or pass --dsh-home".into()))?;
     let mut logs = Vec::new();
-    for dir in [provider.workdir(), cwd] {
+    let resolved = std::fs::canonicalize(provider.workdir()).ok();
+    for dir in [Some(provider.workdir()), resolved.as_deref(), Some(cwd)]
+        .into_iter()
+        .flatten()
+    {
         let Some(text) = dir.to_str() else {
             return Err(CkptError::InvalidInput(format!(
                 "{} is not UTF-8; the harness names its project directories after UTF-8 paths",
@@ -449,7 +469,10 @@ impl Replayed {
             &self.foreign,
             |record, file| provider.file_at(record, file).map_err(|e| e.to_string()),
         );
-        trace::work_backwards(&mut nodes, &self.foreign, |path| file_now(provider.workdir(), path));
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        trace::work_backwards(&mut nodes, &self.foreign, now_ms, |path| {
+            file_now(provider.workdir(), path)
+        });
         nodes
     }
 }
@@ -461,8 +484,9 @@ const MAX_WORKED_BACK_BYTES: u64 = 64 * 1024 * 1024;
 fn file_now(workdir: &Path, path: &RepoPath) -> Option<trace::FileNow> {
     let millis = |(secs, nanos): (i64, u32)| secs.saturating_mul(1000).saturating_add(i64::from(nanos / 1_000_000));
     match crate::verbs::read_settled_file(workdir, path, MAX_WORKED_BACK_BYTES) {
-        Ok(Some((content, stat))) => Some(trace::FileNow {
+        Ok(Some((content, stat, links))) => Some(trace::FileNow {
             content: Some(content),
+            links,
             // A modification time set into the future counts too.
             changed_at: millis(stat.ctime).max(millis(stat.mtime)),
         }),
@@ -517,15 +541,29 @@ fn replay_sessions(
     let first_below = paths.len();
     let below: Vec<PathBuf> = below.into_iter().filter(|p| !paths.contains(p)).collect();
     paths.extend(below);
+    // Sessions started in a directory above the workspace may have changed its files too; they
+    // count as other sessions, never as the workspace's own.
+    let first_above = paths.len();
+    let above: Vec<PathBuf> = ancestors_of(provider.workdir())
+        .iter()
+        .filter_map(|dir| dir.to_str())
+        .flat_map(|text| sessionlog::session_logs(&root, text))
+        .collect();
+    let above: Vec<PathBuf> = above.into_iter().filter(|p| !paths.contains(p)).collect();
+    paths.extend(above);
     let mut logs: Vec<(PathBuf, SessionLog)> = match logs.session_log {
         Some(file) => vec![given_log(provider, file)?],
         None => Vec::new(),
     };
     let given: Option<String> = logs.first().map(|(_, log)| log.header.id.clone());
     let mut total: u64 = logs.first().map_or(0, |(_, log)| log.bytes);
+    // The logs only other sessions' changes are taken from.
+    let mut foreign_only: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
     for (at, path) in paths.into_iter().enumerate() {
         let log = sessionlog::read_log(&path)?;
-        if at >= first_below {
+        if at >= first_above {
+            foreign_only.insert(path.clone());
+        } else if at >= first_below {
             let inside = log
                 .header
                 .cwd
@@ -551,29 +589,38 @@ fn replay_sessions(
     }
     let checkpoints = provider.checkpoints(false)?;
     let mut foreign_of: Vec<Option<Vec<trace::ForeignChange>>> = Vec::with_capacity(logs.len());
-    for (at, (_, log)) in logs.iter().enumerate() {
-        if !keep(&log.header.id) {
+    for (at, (path, log)) in logs.iter().enumerate() {
+        if !keep(&log.header.id) || foreign_only.contains(path) {
             foreign_of.push(None);
             continue;
         }
-        let own_calls: std::collections::HashSet<&str> = log.calls.iter().map(|c| c.call_id.as_str()).collect();
+        // A fork's log repeats its parent's calls from its seed: the same id, tool and arguments.
+        let seeded = |of: &SessionLog, call: &sessionlog::ToolCall| of.header.seed_length.is_none_or(|n| call.seq < n);
+        let own_calls: std::collections::HashMap<&str, &sessionlog::ToolCall> =
+            log.calls.iter().map(|c| (c.call_id.as_str(), c)).collect();
         let mut foreign = Vec::new();
         for (other_at, (_, other)) in logs.iter().enumerate() {
             if other_at == at {
                 continue;
             }
-            // A fork's log repeats its parent's calls (same ids); only between a fork and its
-            // parent is a shared id the same call.
-            let related = other.header.parent_session.as_deref() == Some(log.header.id.as_str())
-                || log.header.parent_session.as_deref() == Some(other.header.id.as_str());
+            // Only between a fork and its parent is a shared call the same call, and only one the
+            // fork copied (within its seed, where the header says how long that is).
+            let other_is_fork = other.header.parent_session.as_deref() == Some(log.header.id.as_str());
+            let log_is_fork = log.header.parent_session.as_deref() == Some(other.header.id.as_str());
+            let same_call = |c: &sessionlog::ToolCall| {
+                own_calls.get(c.call_id.as_str()).is_some_and(|own| {
+                    own.name == c.name
+                        && own.arguments == c.arguments
+                        && (!other_is_fork || seeded(other, c))
+                        && (!log_is_fork || seeded(log, own))
+                })
+            };
+            let related = other_is_fork || log_is_fork;
             foreign.extend(trace::foreign_changes(
                 provider.workdir(),
                 &other.header.id,
                 other.header.cwd.as_deref(),
-                other
-                    .calls
-                    .iter()
-                    .filter(|c| !(related && own_calls.contains(c.call_id.as_str()))),
+                other.calls.iter().filter(|c| !(related && same_call(c))),
             ));
         }
         foreign_of.push(Some(foreign));

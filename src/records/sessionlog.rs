@@ -18,6 +18,8 @@ pub struct SessionHeader {
     pub created_at: Option<String>,
     pub cwd: Option<String>,
     pub parent_session: Option<String>,
+    /// For a fork: how many of its first events it copied from its parent.
+    pub seed_length: Option<u64>,
 }
 
 /// How a tool call ended, as its `tool/result` says.
@@ -319,6 +321,7 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
                     created_at: string_field(&value, "createdAt"),
                     cwd: string_field(&value, "cwd"),
                     parent_session: string_field(&value, "parentSession"),
+                    seed_length: value.get("seedLength").and_then(Value::as_u64),
                 };
             }
             "tool/call" => {

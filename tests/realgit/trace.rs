@@ -716,8 +716,12 @@ struct LiveSession {
 
 impl LiveSession {
     fn new(id: &str, cwd: &str) -> Self {
+        Self::with_header(serde_json::json!({"type": "session", "id": id, "cwd": cwd}))
+    }
+
+    fn with_header(header: serde_json::Value) -> Self {
         LiveSession {
-            lines: vec![serde_json::json!({"type": "session", "id": id, "cwd": cwd}).to_string()],
+            lines: vec![header.to_string()],
             seq: 0,
         }
     }
@@ -1061,5 +1065,268 @@ fn a_session_log_given_by_the_caller_stands_in_for_the_file_under_the_harness_ho
         ]);
         assert_eq!(run.code, 2, "{}", run.stderr);
         assert!(run.stderr.contains(why), "{}", run.stderr);
+    }
+}
+
+/// `trace list` for one session as JSON, and the rebuilt claims it makes for `path`:
+/// (turn.step, blob id) of every node that says it rebuilds it.
+fn claims(repo: &TestRepo, home: &str, path: &str) -> Vec<(String, String)> {
+    let run = repo.ckpt_json(&["trace", "list", "--dsh-home", home], 0);
+    run.json
+        .iter()
+        .filter(|r| r["type"] == "trace.node")
+        .flat_map(|node| {
+            node["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|f| f["path"] == path && f["rebuildable"] == true)
+                .map(|f| {
+                    (
+                        format!("{}.{}", node["turn"], node["step"]),
+                        f["id"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn working_back_never_claims_a_state_the_file_did_not_have() {
+    let repo = TestRepo::new();
+    let root = repo.root.to_str().unwrap().to_owned();
+    let home_dir = repo.home.join("dsh");
+    let home = home_dir.to_str().unwrap().to_owned();
+    let edit_args =
+        |path: &str, old: &str, new: &str| serde_json::json!({"file_path": path, "old_string": old, "new_string": new});
+    let apply = |path: &'static str, old: &'static str, new: &'static str| {
+        let repo = &repo;
+        move || {
+            let text = String::from_utf8(repo.read(path)).unwrap();
+            repo.write(path, text.replacen(old, new, 1).as_bytes());
+        }
+    };
+    let blob = |text: &str| {
+        git_stdin(&repo, &["hash-object", "--stdin"], text.as_bytes())
+            .trim()
+            .to_owned()
+    };
+
+    // An edit's new text that overlaps itself in the file: "- item\n" three times in a row.
+    repo.write("list.md", b"# todo\n- item\n- other\n");
+    let mut session = LiveSession::new("session-overlap", &root);
+    session.run(
+        1,
+        1,
+        "edit",
+        edit_args("list.md", "# todo", "# TODO"),
+        apply("list.md", "# todo", "# TODO"),
+    );
+    session.run(
+        1,
+        2,
+        "edit",
+        edit_args("list.md", "- other\n", "- item\n- item\n"),
+        apply("list.md", "- other\n", "- item\n- item\n"),
+    );
+    session.save(&home_dir, &root, "session-overlap");
+    let found = claims(&repo, &home, "list.md");
+    assert!(
+        !found.contains(&("1.1".into(), blob("# TODO\n- other\n- item\n"))),
+        "a state list.md never held: {found:?}"
+    );
+    assert!(
+        found.iter().all(|(at, _)| at == "1.2"),
+        "only what the file now proves: {found:?}"
+    );
+
+    // The same file under another name: a symlinked directory, or a hard link.
+    repo.write("sub/f.txt", b"one two three\n");
+    repo.symlink(std::path::Path::new("sub"), "lnk");
+    repo.write("g.txt", b"one two three\n");
+    std::fs::hard_link(repo.root.join("g.txt"), repo.root.join("g-link.txt")).unwrap();
+    let mut session = LiveSession::new("session-alias", &root);
+    session.run(
+        1,
+        1,
+        "edit",
+        edit_args("sub/f.txt", "one", "ONE"),
+        apply("sub/f.txt", "one", "ONE"),
+    );
+    session.run(
+        1,
+        2,
+        "edit",
+        edit_args("lnk/f.txt", "two", "TWO"),
+        apply("sub/f.txt", "two", "TWO"),
+    );
+    session.run(
+        1,
+        3,
+        "edit",
+        edit_args("sub/f.txt", "three", "THREE"),
+        apply("sub/f.txt", "three", "THREE"),
+    );
+    session.run(
+        2,
+        1,
+        "edit",
+        edit_args("g.txt", "one", "ONE"),
+        apply("g.txt", "one", "ONE"),
+    );
+    session.run(
+        2,
+        2,
+        "edit",
+        edit_args("g.txt", "two", "TWO"),
+        apply("g.txt", "two", "TWO"),
+    );
+    session.save(&home_dir, &root, "session-alias");
+    let found = claims(&repo, &home, "sub/f.txt");
+    assert!(
+        !found.contains(&("1.1".into(), blob("ONE TWO three\n"))),
+        "the edit through lnk/ was the same file: {found:?}"
+    );
+    assert!(
+        claims(&repo, &home, "g.txt").is_empty(),
+        "a hard-linked file proves nothing"
+    );
+
+    // Times no clock gives: never a panic, never a claim.
+    for (name, call_at, result_at) in [
+        (
+            "session-maxtime",
+            serde_json::json!(1_700_000_000_000u64),
+            serde_json::json!(i64::MAX),
+        ),
+        (
+            "session-mintime",
+            serde_json::json!(i64::MIN),
+            serde_json::json!(1_700_000_000_000u64),
+        ),
+        (
+            "session-future",
+            serde_json::json!(4_000_000_000_000u64),
+            serde_json::json!(4_000_000_000_001u64),
+        ),
+    ] {
+        repo.write("t.txt", b"x y\n");
+        let lines = [
+            serde_json::json!({"type": "session", "id": name, "cwd": root}).to_string(),
+            serde_json::json!({"type": "tool/call", "seq": 1, "time": call_at, "data": {"turn": 1, "step": 1, "callId": "c1", "name": "edit",
+                "arguments": edit_args("t.txt", "q", "y").to_string()}})
+            .to_string(),
+            serde_json::json!({"type": "tool/result", "seq": 2, "time": result_at, "data": {"message": {"source": {"kind": "tool", "callId": "c1"},
+                "content": [{"type": "tool-result", "toolCallId": "c1", "isError": false}]}}})
+            .to_string(),
+        ];
+        let dir = home_dir.join("sessions").join(project_key(&root)).join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("session.jsonl"), format!("{}\n", lines.join("\n"))).unwrap();
+        assert!(claims(&repo, &home, "t.txt").is_empty(), "{name}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn a_replay_the_file_now_contradicts_is_not_trusted() {
+    let repo = TestRepo::new();
+    let root = repo.root.to_str().unwrap().to_owned();
+    let home_dir = repo.home.join("dsh");
+    let mut session = LiveSession::new("session-contra", &root);
+    session.run(
+        1,
+        1,
+        "write",
+        serde_json::json!({"file_path": "w.txt", "content": "one two three\n"}),
+        || repo.write("w.txt", b"one two three\n"),
+    );
+    // Something the log does not show changes the file between two calls.
+    repo.write("w.txt", b"one two three-U\n");
+    std::thread::sleep(std::time::Duration::from_millis(40));
+    session.run(
+        1,
+        2,
+        "edit",
+        serde_json::json!({"file_path": "w.txt", "old_string": "one", "new_string": "ONE"}),
+        || repo.write("w.txt", b"ONE two three-U\n"),
+    );
+    session.save(&home_dir, &root, "session-contra");
+    let home = home_dir.to_str().unwrap();
+    let run = repo.ckpt_json(&["trace", "list", "--dsh-home", home], 0);
+    let (known, _, why) = file_at_node(&run, "1.2", "w.txt");
+    assert!(
+        !known && why.contains("something the log does not show changed it"),
+        "{why}"
+    );
+    assert!(!file_at_node(&run, "1.1", "w.txt").0);
+}
+
+#[test]
+fn a_forks_own_calls_and_sessions_started_above_the_workspace_count_as_other_sessions() {
+    let repo = TestRepo::new();
+    let root = repo.root.to_str().unwrap().to_owned();
+    let parent_dir = repo.root.parent().unwrap().to_str().unwrap().to_owned();
+    let home_dir = repo.home.join("dsh");
+    let home = home_dir.to_str().unwrap().to_owned();
+    let edit =
+        |path: &str, old: &str, new: &str| serde_json::json!({"file_path": path, "old_string": old, "new_string": new});
+    let change = |old: &'static str, new: &'static str| {
+        let repo = &repo;
+        move || {
+            let text = String::from_utf8(repo.read("f.txt")).unwrap();
+            repo.write("f.txt", text.replacen(old, new, 1).as_bytes());
+        }
+    };
+    let blob = |text: &str| {
+        git_stdin(&repo, &["hash-object", "--stdin"], text.as_bytes())
+            .trim()
+            .to_owned()
+    };
+    for other in ["fork", "above"] {
+        repo.write("f.txt", b"one two three\n");
+        let main_id = format!("session-main-{other}");
+        let mut main = LiveSession::new(&main_id, &root);
+        // The other session's first call has the id the main session's first call has.
+        let (mut second, second_id, second_cwd, named) = match other {
+            "fork" => {
+                let id = format!("session-fork-{other}");
+                let header = serde_json::json!({"type": "session", "id": id, "cwd": root, "parentSession": main_id, "seedLength": 1});
+                (LiveSession::with_header(header), id, root.clone(), "f.txt".to_owned())
+            }
+            _ => {
+                let id = format!("session-above-{other}");
+                let name = format!("{}/f.txt", repo.root.file_name().unwrap().to_str().unwrap());
+                (LiveSession::new(&id, &parent_dir), id, parent_dir.clone(), name)
+            }
+        };
+        main.run(1, 1, "edit", edit("f.txt", "one", "ONE"), change("one", "ONE"));
+        second.run(1, 1, "edit", edit(&named, "two", "TWO"), change("two", "TWO"));
+        main.run(1, 2, "edit", edit("f.txt", "three", "THREE"), change("three", "THREE"));
+        main.save(&home_dir, &root, &main_id);
+        second.save(&home_dir, &second_cwd, &second_id);
+        let run = repo.ckpt_json(&["trace", "list", "--dsh-home", &home], 0);
+        let listed: Vec<&str> = run
+            .json
+            .iter()
+            .filter(|r| r["type"] == "trace.session")
+            .map(|r| r["session"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            listed.contains(&second_id.as_str()),
+            other == "fork",
+            "{other}: {listed:?}"
+        );
+        let found = claims(&repo, &home, "f.txt");
+        assert!(
+            !found.contains(&("1.1".into(), blob("ONE TWO three\n"))),
+            "{other}: the other session's edit is not the main session's: {found:?}"
+        );
+        assert!(
+            found.contains(&("1.2".into(), blob("ONE TWO THREE\n"))),
+            "{other}: {found:?}"
+        );
+        std::fs::remove_dir_all(home_dir.join("sessions")).unwrap();
     }
 }

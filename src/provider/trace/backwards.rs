@@ -23,11 +23,17 @@ pub struct FileNow {
     pub content: Option<Vec<u8>>,
     /// The file's last status change (any write, rename or chmod), ms since the epoch.
     pub changed_at: i64,
+    /// Its hard links: another name of the same file may have changed it.
+    pub links: u64,
 }
 
 /// How far a file time may lag the harness's clock: the kernel stamps files from a coarse clock
 /// (a scheduler tick behind), the log from the precise one.
 const CLOCK_SLACK_MS: i64 = 20;
+
+/// A content call whose result came later than this after it (a long approval, say) leaves too
+/// long a span in which something else may have written the file.
+const LONGEST_CALL_MS: i64 = 30_000;
 
 /// A span in which something the trace cannot replay may have changed `path` (every file when
 /// `None`); `until: None`: it may not have ended.
@@ -42,6 +48,13 @@ impl Blind {
     fn overlaps(&self, path: &RepoPath, from: i64, until: i64) -> bool {
         self.path.as_ref().is_none_or(|p| p == path) && self.from <= until && self.until.is_none_or(|end| end >= from)
     }
+}
+
+/// How often `needle` occurs in `text`, overlapping occurrences included.
+fn overlapping_count(text: &str, needle: &str) -> usize {
+    (0..text.len())
+        .filter(|&at| text.is_char_boundary(at) && text[at..].starts_with(needle))
+        .count()
 }
 
 /// The content `change` was applied to, from the content it left, when exactly one base gives
@@ -60,7 +73,8 @@ fn unapply(after: &[u8], change: &Change<'_>) -> Result<Vec<u8>, String> {
             if new.is_empty() {
                 return Err("a later edit deleted text, and where it stood cannot be told".into());
             }
-            match text.matches(new).count() {
+            // Overlapping matches count: in "aXaXa", "aXa" occurs twice.
+            match overlapping_count(text, new) {
                 1 => text.replacen(new, old, 1).into_bytes(),
                 n => {
                     return Err(format!(
@@ -107,7 +121,11 @@ fn unapply(after: &[u8], change: &Change<'_>) -> Result<Vec<u8>, String> {
 /// The spans in which something the trace cannot replay ran: this session's shells and other
 /// unreplayable or unreadable calls, its content calls of unknown outcome, and every change of
 /// another session (`None`: some of it cannot be placed in time, so nothing can be worked back).
-fn blinds(nodes: &[TraceNode<'_>], foreign: &[ForeignChange]) -> Option<Vec<Blind>> {
+fn blinds(
+    nodes: &[TraceNode<'_>],
+    foreign: &[ForeignChange],
+    plain_file_now: &mut impl FnMut(&RepoPath) -> bool,
+) -> Option<Vec<Blind>> {
     let mut out = Vec::new();
     for node in nodes {
         let call = node.call;
@@ -115,6 +133,36 @@ fn blinds(nodes: &[TraceNode<'_>], foreign: &[ForeignChange]) -> Option<Vec<Blin
             continue;
         }
         let from = call_millis(call)?;
+        // A content call may have changed a file under another name: through a symlink, a hard
+        // link, or a path outside the workspace that leads back into it. Unless its path is one
+        // plain file now, which file it changed cannot be told.
+        if is_content_tool(&call.name) && node.refused.is_some() && call.arguments.is_ok() {
+            out.push(Blind {
+                from,
+                until: result_millis(call),
+                path: None,
+                what: format!(
+                    "call {} ({}) on a path outside the workspace, which may lead into it,",
+                    place(call),
+                    call.name
+                ),
+            });
+            continue;
+        }
+        if let Some(path) = node.path.as_ref().filter(|path| !plain_file_now(path)) {
+            out.push(Blind {
+                from,
+                until: result_millis(call),
+                path: None,
+                what: format!(
+                    "call {} ({}) on {}, which is not one plain file now (missing, linked, or reached through a symlink),",
+                    place(call),
+                    call.name,
+                    path.display()
+                ),
+            });
+            continue;
+        }
         let until = if call.outcome == CallOutcome::Ok {
             result_millis(call)
         } else {
@@ -165,6 +213,7 @@ fn blinds(nodes: &[TraceNode<'_>], foreign: &[ForeignChange]) -> Option<Vec<Blin
 pub fn work_backwards(
     nodes: &mut [TraceNode<'_>],
     foreign: &[ForeignChange],
+    now_ms: i64,
     mut now_of: impl FnMut(&RepoPath) -> Option<FileNow>,
 ) {
     // The content calls of each file that did change it, in log (and time) order.
@@ -183,15 +232,15 @@ pub fn work_backwards(
             chains.entry(path.clone()).or_default().push(at);
         }
     }
-    chains.retain(|path, chain| {
-        chain
-            .iter()
-            .any(|&at| matches!(nodes[at].files.get(path), Some(Known::Unknown(_))))
-    });
     if chains.is_empty() {
         return;
     }
-    let Some(blinds) = blinds(nodes, foreign) else {
+    // Each path read once.
+    let mut seen: BTreeMap<RepoPath, Option<FileNow>> = BTreeMap::new();
+    let mut now_of =
+        |path: &RepoPath| -> Option<FileNow> { seen.entry(path.clone()).or_insert_with(|| now_of(path)).clone() };
+    let mut plain = |path: &RepoPath| now_of(path).is_some_and(|file| file.content.is_some() && file.links == 1);
+    let Some(blinds) = blinds(nodes, foreign, &mut plain) else {
         explain(
             nodes,
             &chains,
@@ -200,7 +249,15 @@ pub fn work_backwards(
         return;
     };
     for (path, chain) in &chains {
-        let (found, stopped) = match worked_back(nodes, &blinds, path, chain, &mut now_of) {
+        let unknown = |at: &usize| matches!(nodes[*at].files.get(path), Some(Known::Unknown(_)));
+        if !chain.iter().any(unknown) {
+            // All replayed forwards: the file now, if it provably held still since the last
+            // call, must be what the replay says; otherwise something the log does not show
+            // changed it in between, and none of it can be trusted.
+            contradicted(nodes, &blinds, path, chain, now_ms, &mut now_of);
+            continue;
+        }
+        let (found, stopped) = match worked_back(nodes, &blinds, path, chain, now_ms, &mut now_of) {
             Ok(done) => done,
             Err(why) => (Vec::new(), Some(why)),
         };
@@ -250,44 +307,112 @@ fn place(call: &crate::records::sessionlog::ToolCall) -> String {
 /// nothing can be, and why.
 type Found = Vec<(usize, Vec<u8>, Option<Vec<u8>>)>;
 
-fn worked_back(
+/// The file as it is now, when the evidence says nothing changed it since the last call of
+/// `chain` did: its status-change time inside that call, a plausible call, one plain file.
+fn anchor(
     nodes: &[TraceNode<'_>],
-    blinds: &[Blind],
     path: &RepoPath,
-    chain: &[usize],
+    last: usize,
+    now_ms: i64,
     now_of: &mut impl FnMut(&RepoPath) -> Option<FileNow>,
-) -> Result<(Found, Option<String>), String> {
-    let Some(&last) = chain.last() else {
-        return Ok((Vec::new(), None));
-    };
+) -> Result<(Vec<u8>, i64), String> {
     let last_call = nodes[last].call;
     let (Some(started), Some(ended)) = (call_millis(last_call), result_millis(last_call)) else {
         return Err(format!("call {} has no logged start or end", place(last_call)));
     };
+    if ended < started || ended > now_ms.saturating_add(1000) {
+        return Err(format!("call {}'s logged times are not plausible", place(last_call)));
+    }
+    if ended.saturating_sub(started) > LONGEST_CALL_MS {
+        return Err(format!(
+            "call {} took {} s, too long a span to tell its write from another",
+            place(last_call),
+            ended.saturating_sub(started) / 1000
+        ));
+    }
     let Some(FileNow {
-        content: Some(mut state),
+        content: Some(state),
         changed_at,
+        links,
     }) = now_of(path)
     else {
         return Err("there is no settled regular file there now".into());
     };
-    if changed_at > ended + CLOCK_SLACK_MS {
+    if links != 1 {
+        return Err(format!(
+            "it has {links} hard links, and another name may have changed it"
+        ));
+    }
+    if changed_at > ended.saturating_add(CLOCK_SLACK_MS) {
         return Err(format!(
             "it changed after call {}, the last one that changed it",
             place(last_call)
         ));
     }
-    if changed_at < started - CLOCK_SLACK_MS {
+    if changed_at < started.saturating_sub(CLOCK_SLACK_MS) {
         return Err(format!(
             "it has not changed since before call {}, which the log says changed it",
             place(last_call)
         ));
     }
-    let window_end = ended + CLOCK_SLACK_MS;
+    Ok((state, ended.saturating_add(CLOCK_SLACK_MS)))
+}
+
+/// Marks every state of `path` along `chain` unknown when the file now, provably untouched
+/// since the last call, is not what the replay forwards says that call left.
+fn contradicted(
+    nodes: &mut [TraceNode<'_>],
+    blinds: &[Blind],
+    path: &RepoPath,
+    chain: &[usize],
+    now_ms: i64,
+    now_of: &mut impl FnMut(&RepoPath) -> Option<FileNow>,
+) {
+    let Some(&last) = chain.last() else { return };
+    let Ok((now, window_end)) = anchor(nodes, path, last, now_ms, now_of) else {
+        return;
+    };
+    let from = call_millis(nodes[last].call)
+        .unwrap_or(i64::MIN)
+        .saturating_sub(CLOCK_SLACK_MS);
+    if blinds.iter().any(|b| b.overlaps(path, from, window_end)) {
+        return;
+    }
+    let Some(Known::Content(replayed)) = nodes[last].files.get(path) else {
+        return;
+    };
+    if replayed.as_deref() == Some(now.as_slice()) {
+        return;
+    }
+    let why = format!(
+        "the file now, untouched since call {} by its status-change time, is not what the replay gives: something the log does not show changed it",
+        place(nodes[last].call)
+    );
+    for &at in chain {
+        nodes[at].files.insert(path.clone(), Known::Unknown(why.clone()));
+        nodes[at].before.remove(path);
+    }
+}
+
+fn worked_back(
+    nodes: &[TraceNode<'_>],
+    blinds: &[Blind],
+    path: &RepoPath,
+    chain: &[usize],
+    now_ms: i64,
+    now_of: &mut impl FnMut(&RepoPath) -> Option<FileNow>,
+) -> Result<(Found, Option<String>), String> {
+    let Some(&last) = chain.last() else {
+        return Ok((Vec::new(), None));
+    };
+    let (mut state, window_end) = anchor(nodes, path, last, now_ms, now_of)?;
+
     let mut found = Vec::new();
     for &at in chain.iter().rev() {
         let node = &nodes[at];
-        let from = call_millis(node.call).unwrap_or(i64::MIN) - CLOCK_SLACK_MS;
+        let from = call_millis(node.call)
+            .unwrap_or(i64::MIN)
+            .saturating_sub(CLOCK_SLACK_MS);
         if let Some(blind) = blinds.iter().find(|b| b.overlaps(path, from, window_end)) {
             return Ok((
                 found,
@@ -381,6 +506,14 @@ mod tests {
         assert!(unapply(b"b b", &all).is_err());
         assert!(unapply(b"anything", &Change::Write("anything")).is_err());
         assert!(unapply(&[0xff, 0xfe], &replace("a", "b")).is_err(), "not text");
+        // "- item\n" occurs twice in "- item\n- item\n- item\n" once overlaps are counted
+        // no, three times; the edit made the last two, which a first match would miss.
+        assert!(unapply(
+            b"# TODO\n- item\n- item\n- item\n",
+            &replace("- other\n", "- item\n- item\n")
+        )
+        .is_err());
+        assert!(unapply(b"aXaXa", &replace("b", "aXa")).unwrap_err().contains("2 times"));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! once (or not at all with `replace_all`), and every file after a shell call (`bash`, `pwsh`,
 //! ...) or any other tool that is neither replayed nor known to be read-only are unknown until a
 //! later `write` or checkpoint pins them. Pure logic: the caller reads
-//! the log and the checkpoints; nothing here touches a file.
+//! the log and the checkpoints; nothing here reads a file (only where the workspace's path
+//! resolves, to place a path named through it).
 
 mod backwards;
 
@@ -103,9 +104,18 @@ pub fn workspace_path(workdir: &Path, cwd: Option<&str>, named: &str) -> Result<
         }
     }
     let normal: std::path::PathBuf = std::iter::once(std::ffi::OsStr::new("/")).chain(parts).collect();
-    let relative = normal
-        .strip_prefix(workdir)
-        .map_err(|_| format!("{named} is outside the workspace {}", workdir.display()))?;
+    // The workspace may be named by the path it resolves to (`/private/tmp` for `/tmp`).
+    let resolved;
+    let relative = match normal.strip_prefix(workdir) {
+        Ok(relative) => relative,
+        Err(_) => {
+            resolved = std::fs::canonicalize(workdir).ok();
+            resolved
+                .as_deref()
+                .and_then(|real| normal.strip_prefix(real).ok())
+                .ok_or_else(|| format!("{named} is outside the workspace {}", workdir.display()))?
+        }
+    };
     RepoPath::new(relative.as_os_str().as_encoded_bytes().to_vec())
         .map_err(|e| format!("{named} is not a workspace file: {e}"))
 }

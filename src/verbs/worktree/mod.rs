@@ -68,14 +68,14 @@ pub fn open_no_follow(path: &std::path::Path) -> std::io::Result<std::fs::File> 
     Ok(std::fs::File::from(fd))
 }
 
-/// The bytes and stat of the regular file at `path` below the worktree `root` now, read without
+/// The bytes, stat and hard-link count of the regular file at `path` below the worktree `root` now, read without
 /// following any symlink and only if it held still while read (read-only; the trace works
 /// backwards from it). `Ok(None)`: no such settled regular file of at most `max_bytes`.
 pub fn read_settled_file(
     root: &std::path::Path,
     path: &RepoPath,
     max_bytes: u64,
-) -> Result<Option<(Vec<u8>, FileStat)>, VerbError> {
+) -> Result<Option<(Vec<u8>, FileStat, u64)>, VerbError> {
     // Only the tree walk is used, never the hash.
     let worktree = Worktree {
         root,

@@ -145,7 +145,7 @@ impl Worktree<'_> {
         }
     }
 
-    /// The bytes and stat of the regular file at `path`, read without following any symlink
+    /// The bytes, stat and hard-link count of the regular file at `path`, read without following any symlink
     /// (ancestors included) and only if it held still while read and holds at most `max_bytes`;
     /// `Ok(None)` for anything else (missing, a directory, a symlink, reached through one, a
     /// special file, larger, or changing).
@@ -153,7 +153,7 @@ impl Worktree<'_> {
         &self,
         path: &RepoPath,
         max_bytes: u64,
-    ) -> Result<Option<(Vec<u8>, FileStat)>, VerbError> {
+    ) -> Result<Option<(Vec<u8>, FileStat, u64)>, VerbError> {
         let parent = match self.open_parent(path, false) {
             Ok(Some(parent)) => parent,
             Ok(None) => return Ok(None),
@@ -198,7 +198,7 @@ impl Worktree<'_> {
             // A path swapped for another file while it was read is not the file read.
             && rustix::fs::statat(&parent, leaf, AtFlags::SYMLINK_NOFOLLOW)
                 .is_ok_and(|now| (now.st_dev, now.st_ino) == (before.st_dev, before.st_ino));
-        Ok(still.then(|| (content, file_stat(&after))))
+        Ok(still.then(|| (content, file_stat(&after), after.st_nlink as u64)))
     }
 
     /// Opens a directory of the worktree without following symlinks; `None` if it is gone.
