@@ -147,6 +147,26 @@ fn a_client_without_the_token_cannot_stall_or_stop_the_web_view() {
         started.elapsed() < std::time::Duration::from_secs(3),
         "answered while a client stalls"
     );
+    // A body declared larger than memory, with the token or without: refused unread, and the
+    // server lives on (tiny_http, before, allocated the whole declared length to skip it).
+    for with_token in [false, true] {
+        let mut huge = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let token_header = if with_token {
+            format!("X-Ckpt-Token: {token}\r\n")
+        } else {
+            String::new()
+        };
+        write!(huge, "POST /api/preview HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{token_header}Content-Type: application/json\r\nContent-Length: 99999999999999\r\n\r\n{{}}").unwrap();
+        let mut answer = String::new();
+        let _ = std::io::Read::read_to_string(&mut huge, &mut answer);
+        let expected = if with_token { "HTTP/1.1 413" } else { "HTTP/1.1 403" };
+        assert!(answer.starts_with(expected), "{answer}");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "a huge Content-Length ended the web view"
+        );
+        assert_eq!(api_status(port, &token).unwrap(), "HTTP/1.1 200 OK");
+    }
     // More connections than descriptors, then released: the server is still there and answers.
     let flood: Vec<std::net::TcpStream> = (0..200)
         .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok())
@@ -177,4 +197,52 @@ fn a_client_without_the_token_cannot_stall_or_stop_the_web_view() {
         assert!(std::time::Instant::now() < deadline, "busy, it outlived its workspace");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+}
+
+#[test]
+fn the_browser_is_opened_on_a_private_page_so_the_token_is_in_no_command_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let repo = crate::common::TestRepo::new();
+    repo.snapshot(&[]);
+    let bin = repo.home.join("fake-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let record = repo.home.join("opened.txt");
+    let opener = bin.join("xdg-open");
+    std::fs::write(
+        &opener,
+        format!(
+            "#!/bin/sh\n{{ echo \"args: $*\"; stat -c 'mode: %a' \"$1\"; cat \"$1\"; echo; }} > '{}.tmp' && mv '{0}.tmp' '{0}'\n",
+            record.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut child = std::process::Command::new(crate::common::CKPT)
+        .args(["-C", repo.root.to_str().unwrap(), "ui"])
+        .env("DISPLAY", ":99")
+        .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let token = line.trim().rsplit("token=").next().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !record.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let opened = std::fs::read_to_string(&record).expect("the opener ran");
+    let args = opened.lines().next().unwrap();
+    assert!(
+        !args.contains(&token),
+        "the token is in the opener's arguments: {opened}"
+    );
+    assert!(opened.contains("mode: 600"), "the page is private: {opened}");
+    assert!(
+        opened.contains(&format!("token={token}")),
+        "the page leads on to the address: {opened}"
+    );
 }

@@ -93,7 +93,11 @@ impl Api<'_> {
                 target: text_field(body, "id")?.to_owned(),
                 session: None,
             },
-            exact: body.get("exact").and_then(Value::as_bool).unwrap_or(false),
+            exact: match body.get("exact") {
+                None => false,
+                Some(Value::Bool(exact)) => *exact,
+                Some(_) => return Err(Answer::error(400, "usage", "\"exact\" must be true or false")),
+            },
             max_file_size: None,
             paths: paths_of(body)?,
         })

@@ -8,10 +8,12 @@
 //! that the CLI does not have.
 
 mod api;
+mod http;
 
 use std::io::Read;
+use std::sync::Arc;
 
-use tiny_http::{Header, Method, Request, Response, Server};
+use http::{Head, Reply, Request};
 
 use super::exit::Exit;
 use crate::provider::{CkptError, Provider};
@@ -25,8 +27,17 @@ const STYLE: &str = include_str!("page.css");
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// A request body larger than this is refused (the largest real one is a list of paths).
-const MAX_BODY: u64 = 4 * 1024 * 1024;
+/// A request body larger than this is refused unread (the largest real one is a list of paths).
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// Headers every answer carries (with its Content-Type).
+const HARDENED: &[(&str, &str)] = &[
+    ("Content-Security-Policy", CSP),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cache-Control", "no-store"),
+    ("X-Frame-Options", "DENY"),
+];
 
 /// What `ckpt ui` was asked for.
 pub(super) struct UiOptions {
@@ -71,27 +82,6 @@ fn same_secret(given: &[u8], expected: &[u8]) -> bool {
     given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
-fn header(name: &str, value: &str) -> Option<Header> {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
-}
-
-/// Headers every answer carries.
-fn hardened<R: Read>(mut response: Response<R>, content_type: &str) -> Response<R> {
-    for (name, value) in [
-        ("Content-Type", content_type),
-        ("Content-Security-Policy", CSP),
-        ("X-Content-Type-Options", "nosniff"),
-        ("Referrer-Policy", "no-referrer"),
-        ("Cache-Control", "no-store"),
-        ("X-Frame-Options", "DENY"),
-    ] {
-        if let Some(h) = header(name, value) {
-            response.add_header(h);
-        }
-    }
-    response
-}
-
 /// A JSON answer with a status code.
 pub(super) struct Answer {
     pub status: u16,
@@ -111,56 +101,27 @@ impl Answer {
     }
 }
 
+impl Answer {
+    fn reply(self) -> Reply {
+        Reply {
+            status: self.status,
+            content_type: "application/json; charset=utf-8",
+            body: self.body.to_string().into_bytes(),
+        }
+    }
+}
+
 fn respond_json(request: Request, answer: Answer) {
-    respond(request, answer, false)
+    request.respond(answer.reply(), HARDENED);
 }
 
-/// Answers with `answer`; with `close`, the connection is closed afterwards.
-fn respond(request: Request, answer: Answer, close: bool) {
-    let text = answer.body.to_string();
-    let mut response = hardened(
-        Response::from_string(text).with_status_code(answer.status),
-        "application/json; charset=utf-8",
-    );
-    if close {
-        if let Some(h) = header("Connection", "close") {
-            response.add_header(h);
-        }
-    }
-    // A client that went away is not an error of ours.
-    let _ = request.respond(response);
-}
-
-/// Listens on 127.0.0.1:`port` again, retrying while the address or descriptors are busy,
-/// unless the server should stop meanwhile.
-fn relisten(port: u16, workdir: &std::path::Path, parent: Option<u32>) -> Result<Server, CkptError> {
-    loop {
-        std::thread::sleep(std::time::Duration::from_millis(250));
-        if let Some(why) = reason_to_stop(workdir, parent) {
-            return Err(CkptError::Io {
-                path: format!("127.0.0.1:{port}").into(),
-                source: std::io::Error::other(format!("stopping: {why}")),
-            });
-        }
-        if let Ok(server) = Server::http(("127.0.0.1", port)) {
-            return Ok(server);
-        }
-    }
-}
-
-fn respond_text(request: Request, status: u16, content_type: &str, text: String) {
-    let response = hardened(Response::from_string(text).with_status_code(status), content_type);
-    let _ = request.respond(response);
-}
-
-/// The header's value, if the request has exactly one of that name.
-fn header_value<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
-    let mut found = request
-        .headers()
-        .iter()
-        .filter(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name));
-    let first = found.next()?;
-    found.next().is_none().then(|| first.value.as_str())
+fn respond_text(request: Request, content_type: &'static str, text: String) {
+    let reply = Reply {
+        status: 200,
+        content_type,
+        body: text.into_bytes(),
+    };
+    request.respond(reply, HARDENED);
 }
 
 /// A query parameter, percent-decoded.
@@ -201,28 +162,26 @@ fn percent_decode(text: &str) -> String {
 }
 
 /// Why a request is refused before it reaches a handler, if it is.
-fn refusal(request: &Request, host: &str, token: &str) -> Option<Answer> {
-    if header_value(request, "Host") != Some(host) {
+fn refusal(request: &Head, host: &str, token: &str) -> Option<Answer> {
+    if request.header("Host") != Some(host) {
         return Some(Answer::error(
             403,
             "refused",
             &format!("this server answers only requests for {host}"),
         ));
     }
-    let path = request.url().split('?').next().unwrap_or_default();
+    let path = request.path();
     // The page itself carries the token in its address (that is how a person opens it); every
     // other request carries it in a header, which a page on another site cannot set here.
     let given = if path == "/" || path.starts_with("/assets/") {
-        query_param(request.url(), "token")
+        query_param(&request.url, "token")
     } else {
-        header_value(request, "X-Ckpt-Token").map(str::to_owned)
+        request.header("X-Ckpt-Token").map(str::to_owned)
     };
     if !given.is_some_and(|given| same_secret(given.as_bytes(), token.as_bytes())) {
         return Some(Answer::error(403, "refused", "missing or wrong token"));
     }
-    if request.headers().iter().any(|h| h.field.equiv("Origin"))
-        && header_value(request, "Origin") != Some(&format!("http://{host}"))
-    {
+    if request.has_header("Origin") && request.header("Origin") != Some(&format!("http://{host}")) {
         return Some(Answer::error(
             403,
             "refused",
@@ -232,15 +191,16 @@ fn refusal(request: &Request, host: &str, token: &str) -> Option<Answer> {
     None
 }
 
-fn parse_body(request: &Request, body: std::io::Result<Vec<u8>>) -> Result<serde_json::Value, Answer> {
-    if header_value(request, "Content-Type").is_none_or(|t| !t.starts_with("application/json")) {
+fn parse_body(request: &Request) -> Result<serde_json::Value, Answer> {
+    let media_type = request
+        .head
+        .header("Content-Type")
+        .map(|t| t.split(';').next().unwrap_or_default().trim().to_ascii_lowercase());
+    if media_type.as_deref() != Some("application/json") {
         return Err(Answer::error(415, "usage", "a POST body must be application/json"));
     }
-    let body = body.map_err(|e| Answer::error(400, "usage", &format!("reading the request body: {e}")))?;
-    if body.len() as u64 > MAX_BODY {
-        return Err(Answer::error(413, "usage", "the request body is too large"));
-    }
-    serde_json::from_slice(&body).map_err(|e| Answer::error(400, "usage", &format!("the body is not JSON: {e}")))
+    serde_json::from_slice(&request.body)
+        .map_err(|e| Answer::error(400, "usage", &format!("the body is not JSON: {e}")))
 }
 
 fn page(token: &str) -> String {
@@ -259,8 +219,29 @@ fn open_browser(url: &str) {
         None
     };
     if let Some(opener) = opener {
+        // The browser is given a private file that leads on to the address: the token would be
+        // in the opener's and the browser's command lines, which other users can read.
+        let launcher = tempfile::Builder::new()
+            .prefix("ckpt-ui-")
+            .suffix(".html")
+            .tempfile()
+            .and_then(|mut file| {
+                use std::io::Write;
+                write!(
+                    file,
+                    "<!doctype html><meta http-equiv=\"refresh\" content=\"0;url={url}\">"
+                )?;
+                Ok(file)
+            });
+        let launcher = match launcher {
+            Ok(file) => file.into_temp_path(),
+            Err(e) => {
+                sayln!("ckpt: could not write a launcher page ({e}); open the address above by hand");
+                return;
+            }
+        };
         let spawned = std::process::Command::new(opener)
-            .arg(url)
+            .arg(&launcher)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -268,6 +249,11 @@ fn open_browser(url: &str) {
         if let Err(e) = spawned {
             sayln!("ckpt: could not start {opener} ({e}); open the address above by hand");
         }
+        // Removed once the browser has had time to read it.
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(60));
+            drop(launcher);
+        });
     }
 }
 
@@ -277,15 +263,18 @@ pub(super) fn serve(provider: &dyn Provider, config: &Config, options: &UiOption
         path: format!("listening on 127.0.0.1:{}", options.port).into(),
         source,
     };
-    let server = Server::http(("127.0.0.1", options.port)).map_err(|e| listen_error(std::io::Error::other(e)))?;
-    let port = server
-        .server_addr()
-        .to_ip()
-        .map(|a| a.port())
-        .ok_or_else(|| listen_error(std::io::Error::other("not an IP address")))?;
+    let listener = std::net::TcpListener::bind(("127.0.0.1", options.port)).map_err(listen_error)?;
+    let port = listener.local_addr().map_err(listen_error)?.port();
     let host = format!("127.0.0.1:{port}");
     let token = new_token()?;
     let url = format!("http://{host}/?token={token}");
+    // Refused before any body is read, on the connection's own thread: a client without the
+    // token cannot hold the server by promising a body it never sends.
+    let screen: Arc<http::Screen> = {
+        let (host, token) = (host.clone(), token.clone());
+        Arc::new(move |head: &Head| refusal(head, &host, &token).map(Answer::reply))
+    };
+    let requests = http::serve_in_background(listener, screen, MAX_BODY, HARDENED);
     // The one line a caller (a person, the harness adapter, a test) needs: on stdout, flushed.
     super::output::to_stdout(&format!("ckpt ui: serving {} at {url}\n", provider.workdir().display()));
     sayln!("ckpt ui: only this machine can connect; stop with Ctrl-C");
@@ -298,7 +287,6 @@ pub(super) fn serve(provider: &dyn Provider, config: &Config, options: &UiOption
         all: options.all,
     };
     let parent = options.exit_with_parent.then(std::os::unix::process::parent_id);
-    let mut server = server;
     let mut checked = std::time::Instant::now();
     loop {
         // Checked once a second even while requests keep coming.
@@ -308,70 +296,32 @@ pub(super) fn serve(provider: &dyn Provider, config: &Config, options: &UiOption
                 sayln!("ckpt ui: stopping: {why}");
                 return Ok(Exit::Ok);
             }
-            // tiny_http's accepting thread dies when it runs out of descriptors (a flood of
-            // connections): a server nobody can reach any more listens again.
-            let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-            if std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_millis(500)).is_err() {
-                sayln!("ckpt ui: no longer accepting connections; listening again");
-                drop(server);
-                server = relisten(port, provider.workdir(), parent)?;
-                continue;
-            }
         }
-        let mut request = match server.recv_timeout(std::time::Duration::from_secs(1)) {
-            Ok(Some(request)) => request,
-            Ok(None) => continue,
-            Err(e) => {
-                // tiny_http stops accepting after an accept error (too many open files, say):
-                // the server is listened for again on the same address, with the same token.
-                sayln!("ckpt ui: accepting a connection failed ({e}); listening again");
-                drop(server);
-                server = relisten(port, provider.workdir(), parent)?;
-                continue;
+        let request = match requests.recv_timeout(std::time::Duration::from_secs(1)) {
+            Ok(request) => request,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(listen_error(std::io::Error::other("the accepting thread ended")))
             }
         };
-        // Refused before any body is read: a client without the token cannot hold the server
-        // by promising a body it never sends. The connection is closed after the refusal, so
-        // an unread body cannot put a kept-alive connection out of step.
-        if let Some(answer) = refusal(&request, &host, &token) {
-            // Answered on a thread of its own: tiny_http skips what is left of a body before it
-            // answers, and a client that promised a body it never sends must hold only itself.
-            // A small body tiny_http already buffered (at most 1 KiB, no `Expect`) is drained
-            // first, so the client hears the refusal instead of a reset.
-            let buffered =
-                request.body_length().is_some_and(|n| n <= 1024) && header_value(&request, "Expect").is_none();
-            std::thread::spawn(move || {
-                if buffered {
-                    let _ = std::io::copy(&mut request.as_reader().take(1024), &mut std::io::sink());
-                }
-                respond(request, answer, true);
-            });
-            continue;
-        }
-        let mut body = Vec::new();
-        let read = request.as_reader().take(MAX_BODY + 1).read_to_end(&mut body);
-        let url = request.url().to_owned();
-        let path = url.split('?').next().unwrap_or_default().to_owned();
-        match (request.method(), path.as_str()) {
-            (Method::Get, "/") => respond_text(request, 200, "text/html; charset=utf-8", page(&token)),
-            (Method::Get, "/assets/page.js") => {
-                respond_text(request, 200, "text/javascript; charset=utf-8", SCRIPT.to_owned())
-            }
-            (Method::Get, "/assets/page.css") => {
-                respond_text(request, 200, "text/css; charset=utf-8", STYLE.to_owned())
-            }
-            (Method::Get, route) if route.starts_with("/api/") => {
+        let url = request.head.url.clone();
+        let path = request.head.path().to_owned();
+        match (request.head.method.as_str(), path.as_str()) {
+            ("GET", "/") => respond_text(request, "text/html; charset=utf-8", page(&token)),
+            ("GET", "/assets/page.js") => respond_text(request, "text/javascript; charset=utf-8", SCRIPT.to_owned()),
+            ("GET", "/assets/page.css") => respond_text(request, "text/css; charset=utf-8", STYLE.to_owned()),
+            ("GET", route) if route.starts_with("/api/") => {
                 let answer = api.get(route, &url);
                 respond_json(request, answer);
             }
-            (Method::Post, route) if route.starts_with("/api/") => {
-                let answer = match parse_body(&request, read.map(|_| body)) {
+            ("POST", route) if route.starts_with("/api/") => {
+                let answer = match parse_body(&request) {
                     Ok(body) => api.post(route, &body),
                     Err(answer) => answer,
                 };
                 respond_json(request, answer);
             }
-            (Method::Get | Method::Post, _) => respond_json(request, Answer::error(404, "not_found", "no such page")),
+            ("GET" | "POST", _) => respond_json(request, Answer::error(404, "not_found", "no such page")),
             _ => respond_json(request, Answer::error(405, "usage", "only GET and POST are answered")),
         }
     }
