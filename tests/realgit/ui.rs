@@ -167,6 +167,27 @@ fn a_client_without_the_token_cannot_stall_or_stop_the_web_view() {
         );
         assert_eq!(api_status(port, &token).unwrap(), "HTTP/1.1 200 OK");
     }
+    // A head sent a byte at a time never holds its connection past the deadline.
+    let mut slow = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    slow.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let closed = loop {
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            break false;
+        }
+        if slow.write_all(b"X").is_err() {
+            break true;
+        }
+        let mut byte = [0u8; 1];
+        match std::io::Read::read(&mut slow, &mut byte) {
+            Ok(0) => break true,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+            _ => break true,
+        }
+    };
+    assert!(closed, "a trickling client still held its connection after 20 s");
+    drop(slow);
     // More connections than descriptors, then released: the server is still there and answers.
     let flood: Vec<std::net::TcpStream> = (0..200)
         .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok())

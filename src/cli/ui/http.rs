@@ -15,10 +15,13 @@ use std::time::Duration;
 const MAX_HEAD: usize = 16 * 1024;
 /// The most headers a request may have.
 const MAX_HEADERS: usize = 64;
-/// How long a client may take to send its request, and to take the answer.
+/// How long a client may take to send its whole request (from its connection), and to take
+/// the answer.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections read at once; more are closed as they come.
-const MAX_CONNECTIONS: usize = 256;
+/// How long a connection may wait before its first byte (a browser opens some ahead of need).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections read at once; more are turned away as they come.
+const MAX_CONNECTIONS: usize = 1024;
 /// Requests waiting for the one thread that answers them.
 const MAX_WAITING: usize = 64;
 
@@ -143,6 +146,8 @@ pub(super) fn serve_in_background(
         };
         if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
             active.fetch_sub(1, Ordering::SeqCst);
+            let _ = (&stream)
+                .write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
             continue;
         }
         let (screen, sender, done) = (Arc::clone(&screen), sender.clone(), Arc::clone(&active));
@@ -165,8 +170,13 @@ fn read_one(
     headers: &[(&str, &str)],
     sender: &mpsc::SyncSender<Request>,
 ) {
-    let _ = stream.set_read_timeout(Some(IO_TIMEOUT));
+    // One deadline for the whole request once it has begun, not per read: a client sending a
+    // byte now and then holds its connection no longer than one that sends it all at once.
     let _ = stream.set_write_timeout(Some(IO_TIMEOUT));
+    let mut reader = Deadline {
+        stream: &stream,
+        deadline: std::time::Instant::now() + IDLE_TIMEOUT,
+    };
     let error = |status: u16, message: &str| Reply {
         status,
         content_type: "application/json; charset=utf-8",
@@ -177,14 +187,20 @@ fn read_one(
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     let (head, used) = loop {
-        let read = match (&stream).read(&mut chunk) {
+        let read = match reader.read(&mut chunk) {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        if buffer.is_empty() {
+            reader.deadline = std::time::Instant::now() + IO_TIMEOUT;
+        }
         buffer.extend_from_slice(&chunk[..read]);
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut parsed = httparse::Request::new(&mut slots);
         match parsed.parse(&buffer) {
+            Ok(httparse::Status::Complete(used)) if used > MAX_HEAD => {
+                return refuse(&stream, &error(431, "the request head is too large"), headers)
+            }
             Ok(httparse::Status::Complete(used)) => {
                 let head = Head {
                     method: parsed.method.unwrap_or_default().to_owned(),
@@ -208,6 +224,14 @@ fn read_one(
         return refuse(&stream, &reply, headers);
     }
     let mut body = buffer.split_off(used);
+    // A client that waits to be asked for its body is asked.
+    if head
+        .header("Expect")
+        .is_some_and(|e| e.trim().eq_ignore_ascii_case("100-continue"))
+        && body.is_empty()
+    {
+        let _ = (&stream).write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+    }
     if head.has_header("Transfer-Encoding") {
         if head.has_header("Content-Length")
             || !head
@@ -220,7 +244,7 @@ fn read_one(
                 headers,
             );
         }
-        body = match dechunk(&stream, body, max_body) {
+        body = match dechunk(&mut reader, body, max_body) {
             Ok(body) => body,
             Err(Dechunk::TooLarge) => return refuse(&stream, &error(413, "the request body is too large"), headers),
             Err(Dechunk::Bad) => return refuse(&stream, &error(400, "a bad chunked body"), headers),
@@ -239,19 +263,23 @@ fn read_one(
         (true, _) => return refuse(&stream, &error(400, "a bad Content-Length"), headers),
     };
     if body.len() < length
-        && (&stream)
+        && (&mut reader)
             .take((length - body.len()) as u64)
             .read_to_end(&mut body)
             .is_err()
     {
         return;
     }
-    if body.len() != length {
+    if body.len() < length {
         return refuse(
             &stream,
             &error(400, "the body is shorter than its Content-Length"),
             headers,
         );
+    }
+    if body.len() > length {
+        let message = "more bytes than the Content-Length (one request per connection)";
+        return refuse(&stream, &error(400, message), headers);
     }
     hand_on(Request { head, body, stream }, headers, sender);
 }
@@ -270,6 +298,23 @@ fn hand_on(request: Request, headers: &[(&str, &str)], sender: &mpsc::SyncSender
     }
 }
 
+/// Reads from a connection until one deadline, whatever the pace of the bytes.
+struct Deadline<'a> {
+    stream: &'a TcpStream,
+    deadline: std::time::Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
+}
+
 /// Why a chunked body could not be read.
 enum Dechunk {
     TooLarge,
@@ -279,7 +324,7 @@ enum Dechunk {
 
 /// A chunked body (RFC 9112 §7.1), of at most `max_body` bytes, from what was read after the
 /// head (`pending`) and then the stream.
-fn dechunk(mut stream: &TcpStream, mut pending: Vec<u8>, max_body: usize) -> Result<Vec<u8>, Dechunk> {
+fn dechunk(stream: &mut Deadline<'_>, mut pending: Vec<u8>, max_body: usize) -> Result<Vec<u8>, Dechunk> {
     let mut body = Vec::new();
     let mut at = 0;
     // Makes `pending[at..]` hold at least `n` bytes, reading more as needed.

@@ -251,7 +251,7 @@ fn open_browser(url: &str) {
         }
         // Removed once the browser has had time to read it.
         std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_secs(60));
+            std::thread::sleep(std::time::Duration::from_secs(15));
             drop(launcher);
         });
     }
