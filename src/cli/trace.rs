@@ -494,6 +494,14 @@ fn file_now(workdir: &Path, path: &RepoPath) -> Option<trace::FileNow> {
     }
 }
 
+/// True if the log's header says its session ran in this workspace (or below it).
+fn ran_inside(provider: &dyn Provider, log: &SessionLog) -> bool {
+    log.header
+        .cwd
+        .as_deref()
+        .is_some_and(|c| Path::new(c).starts_with(provider.workdir()))
+}
+
 /// A session's log from a file of the caller's (`--session-log`): it must say which session it
 /// is and that the session ran in this workspace.
 fn given_log(provider: &dyn Provider, file: &Path) -> Result<(PathBuf, SessionLog), CkptError> {
@@ -505,12 +513,7 @@ fn given_log(provider: &dyn Provider, file: &Path) -> Result<(PathBuf, SessionLo
             file.display()
         )));
     }
-    let inside = log
-        .header
-        .cwd
-        .as_deref()
-        .is_some_and(|c| Path::new(c).starts_with(provider.workdir()));
-    if !inside {
+    if !ran_inside(provider, &log) {
         return Err(CkptError::InvalidInput(format!(
             "{}: session {} did not run in this workspace ({}), by its header's cwd ({})",
             file.display(),
@@ -563,15 +566,8 @@ fn replay_sessions(
         let log = sessionlog::read_log(&path)?;
         if at >= first_above {
             foreign_only.insert(path.clone());
-        } else if at >= first_below {
-            let inside = log
-                .header
-                .cwd
-                .as_deref()
-                .is_some_and(|c| Path::new(c).starts_with(provider.workdir()));
-            if !inside {
-                continue;
-            }
+        } else if at >= first_below && !ran_inside(provider, &log) {
+            continue;
         }
         // The caller's copy of a session stands in for that session's file.
         if given.as_deref() == Some(log.header.id.as_str()) {

@@ -389,6 +389,22 @@ function confirmInPage (title, body) {
   })
 }
 
+/** A restore's report: what it wrote, `more` lists, what failed, and Undo through its guard. */
+function restoredView (report, heading, more) {
+  const lines = [
+    el('h3', {}, heading),
+    pathList('written', report.written, 'written'),
+    ...more,
+    pathList('failed', (report.failed ?? []).map((f) => ({ path: f.path, reason: f.error })), 'failed'),
+    el('p', {}, `${report.unchanged} path(s) already matched`),
+  ]
+  if (report.guard) {
+    lines.push(el('p', { class: 'guard' }, `Guard checkpoint ${report.guard.slice(0, 8)} holds the files as they were before. `,
+      el('button', { type: 'button', id: 'undo', onclick: () => restoreTo(report.guard, true, [], `the state before that restore (guard ${report.guard.slice(0, 8)})`) }, 'Undo')))
+  }
+  return el('div', { class: 'restored' }, lines)
+}
+
 async function restoreTo (id, exact, paths, what) {
   const outcome = $('outcome')
   try {
@@ -401,19 +417,10 @@ async function restoreTo (id, exact, paths, what) {
     const answer = await api('POST', '/api/restore', { id, exact, paths, confirm: true })
     const report = answer.records.find((r) => r.type === 'restore')
     state.lastGuard = report.guard
-    const lines = [
-      el('h3', {}, report.verified ? 'Restored, and verified.' : 'Restored with problems:'),
-      pathList('written', report.written, 'written'),
+    outcome.replaceChildren(restoredView(report, report.verified ? 'Restored, and verified.' : 'Restored with problems:', [
       pathList('deleted', report.deleted, 'deleted'),
       pathList('left in place, created after it', report.left, 'left'),
-      pathList('failed', (report.failed ?? []).map((f) => ({ path: f.path, reason: f.error })), 'failed'),
-      el('p', {}, `${report.unchanged} path(s) already matched`),
-    ]
-    if (report.guard) {
-      lines.push(el('p', { class: 'guard' }, `Guard checkpoint ${report.guard.slice(0, 8)} holds the files as they were before. `,
-        el('button', { type: 'button', id: 'undo', onclick: () => restoreTo(report.guard, true, [], `the state before that restore (guard ${report.guard.slice(0, 8)})`) }, 'Undo')))
-    }
-    outcome.replaceChildren(el('div', { class: 'restored' }, lines))
+    ]))
     await refresh()
   } catch (error) {
     outcome.replaceChildren(el('p', { class: 'error' }, error.message))
@@ -456,18 +463,8 @@ async function traceRestore (call) {
     const answer = await api('POST', '/api/trace-restore', { node: call.node, confirm: true })
     const done = answer.records.find((r) => r.type === 'trace.restore')
     const report = answer.records.find((r) => r.type === 'restore')
-    const lines = [
-      el('h3', {}, report.verified && !done.not_restored.length ? 'Restored, and verified.' : report.verified ? 'Restored and verified, but not every file:' : 'Restored with problems:'),
-      pathList('written', report.written, 'written'),
-      pathList('left as they are', done.not_restored, 'not-restored'),
-      pathList('failed', (report.failed ?? []).map((f) => ({ path: f.path, reason: f.error })), 'failed'),
-      el('p', {}, `${report.unchanged} path(s) already matched`),
-    ]
-    if (report.guard) {
-      lines.push(el('p', { class: 'guard' }, `Guard checkpoint ${report.guard.slice(0, 8)} holds the files as they were before. `,
-        el('button', { type: 'button', id: 'undo', onclick: () => restoreTo(report.guard, true, [], `the state before that restore (guard ${report.guard.slice(0, 8)})`) }, 'Undo')))
-    }
-    outcome.replaceChildren(el('div', { class: 'restored' }, lines))
+    const heading = report.verified && !done.not_restored.length ? 'Restored, and verified.' : report.verified ? 'Restored and verified, but not every file:' : 'Restored with problems:'
+    outcome.replaceChildren(restoredView(report, heading, [pathList('left as they are', done.not_restored, 'not-restored')]))
     await refresh()
   } catch (error) {
     outcome.replaceChildren(el('p', { class: 'error' }, error.message))
