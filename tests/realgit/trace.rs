@@ -1330,3 +1330,98 @@ fn a_forks_own_calls_and_sessions_started_above_the_workspace_count_as_other_ses
         std::fs::remove_dir_all(home_dir.join("sessions")).unwrap();
     }
 }
+
+/// One logged event of a hand-driven live session: a call or its result, at the real time.
+fn live_event(seq: u64, turn: u64, step: u64, id: &str, args: Option<serde_json::Value>) -> String {
+    match args {
+        Some(args) => serde_json::json!({"type": "tool/call", "seq": seq, "time": now_ms(),
+            "data": {"turn": turn, "step": step, "callId": id, "name": "edit", "arguments": args.to_string()}}),
+        None => serde_json::json!({"type": "tool/result", "seq": seq, "time": now_ms(),
+            "data": {"message": {"source": {"kind": "tool", "callId": id},
+                "content": [{"type": "tool-result", "toolCallId": id, "isError": false}]}}}),
+    }
+    .to_string()
+}
+
+#[test]
+fn a_checkpoint_is_a_base_only_if_it_was_taken_before_the_call_wrote() {
+    let repo = TestRepo::new();
+    let root = repo.root.to_str().unwrap().to_owned();
+    let home_dir = repo.home.join("dsh");
+    let home = home_dir.to_str().unwrap().to_owned();
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(30));
+    let snap = |turn: &str, step: &str| {
+        repo.snapshot(&[
+            "--session",
+            "session-timed1",
+            "--turn",
+            turn,
+            "--step",
+            step,
+            "--kind",
+            "auto",
+        ]);
+        pause();
+    };
+    let edit = |old: &str, new: &str| serde_json::json!({"file_path": "a.txt", "old_string": old, "new_string": new});
+    let blob = |text: &str| {
+        git_stdin(&repo, &["hash-object", "--stdin"], text.as_bytes())
+            .trim()
+            .to_owned()
+    };
+    repo.write("a.txt", b"a\nzzz\n");
+    repo.write("b.txt", b"b\n");
+    let mut lines = vec![serde_json::json!({"type": "session", "id": "session-timed1", "cwd": root}).to_string()];
+    // Step 1.1 runs two calls at once; the hook's checkpoint before the second (labelled 1.1
+    // too) is taken after the first already wrote a.txt.
+    lines.push(live_event(1, 1, 1, "c1", Some(edit("a\n", "ab\n"))));
+    lines.push(live_event(
+        2,
+        1,
+        1,
+        "c2",
+        Some(serde_json::json!({"file_path": "b.txt", "old_string": "b", "new_string": "B"})),
+    ));
+    pause();
+    snap("1", "1");
+    repo.write("a.txt", b"ab\nzzz\n");
+    lines.push(live_event(3, 0, 0, "c1", None));
+    pause();
+    snap("1", "1");
+    repo.write("b.txt", b"B\n");
+    lines.push(live_event(4, 0, 0, "c2", None));
+    pause();
+    // Between turns the user adds a line; the checkpoint before turn 2 holds it.
+    repo.write("a.txt", b"ab\nzzz\nuser-mid\n");
+    pause();
+    snap("2", "1");
+    lines.push(live_event(5, 2, 1, "c3", Some(edit("zzz", "ZZZ"))));
+    pause();
+    repo.write("a.txt", b"ab\nZZZ\nuser-mid\n");
+    lines.push(live_event(6, 0, 0, "c3", None));
+    pause();
+    // And edits again afterwards, so nothing is worked back from the worktree.
+    repo.write("a.txt", b"something else\n");
+    let dir = home_dir
+        .join("sessions")
+        .join(project_key(&root))
+        .join("session-timed1");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("session.jsonl"), format!("{}\n", lines.join("\n"))).unwrap();
+
+    let found = claims(&repo, &home, "a.txt");
+    assert!(
+        !found
+            .iter()
+            .any(|(_, id)| *id == blob("abb\nzzz\n") || *id == blob("abb\nZZZ\n")),
+        "an edit applied twice: {found:?}"
+    );
+    assert!(
+        !found.contains(&("2.1".into(), blob("ab\nZZZ\n"))),
+        "the user's line the checkpoint before 2.1 holds is lost: {found:?}"
+    );
+    assert!(
+        found.contains(&("2.1".into(), blob("ab\nZZZ\nuser-mid\n"))),
+        "2.1 from the checkpoint just before it: {found:?}"
+    );
+}

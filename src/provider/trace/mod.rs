@@ -310,9 +310,24 @@ pub fn replay_among<'a>(
     mut content_at: impl FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
 ) -> Vec<TraceNode<'a>> {
     let mut known: BTreeMap<RepoPath, Known> = BTreeMap::new();
+    // When what `known` says of a file was last settled (ms; `i64::MAX`: not known): a
+    // checkpoint taken after that says better what the file held then.
+    let mut known_at: BTreeMap<RepoPath, i64> = BTreeMap::new();
     let mut nodes: Vec<TraceNode> = Vec::new();
     // Positions of the shell calls so far: a checkpoint older than one is no base any more.
     let mut last_shell: Option<(u64, u64)> = None;
+    // The same by time: when the last of them ended (`i64::MAX`: unknown).
+    let mut own_shell_end: i64 = i64::MIN;
+    // Calls of one step may run at once: where a step has several, only a checkpoint taken
+    // before the first of them began is a base for any of them (a checkpoint taken meanwhile
+    // may already hold another's write).
+    let mut steps: std::collections::HashMap<(u64, u64), (usize, i64)> = std::collections::HashMap::new();
+    for call in calls {
+        if let (Some(turn), Some(step), Some(at)) = (call.turn, call.step, call_millis(call)) {
+            let entry = steps.entry((turn, step)).or_insert((0, i64::MAX));
+            *entry = (entry.0 + 1, entry.1.min(at));
+        }
+    }
     // The same for another session's shell, by time: checkpoints taken before it are no base.
     let mut foreign_shell_at: Option<i64> = None;
     // Another session's change whose time is unknown (or any change, when a call of this session
@@ -356,6 +371,7 @@ pub fn replay_among<'a>(
         };
         if blind_from_next && call.turn.is_some() {
             last_shell = last_shell.max(Some(position(call)));
+            own_shell_end = own_shell_end.max(call_millis(call).unwrap_or(i64::MAX));
             blind_from_next = false;
         }
         let now = call_millis(call).unwrap_or(i64::MAX);
@@ -372,12 +388,14 @@ pub fn replay_among<'a>(
             match &change.path {
                 Some(path) => {
                     known.insert(path.clone(), Known::Unknown(why.clone()));
+                    known_at.insert(path.clone(), change.until.unwrap_or(i64::MAX));
                     node.files.insert(path.clone(), Known::Unknown(why));
                 }
                 None => {
                     foreign_shell_at = Some(change.at.unwrap_or(i64::MAX).max(foreign_shell_at.unwrap_or(i64::MIN)));
                     for (path, state) in known.iter_mut() {
                         *state = Known::Unknown(why.clone());
+                        known_at.insert(path.clone(), change.until.unwrap_or(i64::MAX));
                         node.files.insert(path.clone(), state.clone());
                     }
                 }
@@ -386,9 +404,12 @@ pub fn replay_among<'a>(
         if blinds_the_trace(&call.name) {
             if call.outcome != CallOutcome::Failed {
                 last_shell = last_shell.max(Some(position(call)));
+                let ended = result_millis(call).unwrap_or(i64::MAX);
+                own_shell_end = own_shell_end.max(ended);
                 blind_from_next |= call.turn.is_none();
                 for (path, state) in known.iter_mut() {
                     *state = Known::Unknown(format!("a {} call ran after the last known content", call.name));
+                    known_at.insert(path.clone(), ended);
                     node.files.insert(path.clone(), state.clone());
                 }
             }
@@ -399,11 +420,12 @@ pub fn replay_among<'a>(
         // nothing certain about which one: it blinds the trace like a shell call.
         let unreadable = |node: &mut TraceNode<'a>,
                           known: &mut BTreeMap<RepoPath, Known>,
-                          last_shell: &mut Option<(u64, u64)>,
+                          (last_shell, own_shell_end): (&mut Option<(u64, u64)>, &mut i64),
                           why: &str| {
             if is_content_tool(&call.name) && call.outcome != CallOutcome::Failed {
                 // Nor is a checkpoint taken before it a base any more.
                 *last_shell = (*last_shell).max(Some(position(call)));
+                *own_shell_end = (*own_shell_end).max(result_millis(call).unwrap_or(i64::MAX));
                 for (path, state) in known.iter_mut() {
                     *state = Known::Unknown(format!(
                         "a {} call whose arguments cannot be read ran ({why})",
@@ -417,7 +439,7 @@ pub fn replay_among<'a>(
             Ok(args) => args,
             Err(why) => {
                 node.refused = Some(why.clone());
-                unreadable(&mut node, &mut known, &mut last_shell, why);
+                unreadable(&mut node, &mut known, (&mut last_shell, &mut own_shell_end), why);
                 nodes.push(node);
                 continue;
             }
@@ -426,7 +448,7 @@ pub fn replay_among<'a>(
             if is_content_tool(&call.name) {
                 let why = "its arguments lack a field the tool needs, or have the wrong type";
                 node.refused = Some(why.to_owned());
-                unreadable(&mut node, &mut known, &mut last_shell, why);
+                unreadable(&mut node, &mut known, (&mut last_shell, &mut own_shell_end), why);
             }
             nodes.push(node);
             continue;
@@ -454,9 +476,24 @@ pub fn replay_among<'a>(
             }
             Known::Content(apply(&[], &change).ok())
         } else {
-            let base = match known.get(&path) {
-                Some(state) => state.clone(),
-                None => base_from_checkpoint(
+            let siblings_from = call
+                .turn
+                .zip(call.step)
+                .and_then(|at| steps.get(&at))
+                .filter(|(count, _)| *count > 1)
+                .map(|(_, first)| *first);
+            let shells_end = own_shell_end.max(foreign_shell_at.unwrap_or(i64::MIN));
+            let timed = timed_checkpoint_base(call, siblings_from, &path, checkpoints, shells_end, &mut content_at);
+            let settled = known_at.get(&path).copied().unwrap_or(i64::MAX);
+            let base = match (known.get(&path), timed) {
+                // A checkpoint taken after the replay last settled the file says what it held.
+                (Some(_), TimedBase::Found(base, taken)) if taken > settled => base,
+                (Some(state), _) => state.clone(),
+                (None, TimedBase::Found(base, _)) => base,
+                (None, TimedBase::NoneBefore) => {
+                    Known::Unknown("no earlier node, nor a checkpoint taken before this call, holds the file".into())
+                }
+                (None, TimedBase::Untimed) => base_from_checkpoint(
                     call,
                     &path,
                     checkpoints,
@@ -483,6 +520,7 @@ pub fn replay_among<'a>(
             None => after,
         };
         known.insert(path.clone(), after.clone());
+        known_at.insert(path.clone(), result_millis(call).unwrap_or(i64::MAX));
         node.files.insert(path, after);
         nodes.push(node);
     }
@@ -498,6 +536,56 @@ pub fn replay_among<'a>(
     nodes
 }
 
+/// A checkpoint base chosen by time.
+enum TimedBase {
+    /// The call's times are not logged: checkpoints are placed by their labels instead.
+    Untimed,
+    /// No checkpoint was taken before the call.
+    NoneBefore,
+    /// What the newest checkpoint taken before the call says of the file, and when it was taken.
+    Found(Known, i64),
+}
+
+/// The file as the newest checkpoint taken before `call` wrote holds it: taken before its
+/// result (before the first call of its step began, when the step has several), and after
+/// every shell (`shells_end`) that ran before it.
+fn timed_checkpoint_base(
+    call: &ToolCall,
+    siblings_from: Option<i64>,
+    path: &RepoPath,
+    checkpoints: &[Record],
+    shells_end: i64,
+    content_at: &mut impl FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
+) -> TimedBase {
+    let Some(ended) = result_millis(call) else {
+        return TimedBase::Untimed;
+    };
+    let limit = siblings_from.unwrap_or(ended);
+    let taken = |r: &Record| chrono::DateTime::parse_from_rfc3339(&r.time).map_or(i64::MAX, |t| t.timestamp_millis());
+    let Some((checkpoint, at)) = checkpoints
+        .iter()
+        .map(|r| (r, taken(r)))
+        .filter(|(_, at)| *at < limit)
+        .max_by_key(|(_, at)| *at)
+    else {
+        return TimedBase::NoneBefore;
+    };
+    if at <= shells_end {
+        let why = format!(
+            "a shell (or other unreplayable) call ran after checkpoint {}",
+            checkpoint.short()
+        );
+        return TimedBase::Found(Known::Unknown(why), at);
+    }
+    match content_at(checkpoint, path) {
+        Ok(content) => TimedBase::Found(Known::Content(content), at),
+        Err(why) => TimedBase::Found(
+            Known::Unknown(format!("checkpoint {} cannot be read: {why}", checkpoint.short())),
+            at,
+        ),
+    }
+}
+
 /// The file as the newest checkpoint at or before `call` holds it, if no shell call ran since.
 fn base_from_checkpoint(
     call: &ToolCall,
@@ -510,7 +598,14 @@ fn base_from_checkpoint(
     let Some(checkpoint) = checkpoints
         .iter()
         .filter(|r| r.turn.is_some() && (r.turn.unwrap_or(0), r.step.unwrap_or(0)) <= at)
-        .max_by_key(|r| (r.turn.unwrap_or(0), r.step.unwrap_or(0)))
+        // Of several with one label (the calls of one step), the first taken.
+        .max_by_key(|r| {
+            (
+                r.turn.unwrap_or(0),
+                r.step.unwrap_or(0),
+                std::cmp::Reverse(r.time.clone()),
+            )
+        })
     else {
         return Known::Unknown("no earlier node or checkpoint holds the file".into());
     };
