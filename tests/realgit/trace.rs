@@ -1425,3 +1425,100 @@ fn a_checkpoint_is_a_base_only_if_it_was_taken_before_the_call_wrote() {
         "2.1 from the checkpoint just before it: {found:?}"
     );
 }
+
+#[test]
+fn third_review_a_failed_shell_a_checkpoint_taken_mid_call_and_calls_finishing_out_of_order() {
+    let repo = TestRepo::new();
+    let root = repo.root.to_str().unwrap().to_owned();
+    let home_dir = repo.home.join("dsh");
+    let home = home_dir.to_str().unwrap().to_owned();
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(30));
+    let blob = |text: &str| {
+        git_stdin(&repo, &["hash-object", "--stdin"], text.as_bytes())
+            .trim()
+            .to_owned()
+    };
+    let edit =
+        |file: &str, old: &str, new: &str| serde_json::json!({"file_path": file, "old_string": old, "new_string": new});
+    let result = |seq: u64, id: &str, failed: bool| {
+        serde_json::json!({"type": "tool/result", "seq": seq, "time": now_ms(),
+            "data": {"message": {"source": {"kind": "tool", "callId": id},
+                "content": [{"type": "tool-result", "toolCallId": id, "isError": failed}]}}})
+        .to_string()
+    };
+    let save = |session: &str, lines: &[String]| {
+        let dir = home_dir.join("sessions").join(project_key(&root)).join(session);
+        std::fs::create_dir_all(&dir).unwrap();
+        let header = serde_json::json!({"type": "session", "id": session, "cwd": root}).to_string();
+        std::fs::write(dir.join("session.jsonl"), format!("{header}\n{}\n", lines.join("\n"))).unwrap();
+    };
+    let snap = |session: &str, turn: &str, step: &str| {
+        repo.snapshot(&["--session", session, "--turn", turn, "--step", step, "--kind", "auto"]);
+        pause();
+    };
+
+    // A shell that failed (a command that exits non-zero) still changed the file.
+    repo.write("f1.txt", b"a\nzzz\n");
+    snap("session-third1", "1", "1");
+    let mut lines = vec![live_event(1, 1, 1, "s1", None)];
+    lines[0] = serde_json::json!({"type": "tool/call", "seq": 1, "time": now_ms(),
+        "data": {"turn": 1, "step": 1, "callId": "s1", "name": "bash", "arguments": "{\"command\":\"fmt && false\"}"}})
+    .to_string();
+    repo.write("f1.txt", b"a\nzzz\nshell\n");
+    lines.push(result(2, "s1", true));
+    pause();
+    lines.push(live_event(3, 1, 2, "e1", Some(edit("f1.txt", "zzz", "ZZZ"))));
+    repo.write("f1.txt", b"a\nZZZ\nshell\n");
+    lines.push(result(4, "e1", false));
+    pause();
+    repo.write("f1.txt", b"changed later\n");
+    save("session-third1", &lines);
+    assert!(
+        !claims(&repo, &home, "f1.txt").contains(&("1.2".into(), blob("a\nZZZ\n"))),
+        "a failed shell's change is lost"
+    );
+
+    // A checkpoint taken while the call ran, after it wrote.
+    repo.write("f2.txt", b"a\nzzz\n");
+    let mut lines = vec![live_event(1, 1, 1, "c1", Some(edit("f2.txt", "a", "ab")))];
+    repo.write("f2.txt", b"ab\nzzz\n");
+    pause();
+    snap("session-third2", "1", "1");
+    lines.push(result(2, "c1", false));
+    pause();
+    lines.push(live_event(3, 1, 2, "c2", Some(edit("f2.txt", "zzz", "ZZZ"))));
+    repo.write("f2.txt", b"ab\nZZZ\n");
+    lines.push(result(4, "c2", false));
+    pause();
+    repo.write("f2.txt", b"changed later\n");
+    save("session-third2", &lines);
+    let found = claims(&repo, &home, "f2.txt");
+    assert!(
+        !found
+            .iter()
+            .any(|(_, id)| *id == blob("abb\nzzz\n") || *id == blob("abb\nZZZ\n")),
+        "an edit applied twice: {found:?}"
+    );
+
+    // Two calls of one step on one file, the second logged writing first.
+    repo.write("f3.txt", b"a\nzzz\n");
+    snap("session-third3", "1", "1");
+    let mut lines = vec![
+        live_event(1, 1, 1, "p1", Some(edit("f3.txt", "a\n", "ab\n"))),
+        live_event(2, 1, 1, "p2", Some(edit("f3.txt", "zzz", "ZZZ"))),
+    ];
+    pause();
+    repo.write("f3.txt", b"a\nZZZ\n");
+    lines.push(result(3, "p2", false));
+    pause();
+    repo.write("f3.txt", b"ab\nZZZ\n");
+    lines.push(result(4, "p1", false));
+    pause();
+    repo.write("f3.txt", b"changed later\n");
+    save("session-third3", &lines);
+    let found = claims(&repo, &home, "f3.txt");
+    assert!(
+        !found.iter().any(|(_, id)| *id == blob("ab\nzzz\n")),
+        "a state the file never held: {found:?}"
+    );
+}

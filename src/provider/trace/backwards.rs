@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::{apply, blinds_the_trace, call_millis, change_of, is_content_tool, result_millis, Change, ForeignChange};
-use super::{Known, TraceNode};
+use super::{place_of as place, Known, TraceNode};
 use crate::records::sessionlog::CallOutcome;
 use crate::verbs::RepoPath;
 
@@ -59,7 +59,7 @@ fn overlapping_count(text: &str, needle: &str) -> usize {
 
 /// The content `change` was applied to, from the content it left, when exactly one base gives
 /// it; otherwise why not.
-fn unapply(after: &[u8], change: &Change<'_>) -> Result<Vec<u8>, String> {
+pub(super) fn unapply(after: &[u8], change: &Change<'_>) -> Result<Vec<u8>, String> {
     let text = || std::str::from_utf8(after).map_err(|_| "the file is not UTF-8 text".to_owned());
     let base = match change {
         Change::Write(_) => {
@@ -129,7 +129,8 @@ fn blinds(
     let mut out = Vec::new();
     for node in nodes {
         let call = node.call;
-        if call.outcome == CallOutcome::Failed {
+        // A shell that failed may still have changed files (a command that exits non-zero).
+        if call.outcome == CallOutcome::Failed && !blinds_the_trace(&call.name) {
             continue;
         }
         let from = call_millis(call)?;
@@ -163,10 +164,10 @@ fn blinds(
             });
             continue;
         }
-        let until = if call.outcome == CallOutcome::Ok {
-            result_millis(call)
-        } else {
+        let until = if call.outcome == CallOutcome::Unknown {
             None
+        } else {
+            result_millis(call)
         };
         let change = call
             .arguments
@@ -291,14 +292,6 @@ fn explain(nodes: &mut [TraceNode<'_>], chains: &BTreeMap<RepoPath, Vec<usize>>,
                 }
             }
         }
-    }
-}
-
-/// A call's place, for messages: its turn.step, or its call id.
-fn place(call: &crate::records::sessionlog::ToolCall) -> String {
-    match (call.turn, call.step) {
-        (Some(turn), Some(step)) => format!("{turn}.{step}"),
-        _ => call.call_id.clone(),
     }
 }
 

@@ -253,7 +253,10 @@ pub fn foreign_changes<'c>(
     calls: impl Iterator<Item = &'c ToolCall>,
 ) -> Vec<ForeignChange> {
     calls
-        .filter(|call| call.outcome != CallOutcome::Failed && !is_read_only(&call.name))
+        // A shell that failed may still have changed files (a command that exits non-zero).
+        .filter(|call| {
+            (call.outcome != CallOutcome::Failed || blinds_the_trace(&call.name)) && !is_read_only(&call.name)
+        })
         .filter_map(|call| {
             let path = if blinds_the_trace(&call.name) {
                 None
@@ -313,6 +316,9 @@ pub fn replay_among<'a>(
     // When what `known` says of a file was last settled (ms; `i64::MAX`: not known): a
     // checkpoint taken after that says better what the file held then.
     let mut known_at: BTreeMap<RepoPath, i64> = BTreeMap::new();
+    // The node that last changed each file, and when its result came: a later call on the file
+    // that began before then ran at once with it, in an order the log does not say.
+    let mut setter: BTreeMap<RepoPath, (usize, i64)> = BTreeMap::new();
     let mut nodes: Vec<TraceNode> = Vec::new();
     // Positions of the shell calls so far: a checkpoint older than one is no base any more.
     let mut last_shell: Option<(u64, u64)> = None;
@@ -402,7 +408,8 @@ pub fn replay_among<'a>(
             }
         }
         if blinds_the_trace(&call.name) {
-            if call.outcome != CallOutcome::Failed {
+            // Even a failed one: a command that exits non-zero may have changed files first.
+            {
                 last_shell = last_shell.max(Some(position(call)));
                 let ended = result_millis(call).unwrap_or(i64::MAX);
                 own_shell_end = own_shell_end.max(ended);
@@ -483,7 +490,14 @@ pub fn replay_among<'a>(
                 .filter(|(count, _)| *count > 1)
                 .map(|(_, first)| *first);
             let shells_end = own_shell_end.max(foreign_shell_at.unwrap_or(i64::MIN));
-            let timed = timed_checkpoint_base(call, siblings_from, &path, checkpoints, shells_end, &mut content_at);
+            let timed = timed_checkpoint_base(
+                call,
+                siblings_from,
+                (&path, &change),
+                checkpoints,
+                shells_end,
+                &mut content_at,
+            );
             let settled = known_at.get(&path).copied().unwrap_or(i64::MAX);
             let base = match (known.get(&path), timed) {
                 // A checkpoint taken after the replay last settled the file says what it held.
@@ -495,7 +509,7 @@ pub fn replay_among<'a>(
                 }
                 (None, TimedBase::Untimed) => base_from_checkpoint(
                     call,
-                    &path,
+                    (&path, &change),
                     checkpoints,
                     (last_shell, foreign_shell_at),
                     &mut content_at,
@@ -512,6 +526,25 @@ pub fn replay_among<'a>(
                 Known::Unknown(why) => Known::Unknown(format!("unknown base: {why}")),
             }
         };
+        let at_once = setter
+            .get(&path)
+            .copied()
+            .filter(|(_, ended)| call_millis(call).is_some_and(|started| *ended >= started));
+        let after = match at_once {
+            Some((earlier, _)) => {
+                let why = format!(
+                    "calls {} and {} on it ran at once, in an order the log does not say",
+                    place_of(nodes[earlier].call),
+                    place_of(call)
+                );
+                nodes[earlier].files.insert(path.clone(), Known::Unknown(why.clone()));
+                Known::Unknown(why)
+            }
+            None => after,
+        };
+        if let Some(ended) = result_millis(call) {
+            setter.insert(path.clone(), (nodes.len(), ended));
+        }
         let after = match ties.iter().find(|tie| tie.path.as_ref().is_none_or(|p| *p == path)) {
             Some(tie) => Known::Unknown(format!(
                 "session {} ran {} in the same millisecond as this call",
@@ -536,6 +569,14 @@ pub fn replay_among<'a>(
     nodes
 }
 
+/// A call's place, for messages: its turn.step, or its call id.
+fn place_of(call: &ToolCall) -> String {
+    match (call.turn, call.step) {
+        (Some(turn), Some(step)) => format!("{turn}.{step}"),
+        _ => call.call_id.clone(),
+    }
+}
+
 /// A checkpoint base chosen by time.
 enum TimedBase {
     /// The call's times are not logged: checkpoints are placed by their labels instead.
@@ -552,7 +593,7 @@ enum TimedBase {
 fn timed_checkpoint_base(
     call: &ToolCall,
     siblings_from: Option<i64>,
-    path: &RepoPath,
+    (path, change): (&RepoPath, &Change<'_>),
     checkpoints: &[Record],
     shells_end: i64,
     content_at: &mut impl FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
@@ -577,19 +618,37 @@ fn timed_checkpoint_base(
         );
         return TimedBase::Found(Known::Unknown(why), at);
     }
+    // One taken while the call ran may hold its write already (times alone cannot say).
+    let during = call_millis(call).is_none_or(|started| at >= started.saturating_sub(CHECKPOINT_SLACK_MS));
+    TimedBase::Found(checkpoint_content(checkpoint, (path, change), during, content_at), at)
+}
+
+/// How far a checkpoint's time may lag the log's clock.
+const CHECKPOINT_SLACK_MS: i64 = 20;
+
+/// What `checkpoint` holds of `path` as a base for `change`; unknown where it may already hold
+/// the change's own write (`maybe_after`: it may have been taken after the call wrote), and the
+/// change, undone from it, gives a base it applies to exactly.
+fn checkpoint_content(
+    checkpoint: &Record,
+    (path, change): (&RepoPath, &Change<'_>),
+    maybe_after: bool,
+    content_at: &mut impl FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
+) -> Known {
     match content_at(checkpoint, path) {
-        Ok(content) => TimedBase::Found(Known::Content(content), at),
-        Err(why) => TimedBase::Found(
-            Known::Unknown(format!("checkpoint {} cannot be read: {why}", checkpoint.short())),
-            at,
-        ),
+        Ok(Some(bytes)) if maybe_after && backwards::unapply(&bytes, change).is_ok() => Known::Unknown(format!(
+            "checkpoint {} may have been taken after the call wrote (it already looks like the call's result)",
+            checkpoint.short()
+        )),
+        Ok(content) => Known::Content(content),
+        Err(why) => Known::Unknown(format!("checkpoint {} cannot be read: {why}", checkpoint.short())),
     }
 }
 
 /// The file as the newest checkpoint at or before `call` holds it, if no shell call ran since.
 fn base_from_checkpoint(
     call: &ToolCall,
-    path: &RepoPath,
+    (path, change): (&RepoPath, &Change<'_>),
     checkpoints: &[Record],
     (last_shell, foreign_shell_at): (Option<(u64, u64)>, Option<i64>),
     content_at: &mut impl FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
@@ -623,10 +682,8 @@ fn base_from_checkpoint(
             checkpoint.short()
         ));
     }
-    match content_at(checkpoint, path) {
-        Ok(content) => Known::Content(content),
-        Err(why) => Known::Unknown(format!("checkpoint {} cannot be read: {why}", checkpoint.short())),
-    }
+    // Placed by its label alone, it may have been taken after the call wrote.
+    checkpoint_content(checkpoint, (path, change), true, content_at)
 }
 
 #[cfg(test)]
