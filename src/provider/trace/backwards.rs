@@ -4,9 +4,13 @@
 //! status-change time must fall inside the last call that changed it (a write by anything later,
 //! even one that sets an old modification time, moves it), no call the trace cannot replay (a
 //! shell, another session's change, an unreadable line, an unknown outcome) may overlap the span
-//! worked back, and every undo must be the only one that gives the content (an edit's new text
-//! found exactly once). A forwards result is never replaced; a disagreement with one drops
-//! everything worked back for that file. Pure logic: the caller reads the worktree.
+//! worked back, the file and every path the span's calls name must be one plain file now (no
+//! hard link, no symlink on the way, inside the workspace), and every undo must be the only one
+//! that gives the content (an edit's new text found exactly once, overlaps counted). A forwards
+//! result is never replaced by a worked-back one: a disagreement drops everything worked back
+//! for that file, and a file provably untouched since the last call that is not what the
+//! forwards replay says makes every state of it unknown. Pure logic: the caller reads the
+//! worktree.
 
 use std::collections::BTreeMap;
 
@@ -50,11 +54,17 @@ impl Blind {
     }
 }
 
-/// How often `needle` occurs in `text`, overlapping occurrences included.
+/// How often `needle` occurs in `text`, overlapping occurrences included, counted up to two
+/// (all an undo needs to know), in time linear in the text.
 fn overlapping_count(text: &str, needle: &str) -> usize {
-    (0..text.len())
-        .filter(|&at| text.is_char_boundary(at) && text[at..].starts_with(needle))
-        .count()
+    let Some(first) = text.find(needle) else { return 0 };
+    // The next occurrence may start one character after the first.
+    let next = first + text[first..].chars().next().map_or(1, char::len_utf8);
+    if text[next..].contains(needle) {
+        2
+    } else {
+        1
+    }
 }
 
 /// The content `change` was applied to, from the content it left, when exactly one base gives
@@ -76,10 +86,12 @@ pub(super) fn unapply(after: &[u8], change: &Change<'_>) -> Result<Vec<u8>, Stri
             // Overlapping matches count: in "aXaXa", "aXa" occurs twice.
             match overlapping_count(text, new) {
                 1 => text.replacen(new, old, 1).into_bytes(),
-                n => {
-                    return Err(format!(
-                        "a later edit's new text occurs {n} times in the file, so it cannot be undone exactly"
-                    ))
+                0 => return Err("a later edit's new text is not in the file, so it cannot be undone".into()),
+                _ => {
+                    return Err(
+                        "a later edit's new text occurs more than once in the file, so it cannot be undone exactly"
+                            .into(),
+                    )
                 }
             }
         }
@@ -487,7 +499,7 @@ mod tests {
         // The new text twice: which one the edit made cannot be told.
         assert!(unapply(b"NEW NEW", &replace("old", "NEW"))
             .unwrap_err()
-            .contains("2 times"));
+            .contains("more than once"));
         // Undone, the old text would occur twice, where the edit needs it once.
         assert!(unapply(b"old NEW", &replace("old", "NEW")).is_err());
         assert!(unapply(b"gone", &replace("x", "")).is_err(), "a deletion has no place");
@@ -506,7 +518,13 @@ mod tests {
             &replace("- other\n", "- item\n- item\n")
         )
         .is_err());
-        assert!(unapply(b"aXaXa", &replace("b", "aXa")).unwrap_err().contains("2 times"));
+        assert!(unapply(b"aXaXa", &replace("b", "aXa"))
+            .unwrap_err()
+            .contains("more than once"));
+        assert_eq!(overlapping_count("aaa", "aa"), 2);
+        assert_eq!(overlapping_count("éaé", "é"), 2);
+        assert_eq!(overlapping_count("xyz", "y"), 1);
+        assert_eq!(overlapping_count("xyz", "q"), 0);
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! Trace replay: what each tool call of a harness session did to the files it names, rebuilt
 //! from the session log alone where that is exact, and said to be unknown everywhere else. A
 //! `write` gives the whole new content; an `edit` (or a `str_replace_editor` command) applies to
-//! a known base — the content an earlier node of the session left, or the file as the nearest
-//! real checkpoint at or before the call holds it, when no shell call ran in between. A failed
-//! call changes nothing; a call whose outcome is unknown, an edit whose text is not found exactly
-//! once (or not at all with `replace_all`), and every file after a shell call (`bash`, `pwsh`,
-//! ...) or any other tool that is neither replayed nor known to be read-only are unknown until a
-//! later `write` or checkpoint pins them. Pure logic: the caller reads
+//! a known base — the content an earlier node of the session left, or the file as the newest
+//! real checkpoint taken before the call wrote (by the logged times; by its label where the log
+//! has none) holds it, when no shell call ran in between; a checkpoint taken after the replay
+//! last settled a file wins over it. A failed content call changes nothing (a failed shell call
+//! still blinds); a call whose outcome is unknown, an edit whose text is not found exactly once
+//! (or not at all with `replace_all`), two calls on one file that ran at once, and every file
+//! after a shell call (`bash`, `pwsh`, ...) or any other tool that is neither replayed nor known
+//! to be read-only are unknown until a later `write` or checkpoint pins them. Pure logic: the caller reads
 //! the log and the checkpoints; nothing here reads a file (only where the workspace's path
 //! resolves, to place a path named through it).
 
@@ -245,7 +247,8 @@ pub struct ForeignChange {
 }
 
 /// The calls of another session (`session`, whose log names `cwd`) that may have changed files
-/// of the workspace: every call that did not fail and is not read-only.
+/// of the workspace: every call that is not read-only and did not fail (a shell that failed
+/// counts: it may have changed files first).
 pub fn foreign_changes<'c>(
     workdir: &Path,
     session: &str,
