@@ -101,6 +101,9 @@ struct World {
     names: Vec<Vec<u8>>,
     /// Checkpoint id → the protected files the oracle saw when it was taken.
     checkpoints: Vec<(String, Files)>,
+    /// Checkpoint id → the paths its record left out as unstable: a restore to it has no
+    /// evidence about them, so it must leave them as they are, `--exact` or not.
+    unknown_in: BTreeMap<String, BTreeSet<Vec<u8>>>,
     /// (guard id, worktree files before that restore) of the last restore.
     last_restore: Option<(String, Files)>,
     checks: u64,
@@ -285,6 +288,7 @@ impl World {
             start,
             names,
             checkpoints: Vec::new(),
+            unknown_in: BTreeMap::new(),
             last_restore: None,
             checks: 0,
             log: Vec::new(),
@@ -835,12 +839,21 @@ impl World {
                 });
             }
         }
+        let unknown = self.unknown_in.get(&id).cloned().unwrap_or_default();
         for (path, entry) in pre_protected
             .iter()
             .filter(|(p, _)| selected(p) && !target.contains_key(*p))
         {
             let type_change = target.keys().any(|t| within(path, t) || within(t, path));
-            if exact {
+            if unknown.contains(path) {
+                self.check(post.get(path) == Some(entry), || {
+                    format!(
+                        "{} was left out of {} as unstable, so a restore to it must leave it",
+                        String::from_utf8_lossy(path),
+                        &id[..8]
+                    )
+                });
+            } else if exact {
                 let gone = !matches!(post.get(path), Some(Entry::File { .. }) | Some(Entry::Link(_)));
                 self.check(gone || touches_failed(path), || {
                     format!("--exact left created-after {}", String::from_utf8_lossy(path))
@@ -1014,6 +1027,9 @@ impl World {
                 )
             });
             holds.remove(&churn);
+            if snap["created"] == true {
+                self.unknown_in.entry(id.clone()).or_default().insert(churn);
+            }
         }
         if snap["created"] == true {
             self.checkpoints.push((id.clone(), holds));
