@@ -343,7 +343,9 @@ pub fn capture_delta(
         .iter()
         .filter(|(path, file)| file.item.kind != EntryKind::Gitlink && scope.covers(path.as_bytes()))
         .collect();
-    let before = cache.entries_within(scope);
+    let Some(before) = cache.entries_within(scope) else {
+        return Ok(None);
+    };
     let mut delta = Delta {
         skipped: capture.skipped,
         warnings: capture.warnings,
@@ -359,12 +361,11 @@ pub fn capture_delta(
             (None, None) => break,
             (Some(_), None) => std::cmp::Ordering::Less,
             (None, Some(_)) => std::cmp::Ordering::Greater,
-            (Some((old_path, _)), Some((new_path, _))) => old_path.as_slice().cmp(new_path.as_bytes()),
+            (Some((old_path, _)), Some((new_path, _))) => old_path.cmp(new_path),
         };
         let (old_entry, (path, file)) = match order {
             std::cmp::Ordering::Less => {
                 let Some((gone, _)) = old.next() else { break };
-                let gone = RepoPath::new(gone).map_err(CkptError::from)?;
                 delta.stat_changes.push((gone.as_bytes().to_vec(), None));
                 delta.edits.push((gone, None));
                 delta.net_files -= 1;
