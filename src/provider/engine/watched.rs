@@ -245,6 +245,8 @@ impl Engine {
         previous: Record,
         scope: &PathScope,
     ) -> Result<Option<SnapshotOutcome>, CkptError> {
+        // The scoped listing reads the index; on a thread of its own, it overlaps the stat cache.
+        self.vault.prefetch_index();
         let started = std::time::Instant::now();
         let Some(cache) = self.trusted_stat_cache(registry) else {
             return Ok(None);

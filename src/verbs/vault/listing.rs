@@ -469,6 +469,14 @@ impl Vault {
                 return Ok(index.clone());
             }
         }
+        let prefetched = self.prefetched_index.borrow_mut().take();
+        if let Some(Ok(Some((known, index)))) = prefetched.map(std::thread::JoinHandle::join) {
+            // Read while the file had the identity it has now: that version, as a read now.
+            if known == identity {
+                *self.kept_index.borrow_mut() = keep.then(|| (identity, index.clone()));
+                return Ok(index);
+            }
+        }
         let read = if self.vouched_index.get() == Some(identity) {
             gix::index::File::at(
                 &path,
@@ -485,6 +493,29 @@ impl Vault {
         let index = std::sync::Arc::new(read);
         *self.kept_index.borrow_mut() = keep.then(|| (identity, index.clone()));
         Ok(index)
+    }
+
+    /// Starts reading the index on a thread of its own, for the scoped listing that follows (a
+    /// watched snapshot loads its stat cache meanwhile): the read a listing makes, made earlier.
+    /// A read that fails, or a file that changed by the time the listing wants it, is just read
+    /// again then. Read-only.
+    pub fn prefetch_index(&self) {
+        let path = self.repo.index_path();
+        let Some(identity) = super::index_identity(&path) else {
+            return;
+        };
+        let hash = self.repo.object_hash();
+        // Unvouched, it is opened as the repository opens it (checksum verified, its options).
+        let verified_by = (self.vouched_index.get() != Some(identity)).then(|| self.repo.clone().into_sync());
+        let read = move || {
+            let index = match verified_by {
+                None => gix::index::File::at(&path, hash, true, gix::index::decode::Options::default()).ok()?,
+                Some(repo) => repo.to_thread_local().open_index().ok()?,
+            };
+            Some((identity, std::sync::Arc::new(index)))
+        };
+        let handle = std::thread::Builder::new().name("ckpt-index".into()).spawn(read).ok();
+        *self.prefetched_index.borrow_mut() = handle;
     }
 
     /// Whether each of `paths` would be ignored if it were created now: not in the index, and

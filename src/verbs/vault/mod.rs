@@ -58,10 +58,15 @@ pub struct Vault {
     /// New objects collected for one pack ([`Vault::begin_batch`]).
     batch: std::cell::RefCell<Option<std::sync::Arc<batch::ObjectBatch>>>,
     /// The index a scoped listing read, with the file's identity then ([`Vault::read_index`]).
-    kept_index: std::cell::RefCell<Option<(IndexIdentity, std::sync::Arc<gix::index::File>)>>,
+    kept_index: std::cell::RefCell<Option<KeptIndex>>,
     /// A version of the index a verified read has accepted before ([`Vault::vouch_for_index`]).
     vouched_index: std::cell::Cell<Option<IndexIdentity>>,
+    /// An index being read on a thread of its own ([`Vault::prefetch_index`]).
+    prefetched_index: std::cell::RefCell<Option<std::thread::JoinHandle<Option<KeptIndex>>>>,
 }
+
+/// A decoded index with the identity its file had when the read began.
+type KeptIndex = (IndexIdentity, std::sync::Arc<gix::index::File>);
 
 /// What identifies one version of the index file: inode, size, mtime and ctime (s, ns).
 type IndexIdentity = (u64, u64, i64, i64, i64, i64);
@@ -220,6 +225,7 @@ impl Vault {
             reserved: Vec::new(),
             batch: Default::default(),
             kept_index: Default::default(),
+            prefetched_index: Default::default(),
             vouched_index: Default::default(),
         }))
     }

@@ -162,6 +162,7 @@ impl Vault {
             reserved: Vec::new(),
             batch: Default::default(),
             kept_index: Default::default(),
+            prefetched_index: Default::default(),
             vouched_index: Default::default(),
         })
     }
