@@ -179,7 +179,8 @@ impl Vault {
         let pending = std::mem::take(&mut *batch.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
         let objects = pending.objects;
         if objects.len() < batch.pack_at_least {
-            for (id, kind, data) in &objects {
+            // Trees join a batch unchecked ([`Vault::write_tree`]); loose, a stored one is kept.
+            for (id, kind, data) in objects.iter().filter(|(id, _, _)| !self.stored_already(id)) {
                 use gix::objs::Write as _;
                 let written = self
                     .repo

@@ -90,7 +90,7 @@ impl Vault {
     /// [`Self::has_object`] for an object about to be written: a miss does not rescan the pack
     /// directory (new objects miss by nature; a pack that appeared meanwhile only costs one
     /// duplicate write of the same bytes).
-    fn stored_already(&self, id: &ObjectId) -> bool {
+    pub(super) fn stored_already(&self, id: &ObjectId) -> bool {
         use gix::objs::Exists;
         let mut objects = self.repo.objects.clone();
         objects.refresh_never();
@@ -132,9 +132,11 @@ impl Vault {
             let id = gix::objs::compute_hash(self.repo.object_hash(), gix::objs::Kind::Tree, &encoded)
                 .map(ObjectId)
                 .map_err(|e| VerbError::git("hashing a tree", e))?;
-            if !self.stored_already(&id) {
-                batch.add(id, gix::objs::Kind::Tree, &encoded);
-            }
+            // Not looked up now: a changed directory's tree is almost always new, and a lookup
+            // that misses costs a directory search among the loose objects. A batch written
+            // loose skips the ones stored already; a pack may hold a copy (harmless; git's next
+            // repack keeps one).
+            batch.add(id, gix::objs::Kind::Tree, &encoded);
             return Ok(id);
         }
         self.repo
