@@ -53,31 +53,6 @@ impl CacheEntry {
     }
 }
 
-/// The main file's bytes: mapped from the file when loaded (no copy, no page zeroing: half the
-/// load time at 70k files), owned when built in memory. The file is only ever replaced by a
-/// rename, never rewritten in place, so the mapped bytes cannot change underneath.
-#[derive(Debug)]
-enum MainBytes {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl std::ops::Deref for MainBytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            MainBytes::Mapped(map) => map,
-            MainBytes::Owned(bytes) => bytes,
-        }
-    }
-}
-
-impl Default for MainBytes {
-    fn default() -> Self {
-        MainBytes::Owned(Vec::new())
-    }
-}
-
 /// The cache as loaded: every file of its checkpoint, racy ones flagged. It keeps the file's
 /// bytes and one offset per entry and decodes an entry only when asked: at 200k files that is
 /// half the memory of decoded entries.
@@ -87,7 +62,7 @@ pub struct StatCache {
     /// checkpoint is still pinned (so its objects cannot have been collected).
     pub checkpoint: Option<ObjectId>,
     /// The main file as read (validated once, at load); its entries end at `delta_start`.
-    main: MainBytes,
+    main: Vec<u8>,
     /// The delta's entries, appended at load; an offset `delta_start + n` is `extra[n..]`.
     extra: Vec<u8>,
     /// Where each entry starts, in strictly increasing path order: a capture walks its paths in
@@ -249,7 +224,7 @@ impl StatCache {
 
     /// Decodes and validates a cache file; `None` for anything but a well-formed current-version
     /// file. Entries that are racily clean relative to the write time are flagged when read.
-    fn decode(data: MainBytes) -> Option<StatCache> {
+    fn decode(data: Vec<u8>) -> Option<StatCache> {
         if data.len() < MAGIC.len() + 4 || data.len() > u32::MAX as usize {
             return None;
         }
@@ -309,13 +284,10 @@ impl StatCache {
     /// corrupt or other-version main file gives `None`; a delta that is anything but a
     /// well-formed amendment of this main file is ignored.
     pub fn load(dir: &Path) -> Option<StatCache> {
-        let file = std::fs::File::open(dir.join(FILE_NAME)).ok()?;
-        // SAFETY: the map is read-only and private to this process; ckpt replaces the file by
-        // rename only, so the mapped inode is never truncated or rewritten by ckpt (another
-        // program truncating ckpt's private state file would make the read fault, as it would
-        // for any mapped file).
-        let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-        let mut cache = StatCache::decode(MainBytes::Mapped(map))?;
+        // Read, not mapped: a mapping faults (SIGBUS) when another program shortens the file
+        // while it is read, and a hostile review made that happen.
+        let data = std::fs::read(dir.join(FILE_NAME)).ok()?;
+        let mut cache = StatCache::decode(data)?;
         if let Some((checkpoint, delta)) = std::fs::read(dir.join(DELTA_FILE_NAME))
             .ok()
             .and_then(|bytes| decode_delta(&bytes, cache.main_identity))
@@ -645,7 +617,7 @@ mod tests {
     }
 
     fn decode(bytes: &[u8]) -> Option<StatCache> {
-        StatCache::decode(MainBytes::Owned(bytes.to_vec()))
+        StatCache::decode(bytes.to_vec())
     }
 
     #[test]
