@@ -28,6 +28,8 @@ pub const FORMAT_VERSION: u32 = 1;
 const RECORDS_FILE: &str = "records.json";
 const JOURNAL_FILE: &str = "restore-journal.json";
 const LOCK_FILE: &str = "lock";
+/// The packs this workspace's snapshots wrote, one name (hex) per line ([`Registry::ckpt_packs`]).
+const PACKS_FILE: &str = "packs";
 const STORE_LOCK_FILE: &str = "store.lock";
 /// Longest session or trigger label accepted.
 pub const MAX_LABEL_LEN: usize = 200;
@@ -403,6 +405,24 @@ impl Registry {
             return Ok(None);
         }
         set_aside(&path).map(Some)
+    }
+
+    /// The packs this workspace's snapshots wrote into the repository and have not merged yet,
+    /// oldest first. A missing or unreadable list is empty: the packs it named stay where they
+    /// are, as safe as any other pack (git's own repack merges them then).
+    pub fn ckpt_packs(&self) -> Vec<ObjectId> {
+        let Ok(text) = fs::read_to_string(self.dir.join(PACKS_FILE)) else {
+            return Vec::new();
+        };
+        text.lines()
+            .filter_map(|line| ObjectId::from_hex(line.trim()).ok())
+            .collect()
+    }
+
+    /// Replaces that list.
+    pub fn save_ckpt_packs(&self, packs: &[ObjectId], _lock: &RegistryLock) -> Result<(), RecordsError> {
+        let text: String = packs.iter().map(|p| format!("{}\n", p.to_hex())).collect();
+        write_atomically(&self.dir.join(PACKS_FILE), text.as_bytes())
     }
 
     pub fn clear_journal(&self, _lock: &RegistryLock) -> Result<(), RecordsError> {

@@ -864,3 +864,63 @@ fn restores_agree_with_and_without_the_daemon_where_the_review_found_they_did_no
         },
     );
 }
+
+/// A pack per watched snapshot would pile up until the user's next `git commit` runs git's
+/// automatic gc (50 packs by default): ckpt merges its own smallest packs past eight. Every
+/// object of a merged pack is kept (one the user's index came to name included), git checks the
+/// repository clean, the user's next commit starts no gc, and every checkpoint still restores.
+#[test]
+fn watched_snapshots_keep_their_packs_few_and_git_never_needs_an_automatic_gc() {
+    let repo = TestRepo::new();
+    for n in 0..40 {
+        repo.write(format!("d{}/f{n}.txt", n % 8), format!("original {n}\n").as_bytes());
+    }
+    repo.commit_all("forty files");
+    warm(&repo);
+    let before = packs(&repo).iter().filter(|p| p.ends_with(".pack")).count();
+    let mut taken = Vec::new();
+    for round in 0..30 {
+        for n in 0..40 {
+            repo.write(
+                format!("d{}/f{n}.txt", n % 8),
+                format!("round {round} file {n}\n").as_bytes(),
+            );
+        }
+        let snap = watched(&repo);
+        // Right after the user's `git add` below, the changed index makes one walk.
+        let mode = if round == 4 { "full" } else { "watch" };
+        assert_eq!((snap.mode.as_str(), snap.created), (mode, true), "{}", snap.fallback);
+        taken.push((round, snap.id));
+        if round == 3 {
+            // The user stages content ckpt stored first: git finds the blob in ckpt's pack and
+            // writes nothing of its own, so only that pack holds what the index names.
+            repo.git(&["add", "d0/f0.txt"]);
+        }
+    }
+    let now = packs(&repo).iter().filter(|p| p.ends_with(".pack")).count();
+    assert!(
+        now <= before + 8,
+        "ckpt's packs must stay few: {before} before, {now} after 30 watched snapshots"
+    );
+    repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
+    let staged = repo.git(&["rev-parse", ":d0/f0.txt"]);
+    repo.git(&["cat-file", "-e", staged.trim()]);
+    // The user's next commit finds nothing for gc to do (git decides by the same numbers).
+    let auto = repo.git_raw(&["-c", "gc.autoDetach=false", "gc", "--auto"]);
+    assert!(auto.status.success());
+    assert_eq!(
+        packs(&repo).iter().filter(|p| p.ends_with(".pack")).count(),
+        now,
+        "git's automatic gc found too many packs"
+    );
+    for (round, id) in [&taken[0], &taken[14], &taken[29]] {
+        repo.ckpt_json(&["restore", id, "--exact", "--yes"], 0);
+        for n in 0..40 {
+            assert_eq!(
+                repo.read(format!("d{}/f{n}.txt", n % 8)),
+                format!("round {round} file {n}\n").as_bytes()
+            );
+        }
+    }
+    stop(&repo);
+}

@@ -21,7 +21,7 @@ use crate::provider::scan::Capture;
 use crate::provider::{
     CkptError, Confirmation, Preview, Provider, RestoreReport, Selection, SnapshotOutcome, SnapshotRequest,
 };
-use crate::records::{Record, Registry, StoreLock, Trailers, WirePath};
+use crate::records::{Record, Registry, RegistryLock, StoreLock, Trailers, WirePath};
 use crate::verbs::{FileCounts, ObjectId, PinRef, RepoPath, TreeItem, Vault, WorkspaceKey};
 
 /// The registry checked against the refs.
@@ -72,17 +72,76 @@ fn now_rfc3339() -> (i64, String) {
     )
 }
 
+/// More packs of this workspace's own than this, and the smallest are merged into one.
+const MAX_CKPT_PACKS: usize = 8;
+/// How many of the largest packs a merge leaves as they are.
+const KEPT_LARGEST_PACKS: usize = 3;
+
 impl Engine {
-    /// Writes an object batch (if one was begun) and reports how, as `phase`.
-    fn finish_batch(&self, batch: Option<crate::verbs::OpenBatch<'_>>, phase: &str) -> Result<(), CkptError> {
+    /// Writes an object batch (if one was begun) and reports how, as `phase`. A pack it writes
+    /// joins this workspace's list of packs ([`Self::merge_ckpt_packs`]).
+    fn finish_batch(
+        &self,
+        batch: Option<crate::verbs::OpenBatch<'_>>,
+        phase: &str,
+        registry: &Registry,
+        lock: &RegistryLock,
+    ) -> Result<(), CkptError> {
         if let Some(batch) = batch {
             let started = std::time::Instant::now();
             let written = batch.finish()?;
             let how = if written.packed { "as one pack" } else { "loose" };
             self.reporter
                 .timing(phase, started, || format!("{} {how}", written.objects));
+            if let Some(pack) = written.pack {
+                self.merge_ckpt_packs(registry, lock, pack);
+            }
         }
         Ok(())
+    }
+
+    /// Adds `new` to this workspace's packs and, past [`MAX_CKPT_PACKS`], merges the smallest
+    /// into one: a pack per watched snapshot would otherwise pile up until the user's next
+    /// `git commit` runs git's automatic gc (50 packs by default; measured: 125 watched
+    /// snapshots, then a commit repacked the repository). Best effort: the new objects are safe
+    /// in their own pack whatever happens here, so a failure is only a warning.
+    fn merge_ckpt_packs(&self, registry: &Registry, lock: &RegistryLock, new: ObjectId) {
+        let started = std::time::Instant::now();
+        let mut packs = registry.ckpt_packs();
+        packs.push(new);
+        // Only packs that are still there count (git's own repack may have merged some).
+        let mut sized: Vec<(ObjectId, u64)> = self
+            .vault
+            .pack_sizes(&packs)
+            .into_iter()
+            .filter_map(|(name, size)| Some((name, size?)))
+            .collect();
+        if sized.len() > MAX_CKPT_PACKS {
+            // The smallest ones, leaving the few largest: a pack is merged again only when
+            // enough smaller ones have come after it, so the copying stays proportional to what
+            // was written, not to the history.
+            sized.sort_by_key(|(_, size)| *size);
+            let merge: Vec<ObjectId> = sized[..sized.len() - KEPT_LARGEST_PACKS]
+                .iter()
+                .map(|(n, _)| *n)
+                .collect();
+            match self.vault.merge_packs(&merge) {
+                Ok(Some((merged_into, merged))) => {
+                    sized.retain(|(name, _)| !merged.contains(name));
+                    sized.push((merged_into, 0));
+                    self.reporter.timing("merging ckpt's packs", started, || {
+                        format!("{} into {}", merged.len(), merged_into.short(8))
+                    });
+                }
+                Ok(None) => {}
+                Err(e) => self.reporter.warning(&format!("could not merge ckpt's packs: {e}")),
+            }
+        }
+        let names: Vec<ObjectId> = sized.into_iter().map(|(name, _)| name).collect();
+        if let Err(e) = registry.save_ckpt_packs(&names, lock) {
+            self.reporter
+                .warning(&format!("could not save the list of ckpt's packs: {e}"));
+        }
     }
 
     /// Says (when timings are wanted) how long the phase begun at `started` took.

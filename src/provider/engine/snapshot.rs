@@ -121,7 +121,7 @@ impl Engine {
                 let batch = (self.kind == StoreKind::Repository)
                     .then(|| self.vault.begin_batch_packing_at(FULL_SNAPSHOT_PACK_AT_LEAST));
                 let tree = self.write_trees(&capture, cache.as_ref())?;
-                self.finish_batch(batch, "trees written")?;
+                self.finish_batch(batch, "trees written", registry, lock)?;
                 tree
             }
         };

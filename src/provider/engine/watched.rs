@@ -296,7 +296,7 @@ impl Engine {
             treebuild::edit_trees(&self.vault, base_tree, &edits)?
         };
         self.phase_time("trees (changed directories only)", started);
-        self.finish_batch(batch, "objects written")?;
+        self.finish_batch(batch, "objects written", registry, lock)?;
         if tree == base_tree {
             save_cache(previous_id);
             let mut outcome = self.unchanged_outcome(previous);

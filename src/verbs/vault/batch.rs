@@ -50,6 +50,14 @@ pub struct BatchWritten {
     pub objects: usize,
     /// As one pack (else loose, one file each).
     pub packed: bool,
+    /// The pack's name (its checksum, as in `pack-<hex>.pack`) when this call created it.
+    pub pack: Option<ObjectId>,
+}
+
+/// The name of the pack at `path` (`pack-<hex>.pack` or `.idx`), if it is one.
+fn pack_name(path: &std::path::Path) -> Option<ObjectId> {
+    let stem = path.file_stem()?.to_str()?;
+    ObjectId::from_hex(stem.strip_prefix("pack-")?).ok()
 }
 
 /// The pack type code of an object kind.
@@ -197,9 +205,22 @@ impl Vault {
             return Ok(BatchWritten {
                 objects: objects.len(),
                 packed: false,
+                pack: None,
             });
         }
-        let pack = encode_pack(self.repo.object_hash(), &objects)?;
+        let pack = self.write_pack(&objects)?;
+        Ok(BatchWritten {
+            objects: objects.len(),
+            packed: true,
+            pack,
+        })
+    }
+
+    /// Writes `objects` as one pack with its index; the index gix builds from the pack's bytes
+    /// must name exactly their ids, or the pack is removed and this fails. The pack's name when
+    /// this call created it (`None`: an identical pack was there already, and is not ours).
+    fn write_pack(&self, objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)]) -> Result<Option<ObjectId>, VerbError> {
+        let pack = encode_pack(self.repo.object_hash(), objects)?;
         let directory = self.repo.objects.store_ref().path().join("pack");
         std::fs::create_dir_all(&directory).map_err(|e| VerbError::git("creating the pack directory", e))?;
         let interrupt = std::sync::atomic::AtomicBool::new(false);
@@ -240,10 +261,80 @@ impl Vault {
                 "its index does not name exactly the objects it was written for",
             ));
         }
-        Ok(BatchWritten {
-            objects: objects.len(),
-            packed: true,
-        })
+        Ok(outcome
+            .keep_path
+            .as_ref()
+            .and(outcome.data_path.as_deref())
+            .and_then(pack_name))
+    }
+
+    /// The size of each named pack's data file; `None` for one that is gone (git repacked it).
+    /// Read-only.
+    pub fn pack_sizes(&self, packs: &[ObjectId]) -> Vec<(ObjectId, Option<u64>)> {
+        let directory = self.repo.objects.store_ref().path().join("pack");
+        packs
+            .iter()
+            .map(|name| {
+                let data = directory.join(format!("pack-{}.pack", name.to_hex()));
+                let size = std::fs::symlink_metadata(&data)
+                    .ok()
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len());
+                (*name, size)
+            })
+            .collect()
+    }
+
+    /// Merges packs ckpt wrote (named by the caller, which keeps the list) into one new pack:
+    /// every object of each, reachable or not, is copied, the new pack is verified as any batch
+    /// is, and only then are the old packs' index and data files removed (index first, so no
+    /// reader finds an index without its data). Packs that are gone are skipped. Returns the new
+    /// pack's name and the names merged into it; nothing is removed when fewer than two were
+    /// there or the new pack is one of them.
+    pub fn merge_packs(&self, packs: &[ObjectId]) -> Result<Option<(ObjectId, Vec<ObjectId>)>, VerbError> {
+        let directory = self.repo.objects.store_ref().path().join("pack");
+        let path_of = |name: &ObjectId, ext: &str| directory.join(format!("pack-{}.{ext}", name.to_hex()));
+        let mut merged = Vec::new();
+        let mut ids: Vec<gix::ObjectId> = Vec::new();
+        for name in packs {
+            let Ok(index) = gix_pack::index::File::at(path_of(name, "idx"), self.repo.object_hash()) else {
+                continue;
+            };
+            ids.extend(index.iter().map(|entry| entry.oid));
+            merged.push(*name);
+        }
+        if merged.len() < 2 {
+            return Ok(None);
+        }
+        let mut seen = HashSet::new();
+        let mut objects = Vec::with_capacity(ids.len());
+        for id in ids {
+            if !seen.insert(id) {
+                continue;
+            }
+            let object = self
+                .repo
+                .find_object(id)
+                .map_err(|e| VerbError::git(format!("reading object {id} to merge ckpt's packs"), e))?;
+            objects.push((ObjectId(id), object.kind, object.data.clone()));
+        }
+        let Some(new) = self.write_pack(&objects)? else {
+            return Ok(None);
+        };
+        if merged.contains(&new) {
+            return Ok(None);
+        }
+        for name in &merged {
+            for ext in ["idx", "rev", "bitmap", "pack"] {
+                match std::fs::remove_file(path_of(name, ext)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(VerbError::git(format!("removing merged pack {name}"), e))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(Some((new, merged)))
     }
 }
 
