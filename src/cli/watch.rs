@@ -91,7 +91,21 @@ pub(super) fn run_daemon(provider: Box<dyn Provider>, idle_seconds: u64) -> Resu
         provider.own_dirs(),
     );
     drop(provider);
-    watch::run(&root, &files, &own, Duration::from_secs(idle_seconds))?;
+    // When the worktree is quiet: merge the packs the watched snapshots wrote (opened afresh
+    // each time, so the daemon holds no repository or store between them).
+    let mut housekeeping = || {
+        let reporter = super::output::reporter(false);
+        if let Ok(provider) = crate::provider::open(&root, crate::provider::ProviderChoice::Git, reporter, None) {
+            provider.merge_own_packs(crate::provider::engine::MAX_CKPT_PACKS).ok();
+        }
+    };
+    watch::run(
+        &root,
+        &files,
+        &own,
+        Duration::from_secs(idle_seconds),
+        &mut housekeeping,
+    )?;
     Ok(Exit::Ok)
 }
 

@@ -238,6 +238,12 @@ pub trait Provider {
     /// ckpt's own directories inside the worktree (a store kept there), absolute.
     fn own_dirs(&self) -> Vec<PathBuf>;
     fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError>;
+    /// Merges the packs this workspace's snapshots wrote into the repository once there are more
+    /// than `more_than` (the git provider; a copy store writes none). What it did, if anything.
+    fn merge_own_packs(&self, more_than: usize) -> Result<Option<String>, CkptError> {
+        let _ = more_than;
+        Ok(None)
+    }
     /// This workspace's checkpoints (or every workspace's), oldest first.
     fn checkpoints(&self, all_workspaces: bool) -> Result<Vec<Record>, CkptError>;
     fn preview(&self, record: &Record, selection: &Selection, max_file_size: u64) -> Result<Preview, CkptError>;
@@ -362,6 +368,9 @@ impl CopyThenGit {
 impl Provider for CopyThenGit {
     fn name(&self) -> &'static str {
         self.primary.name()
+    }
+    fn merge_own_packs(&self, more_than: usize) -> Result<Option<String>, CkptError> {
+        self.primary.merge_own_packs(more_than)
     }
     fn file_at(&self, record: &Record, path: &RepoPath) -> Result<Option<Vec<u8>>, CkptError> {
         self.owner(record).file_at(record, path)

@@ -328,6 +328,25 @@ impl Registry {
     /// Waits for the workspace lock, calling `waiting` once after a second, and gives up after
     /// `CKPT_LOCK_TIMEOUT_SECS` (default 120) with an error naming the lock file. The lock is a
     /// `flock`, so the kernel releases it when its holder dies: there are no stale locks.
+    /// The workspace lock if nobody holds it now; `None` without waiting otherwise (for work
+    /// that can be left for later, like the watch daemon's housekeeping: a snapshot holding the
+    /// lock may be waiting on that very daemon).
+    pub fn try_lock(&self) -> Result<Option<RegistryLock>, RecordsError> {
+        refuse_linked_state_dir(&self.dir)?;
+        let path = self.dir.join(LOCK_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_error(&path))?;
+        match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
+            Ok(true) => Ok(Some(RegistryLock { _file: file })),
+            Ok(false) => Ok(None),
+            Err(e) => Err(io_error(&path)(e)),
+        }
+    }
+
     pub fn lock(&self, waiting: &dyn Fn(&Path)) -> Result<RegistryLock, RecordsError> {
         // Every write needs the lock, so this check guards them all.
         refuse_linked_state_dir(&self.dir)?;

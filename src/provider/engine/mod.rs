@@ -72,8 +72,11 @@ fn now_rfc3339() -> (i64, String) {
     )
 }
 
-/// More packs of this workspace's own than this, and the smallest are merged into one.
-const MAX_CKPT_PACKS: usize = 8;
+/// More packs of this workspace's own than this, and the watch daemon merges them when the
+/// worktree is quiet.
+pub const MAX_CKPT_PACKS: usize = 8;
+/// More than this, and the snapshot that wrote the last one merges them (no daemon kept up).
+const MAX_CKPT_PACKS_INLINE: usize = 24;
 /// How many of the largest packs a merge leaves as they are.
 const KEPT_LARGEST_PACKS: usize = 3;
 
@@ -94,21 +97,30 @@ impl Engine {
             self.reporter
                 .timing(phase, started, || format!("{} {how}", written.objects));
             if let Some(pack) = written.pack {
-                self.merge_ckpt_packs(registry, lock, pack);
+                self.merge_ckpt_packs(registry, lock, Some(pack), MAX_CKPT_PACKS_INLINE);
             }
         }
         Ok(())
     }
 
-    /// Adds `new` to this workspace's packs and, past [`MAX_CKPT_PACKS`], merges the smallest
-    /// into one: a pack per watched snapshot would otherwise pile up until the user's next
-    /// `git commit` runs git's automatic gc (50 packs by default; measured: 125 watched
-    /// snapshots, then a commit repacked the repository). Best effort: the new objects are safe
-    /// in their own pack whatever happens here, so a failure is only a warning.
-    fn merge_ckpt_packs(&self, registry: &Registry, lock: &RegistryLock, new: ObjectId) {
+    /// Adds `new` (if any) to this workspace's packs and, past `more_than`, merges all but the
+    /// largest into one: a pack per watched snapshot would otherwise pile up until the user's
+    /// next `git commit` runs git's automatic gc (50 packs by default; measured: 125 watched
+    /// snapshots, then a commit repacked the repository). The watch daemon does it when the
+    /// worktree is quiet ([`MAX_CKPT_PACKS`]); a snapshot only past [`MAX_CKPT_PACKS_INLINE`],
+    /// when no daemon kept up. Best effort: the new objects are safe in their own pack whatever
+    /// happens here, so a failure is only a warning. What was merged, if anything.
+    fn merge_ckpt_packs(
+        &self,
+        registry: &Registry,
+        lock: &RegistryLock,
+        new: Option<ObjectId>,
+        more_than: usize,
+    ) -> Option<String> {
         let started = std::time::Instant::now();
-        let mut packs = registry.ckpt_packs();
-        packs.push(new);
+        let listed = registry.ckpt_packs();
+        let mut packs = listed.clone();
+        packs.extend(new);
         // Only packs that are still there count (git's own repack may have merged some).
         let mut sized: Vec<(ObjectId, u64)> = self
             .vault
@@ -116,32 +128,33 @@ impl Engine {
             .into_iter()
             .filter_map(|(name, size)| Some((name, size?)))
             .collect();
-        if sized.len() > MAX_CKPT_PACKS {
-            // The smallest ones, leaving the few largest: a pack is merged again only when
-            // enough smaller ones have come after it, so the copying stays proportional to what
-            // was written, not to the history.
+        let mut done = None;
+        if sized.len() > more_than {
+            // All but the largest few: a pack is merged again only when enough smaller ones have
+            // come after it, so the copying stays proportional to what was written.
             sized.sort_by_key(|(_, size)| *size);
-            let merge: Vec<ObjectId> = sized[..sized.len() - KEPT_LARGEST_PACKS]
-                .iter()
-                .map(|(n, _)| *n)
-                .collect();
+            let keep = KEPT_LARGEST_PACKS.min(sized.len().saturating_sub(2));
+            let merge: Vec<ObjectId> = sized[..sized.len() - keep].iter().map(|(n, _)| *n).collect();
             match self.vault.merge_packs(&merge) {
                 Ok(Some((merged_into, merged))) => {
                     sized.retain(|(name, _)| !merged.contains(name));
                     sized.push((merged_into, 0));
-                    self.reporter.timing("merging ckpt's packs", started, || {
-                        format!("{} into {}", merged.len(), merged_into.short(8))
-                    });
+                    let what = format!("{} packs into {}", merged.len(), merged_into.short(8));
+                    self.reporter.timing("merging ckpt's packs", started, || what.clone());
+                    done = Some(what);
                 }
                 Ok(None) => {}
                 Err(e) => self.reporter.warning(&format!("could not merge ckpt's packs: {e}")),
             }
         }
         let names: Vec<ObjectId> = sized.into_iter().map(|(name, _)| name).collect();
-        if let Err(e) = registry.save_ckpt_packs(&names, lock) {
-            self.reporter
-                .warning(&format!("could not save the list of ckpt's packs: {e}"));
+        if names != listed {
+            if let Err(e) = registry.save_ckpt_packs(&names, lock) {
+                self.reporter
+                    .warning(&format!("could not save the list of ckpt's packs: {e}"));
+            }
         }
+        done
     }
 
     /// Says (when timings are wanted) how long the phase begun at `started` took.
@@ -320,6 +333,18 @@ impl Engine {
 }
 
 impl Provider for Engine {
+    fn merge_own_packs(&self, more_than: usize) -> Result<Option<String>, CkptError> {
+        if self.kind != StoreKind::Repository {
+            return Ok(None);
+        }
+        let registry = self.registry()?;
+        // Never waits: a snapshot holding the lock may be waiting on the daemon that asks.
+        let Some(lock) = registry.try_lock()? else {
+            return Ok(None);
+        };
+        Ok(self.merge_ckpt_packs(&registry, &lock, None, more_than))
+    }
+
     fn name(&self) -> &'static str {
         match self.kind {
             StoreKind::Repository => "git",

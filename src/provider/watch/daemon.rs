@@ -16,6 +16,9 @@ use notify::event::{AccessKind, AccessMode, CreateKind, EventKind, ModifyKind, R
 use notify::{RecursiveMode, Watcher};
 
 use super::{rand_u64, Request, SinceAnswer, StatusAnswer, MAX_REQUEST};
+
+/// How long the worktree and the socket must be quiet before the daemon's housekeeping runs.
+pub const QUIET: Duration = Duration::from_secs(2);
 use crate::provider::CkptError;
 use crate::records::watch::WatchFiles;
 use crate::records::WirePath;
@@ -191,7 +194,16 @@ fn unwatch_tree(watcher: &mut impl Watcher, dir: &Path, state: &Mutex<State>) {
 /// Runs the daemon for the workspace at `root` until it is stopped, idle, or the workspace is
 /// gone. `files` are its state files; one daemon per workspace (a second one refuses to start).
 /// `own` are ckpt's own directories inside the worktree (a store kept there): never watched.
-pub fn run(root: &Path, files: &WatchFiles, own: &[PathBuf], idle: Duration) -> Result<(), CkptError> {
+/// `on_quiet` runs on this thread once the worktree and the socket have been quiet for
+/// [`QUIET`], and again only after the next activity: housekeeping the snapshots leave for a
+/// moment when no agent waits on them.
+pub fn run(
+    root: &Path,
+    files: &WatchFiles,
+    own: &[PathBuf],
+    idle: Duration,
+    on_quiet: &mut dyn FnMut(),
+) -> Result<(), CkptError> {
     // A daemon that was just asked to stop may still be on its way out: give it a moment.
     let deadline = Instant::now() + Duration::from_secs(2);
     let lock = loop {
@@ -252,14 +264,28 @@ pub fn run(root: &Path, files: &WatchFiles, own: &[PathBuf], idle: Duration) -> 
         std::thread::spawn(move || serve(listener, &shared))
     };
     let root_buf = root.to_path_buf();
+    let mut last_event = Instant::now();
+    let mut quiet_done = true;
     loop {
         match events.recv_timeout(Duration::from_millis(500)) {
-            Ok(event) => handle(event, &root_buf, &cookies, &mut watcher, &shared),
+            Ok(event) => {
+                handle(event, &root_buf, &cookies, &mut watcher, &shared);
+                last_event = Instant::now();
+                quiet_done = false;
+            }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
         }
         let state = shared.lock();
         let idle_for = state.last_request.elapsed();
+        if idle_for < QUIET {
+            quiet_done = false;
+        } else if !quiet_done && last_event.elapsed() >= QUIET && !state.stopping {
+            quiet_done = true;
+            drop(state);
+            on_quiet();
+            continue;
+        }
         // Without its socket nobody can reach it, without its cookie directory nobody can sync
         // with it: a daemon that can serve no one ends (the next snapshot starts a fresh one).
         let unreachable = !files.socket().exists() || !cookies.is_dir();
