@@ -938,3 +938,58 @@ fn watched_snapshots_keep_their_packs_few_and_git_never_needs_an_automatic_gc() 
     }
     stop(&repo);
 }
+
+/// The list of ckpt's packs lives in its state directory; a list that names the user's own
+/// packs (tampered, or stale) must never make ckpt merge and remove them: a pack with a `.keep`
+/// file or with deltas (git's packs have them, ckpt's never do) is left alone.
+#[test]
+fn a_list_naming_the_users_own_packs_never_removes_them() {
+    let repo = TestRepo::new();
+    for n in 0..40 {
+        repo.write(
+            format!("d{}/f{n}.txt", n % 8),
+            format!("line\n{}\n", "common text ".repeat(50 + n)).as_bytes(),
+        );
+    }
+    repo.commit_all("forty files");
+    repo.git(&["repack", "-a", "-d", "-q"]);
+    for n in 0..40 {
+        repo.write(
+            format!("d{}/f{n}.txt", n % 8),
+            format!("line\n{}x\n", "common text ".repeat(50 + n)).as_bytes(),
+        );
+    }
+    repo.commit_all("similar content, stored as deltas");
+    repo.git(&["repack", "-d", "-q", "--window=50"]);
+    let users: Vec<String> = packs(&repo).into_iter().filter(|p| p.ends_with(".pack")).collect();
+    assert!(users.len() >= 2, "{users:?}");
+    // One of them kept by the user's own choice.
+    let kept = users[0].replace(".pack", ".keep");
+    std::fs::write(repo.common_dir().join("objects/pack").join(&kept), b"mine").unwrap();
+    warm(&repo);
+    let dir = repo.common_dir().join("ckpt/main");
+    assert!(dir.join("records.json").is_file(), "the workspace's state directory");
+    let names: String = users
+        .iter()
+        .map(|p| format!("{}\n", p.trim_start_matches("pack-").trim_end_matches(".pack")))
+        .collect();
+    // Listed many times over, so a merge is due at once.
+    std::fs::write(dir.join("packs"), names.repeat(30)).unwrap();
+    for round in 0..3 {
+        for n in 0..40 {
+            repo.write(
+                format!("d{}/f{n}.txt", n % 8),
+                format!("round {round} {n}\n").as_bytes(),
+            );
+        }
+        watched(&repo);
+    }
+    let now = packs(&repo);
+    for pack in &users {
+        assert!(now.contains(pack), "the user's pack {pack} was removed: {now:?}");
+        assert!(now.contains(&pack.replace(".pack", ".idx")), "{now:?}");
+    }
+    assert!(now.contains(&kept));
+    repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
+    stop(&repo);
+}

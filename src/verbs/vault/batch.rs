@@ -285,7 +285,8 @@ impl Vault {
             .collect()
     }
 
-    /// Merges packs ckpt wrote (named by the caller, which keeps the list) into one new pack:
+    /// Merges packs ckpt wrote (named by the caller, which keeps the list; a pack git marks as
+    /// kept, promised or cruft, or one holding a delta, is never ckpt's and is skipped) into one new pack:
     /// every object of each, reachable or not, is copied, the new pack is verified as any batch
     /// is, and only then are the old packs' index and data files removed (index first, so no
     /// reader finds an index without its data). Packs that are gone are skipped. Returns the new
@@ -297,9 +298,29 @@ impl Vault {
         let mut merged = Vec::new();
         let mut ids: Vec<gix::ObjectId> = Vec::new();
         for name in packs {
+            // A pack git marks as special is never ckpt's: kept (`.keep`), a partial clone's
+            // promise (`.promisor`), or a cruft pack's times (`.mtimes`). Left as it is.
+            if ["keep", "promisor", "mtimes"]
+                .iter()
+                .any(|ext| path_of(name, ext).exists())
+            {
+                continue;
+            }
             let Ok(index) = gix_pack::index::File::at(path_of(name, "idx"), self.repo.object_hash()) else {
                 continue;
             };
+            let Ok(data) = gix_pack::data::File::at(path_of(name, "pack"), self.repo.object_hash()) else {
+                continue;
+            };
+            // ckpt writes whole objects only: a pack with a delta in it is git's, whatever a
+            // list in ckpt's state says, and is left alone.
+            let whole_objects_only = index.iter().all(|entry| {
+                data.entry(entry.pack_offset)
+                    .is_ok_and(|object| !object.header.is_delta())
+            });
+            if !whole_objects_only {
+                continue;
+            }
             ids.extend(index.iter().map(|entry| entry.oid));
             merged.push(*name);
         }
