@@ -548,6 +548,16 @@ fn a_burst_of_edits_is_stored_as_one_valid_pack() {
     let added: Vec<String> = packs(&repo).into_iter().filter(|p| !before.contains(p)).collect();
     assert_eq!(added.len(), 2, "one pack and its index: {added:?}");
     assert!(added.iter().all(|p| !p.ends_with(".keep")), "{added:?}");
+    // Read-only for everyone the repository is shared with, as git's own packs are (the temp
+    // file it was written as is 0600). Found by a review.
+    for name in &added {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(repo.common_dir().join("objects/pack").join(name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o444, "{name}");
+    }
     let idx = added.iter().find(|p| p.ends_with(".idx")).unwrap();
     repo.git(&[
         "verify-pack",

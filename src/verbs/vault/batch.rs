@@ -261,6 +261,17 @@ impl Vault {
                 "its index does not name exactly the objects it was written for",
             ));
         }
+        if outcome.keep_path.is_some() {
+            // Written 0600 by the temp file; git makes packs read-only for everyone the
+            // repository is shared with. The pack directory's own read bits say who that is.
+            use std::os::unix::fs::PermissionsExt;
+            let shared = std::fs::metadata(&directory).map_or(0o755, |m| m.permissions().mode());
+            let mode = 0o444 & (0o400 | (shared & 0o044));
+            for path in [&outcome.index_path, &outcome.data_path].into_iter().flatten() {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+                    .map_err(|e| VerbError::git("making a new pack read-only", e))?;
+            }
+        }
         Ok(outcome
             .keep_path
             .as_ref()
