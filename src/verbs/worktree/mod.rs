@@ -17,7 +17,7 @@ use super::VerbError;
 mod reading;
 mod writing;
 
-use writing::describe;
+use writing::{describe, Staged};
 
 /// What occupies a worktree path right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,6 +203,9 @@ struct Worktree<'a> {
     object_hash: gix::hash::Kind,
 }
 
+/// Writes staged at once before their fsyncs: each holds its temp file and its directory open.
+const STAGED_WRITES: usize = 256;
+
 /// Threads for a run of worktree writes: each one spends most of its time waiting for an
 /// fsync, so a few per core. `None` if the pool cannot be made (the global pool is used then).
 fn io_pool(ops: usize) -> Option<rayon::ThreadPool> {
@@ -261,9 +264,28 @@ impl Vault {
             let run = &ops[start..end];
             if run.len() > 1 {
                 let apply_all = || {
-                    run.par_iter()
-                        .map_init(|| shared.to_thread_local(), |repo, op| finish(worktree.apply(op, repo)))
-                        .collect::<Vec<_>>()
+                    if !matches!(run[0], RestoreOp::Write { .. }) {
+                        return run
+                            .par_iter()
+                            .map_init(|| shared.to_thread_local(), |repo, op| finish(worktree.apply(op, repo)))
+                            .collect::<Vec<_>>();
+                    }
+                    // Every temp file of a chunk is written before any is synced (see
+                    // `Worktree::stage`); a chunk bounds the files and directories held open.
+                    let mut results = Vec::with_capacity(run.len());
+                    for chunk in run.chunks(STAGED_WRITES) {
+                        let staged: Vec<Result<Staged, VerbError>> = chunk
+                            .par_iter()
+                            .map_init(|| shared.to_thread_local(), |repo, op| worktree.stage(op, repo))
+                            .collect();
+                        results.par_extend(chunk.par_iter().zip(staged).map(|(op, staged)| {
+                            finish(staged.and_then(|staged| match staged {
+                                Staged::Done => Ok(()),
+                                Staged::Write(write) => worktree.land(op, write),
+                            }))
+                        }));
+                    }
+                    results
                 };
                 // Each write waits on its own fsync: more writers than cores keep the disk busy
                 // (the filesystem commits their syncs together). Without that pool, the cores'.
@@ -277,18 +299,23 @@ impl Vault {
             start = end;
         }
         // Each file was fsynced before its rename; the directories that hold the renames and
-        // removals are synced once each, not once per file.
+        // removals are synced once each, not once per file, and together: each sync waits on
+        // the disk, not on a core.
         let mut dirs: Vec<Option<RepoPath>> = ops.iter().map(|op| op.path().parent()).collect();
         dirs.sort();
         dirs.dedup();
-        for dir in dirs {
-            let fd = match &dir {
+        let sync_dir = |dir: &Option<RepoPath>| {
+            let fd = match dir {
                 None => worktree.open_root().ok(),
                 Some(dir) => worktree.open_dir(dir).ok().flatten(),
             };
             if let Some(fd) = fd {
                 rustix::fs::fsync(&fd).ok();
             }
+        };
+        match io_pool(dirs.len()).filter(|_| dirs.len() > 1) {
+            Some(pool) => pool.install(|| dirs.par_iter().for_each(sync_dir)),
+            None => dirs.iter().for_each(sync_dir),
         }
         results
     }

@@ -4,15 +4,46 @@
 
 use super::*;
 
+/// A write op's first half, done: its new content sits in a temp file beside its path, written
+/// but not yet synced (see [`Worktree::stage`]).
+pub(super) struct StagedWrite {
+    parent: OwnedFd,
+    temp: Vec<u8>,
+    /// The temp file, kept open for its fsync; `None` for a symlink, which has no data of its
+    /// own to sync (its directory is synced with the others).
+    file: Option<std::fs::File>,
+}
+
+/// What [`Worktree::stage`] did with an op.
+pub(super) enum Staged {
+    /// The op is complete (every op but a write is done in one step).
+    Done,
+    /// A write, waiting for [`Worktree::land`].
+    Write(StagedWrite),
+}
+
 impl Worktree<'_> {
+    /// Applies `op` in one go: [`Self::stage`], then [`Self::land`].
     pub(super) fn apply(&self, op: &RestoreOp, repo: &gix::Repository) -> Result<(), VerbError> {
+        match self.stage(op, repo)? {
+            Staged::Done => Ok(()),
+            Staged::Write(staged) => self.land(op, staged),
+        }
+    }
+
+    /// Does all of `op` but a write's fsync and swap into place. Writes are split so that a
+    /// batch can write every temp file before it syncs any: the filesystem then commits many
+    /// files' data together instead of one journal commit per file (measured: 210 small files
+    /// took about 60% of the time they took written and synced one by one). Each file is still
+    /// synced before it is renamed into place.
+    pub(super) fn stage(&self, op: &RestoreOp, repo: &gix::Repository) -> Result<Staged, VerbError> {
         let path = op.path();
         let create = matches!(op, RestoreOp::Write { .. });
         let Some(parent) = self.open_parent(path, create)? else {
             return match op {
                 RestoreOp::Write { .. } => Err(worktree_error(path, "parent directory vanished")),
                 RestoreOp::Remove { .. } => Err(worktree_error(path, "expected a file here, found nothing")),
-                RestoreOp::RemoveEmptyDir { .. } | RestoreOp::PruneEmptyDir { .. } => Ok(()),
+                RestoreOp::RemoveEmptyDir { .. } | RestoreOp::PruneEmptyDir { .. } => Ok(Staged::Done),
             };
         };
         let leaf = Self::leaf(path);
@@ -22,11 +53,11 @@ impl Worktree<'_> {
                 if now != DiskItem::Entry(*expect) {
                     return Err(changed_since_guard(path, &now));
                 }
-                self.remove_item(&parent, path, expect)
+                self.remove_item(&parent, path, expect).map(|()| Staged::Done)
             }
             RestoreOp::RemoveEmptyDir { .. } => match now {
-                DiskItem::Missing => Ok(()),
-                DiskItem::Directory => rustix::fs::unlinkat(&parent, leaf, AtFlags::REMOVEDIR).map_err(|e| {
+                DiskItem::Missing => Ok(Staged::Done),
+                DiskItem::Directory => rustix::fs::unlinkat(&parent, leaf, AtFlags::REMOVEDIR).map(|()| Staged::Done).map_err(|e| {
                     let why = if e == Errno::NOTEMPTY {
                         "directory still holds files ckpt has no evidence about (ignored or unprotected); left in place"
                             .to_owned()
@@ -39,13 +70,13 @@ impl Worktree<'_> {
             },
             RestoreOp::PruneEmptyDir { .. } => match now {
                 DiskItem::Directory => match rustix::fs::unlinkat(&parent, leaf, AtFlags::REMOVEDIR) {
-                    Ok(()) | Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => Ok(()),
+                    Ok(()) | Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => Ok(Staged::Done),
                     Err(e) => Err(worktree_error(
                         path,
                         format!("cannot remove empty directory: {}", errno_text(e)),
                     )),
                 },
-                _ => Ok(()),
+                _ => Ok(Staged::Done),
             },
             RestoreOp::Write { item, expect, .. } => {
                 let expected_now = match expect {
@@ -55,51 +86,78 @@ impl Worktree<'_> {
                 if now != expected_now {
                     return Err(changed_since_guard(path, &now));
                 }
-                // The caller verifies every written path once the whole batch has landed.
-                self.write_item(&parent, path, item, expect.as_ref(), repo)
+                self.stage_write(parent, path, item, repo).map(Staged::Write)
             }
         }
     }
 
-    /// Writes `item` beside `path` and swaps it in. The check that what it replaces is still
-    /// `expect` happens after the swap, on the displaced file itself (`RENAME_EXCHANGE`), so a
-    /// write that lands at any moment before the swap is found and swapped back; a path that
-    /// must be empty is claimed with `RENAME_NOREPLACE`. Where the filesystem has neither, the
-    /// check runs again immediately before a plain rename.
-    pub(super) fn write_item(
+    /// The second half of a write op that [`Self::stage`] began: syncs the temp file and swaps
+    /// it in. The caller verifies every written path once the whole batch has landed.
+    pub(super) fn land(&self, op: &RestoreOp, staged: StagedWrite) -> Result<(), VerbError> {
+        let RestoreOp::Write { path, item, expect } = op else {
+            return Err(worktree_error(op.path(), "only a write is staged"));
+        };
+        let StagedWrite { parent, temp, file } = staged;
+        if let Some(file) = file {
+            if let Err(e) = file.sync_all() {
+                rustix::fs::unlinkat(&parent, temp.as_slice(), AtFlags::empty()).ok();
+                return Err(worktree_error(path, format!("cannot write content: {e}")));
+            }
+        }
+        self.swap_in(&parent, &temp, path, item, expect.as_ref())
+    }
+
+    /// Creates `item`'s content in a temp file beside `path` (not yet synced).
+    fn stage_write(
         &self,
-        parent: &OwnedFd,
+        parent: OwnedFd,
         path: &RepoPath,
         item: &TreeItem,
-        expect: Option<&TreeItem>,
         repo: &gix::Repository,
-    ) -> Result<(), VerbError> {
+    ) -> Result<StagedWrite, VerbError> {
         let content = repo
             .find_blob(item.id.0)
             .map_err(|e| crate::verbs::vault::lookup_error(repo, &item.id, "blob", e))?
             .take_data();
         let leaf = Self::leaf(path);
         // Permissions follow the file being replaced (never wider than what the user had).
-        let replaced_mode = match rustix::fs::statat(parent, leaf, AtFlags::SYMLINK_NOFOLLOW) {
+        let replaced_mode = match rustix::fs::statat(&parent, leaf, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => Some(stat.st_mode & 0o7777),
             _ => None,
         };
         let temp = temp_name();
-        let created = match item.kind {
-            EntryKind::Symlink => rustix::fs::symlinkat(content.as_slice(), parent, temp.as_slice())
+        let file = match item.kind {
+            EntryKind::Symlink => rustix::fs::symlinkat(content.as_slice(), &parent, temp.as_slice())
+                .map(|()| None)
                 .map_err(|e| worktree_error(path, format!("cannot create symlink: {}", errno_text(e)))),
-            EntryKind::File | EntryKind::Executable => {
-                self.write_temp_file(parent, &temp, &content, item.kind, replaced_mode, path)
-            }
+            EntryKind::File | EntryKind::Executable => self
+                .write_temp_file(&parent, &temp, &content, item.kind, replaced_mode, path)
+                .map(Some),
             EntryKind::Gitlink => Err(worktree_error(path, "submodule pointers are never restored")),
-        };
-        created?;
+        }?;
+        Ok(StagedWrite { parent, temp, file })
+    }
+
+    /// Swaps the synced temp file `temp` (holding `item`) in at `path`. The check that what it
+    /// replaces is still `expect` happens after the swap, on the displaced file itself
+    /// (`RENAME_EXCHANGE`), so a write that lands at any moment before the swap is found and
+    /// swapped back; a path that must be empty is claimed with `RENAME_NOREPLACE`. Where the
+    /// filesystem has neither, the check runs again immediately before a plain rename.
+    fn swap_in(
+        &self,
+        parent: &OwnedFd,
+        temp: &[u8],
+        path: &RepoPath,
+        item: &TreeItem,
+        expect: Option<&TreeItem>,
+    ) -> Result<(), VerbError> {
+        let leaf = Self::leaf(path);
         crate::fault::pause("restore:before-replace");
         let discard_temp = || {
-            rustix::fs::unlinkat(parent, temp.as_slice(), AtFlags::empty()).ok();
+            rustix::fs::unlinkat(parent, temp, AtFlags::empty()).ok();
         };
         let Some(expect) = expect else {
-            return match rustix::fs::renameat_with(parent, temp.as_slice(), parent, leaf, RenameFlags::NOREPLACE) {
+            return match rustix::fs::renameat_with(parent, temp, parent, leaf, RenameFlags::NOREPLACE) {
                 Ok(()) => Ok(()),
                 Err(Errno::EXIST) => {
                     discard_temp();
@@ -114,7 +172,7 @@ impl Worktree<'_> {
                         discard_temp();
                         return Err(changed_since_guard(path, &now));
                     }
-                    self.rename_into_place(parent, &temp, path)
+                    self.rename_into_place(parent, temp, path)
                 }
                 Err(e) => {
                     discard_temp();
@@ -122,7 +180,7 @@ impl Worktree<'_> {
                 }
             };
         };
-        match rustix::fs::renameat_with(parent, temp.as_slice(), parent, leaf, RenameFlags::EXCHANGE) {
+        match rustix::fs::renameat_with(parent, temp, parent, leaf, RenameFlags::EXCHANGE) {
             Ok(()) => {}
             Err(e) if exchange_unsupported(e) => {
                 let now = self.read_item_at(parent, path)?;
@@ -130,7 +188,7 @@ impl Worktree<'_> {
                     discard_temp();
                     return Err(changed_since_guard(path, &now));
                 }
-                return self.rename_into_place(parent, &temp, path);
+                return self.rename_into_place(parent, temp, path);
             }
             Err(Errno::NOENT) => {
                 discard_temp();
@@ -147,15 +205,15 @@ impl Worktree<'_> {
         // The new content is in place; `temp` now names what it displaced. What cannot be read
         // is not evidence: it is swapped back like a change.
         let displaced = self
-            .read_settled_at(parent, &temp, path)
+            .read_settled_at(parent, temp, path)
             .unwrap_or_else(|e| DiskItem::Unreachable(e.to_string()));
         if displaced == DiskItem::Entry(*expect) {
-            rustix::fs::unlinkat(parent, temp.as_slice(), AtFlags::empty()).map_err(|e| {
+            rustix::fs::unlinkat(parent, temp, AtFlags::empty()).map_err(|e| {
                 worktree_error(
                     path,
                     format!(
                         "restored, but the replaced content is still at {}: {}",
-                        String::from_utf8_lossy(&temp),
+                        String::from_utf8_lossy(temp),
                         errno_text(e)
                     ),
                 )
@@ -163,27 +221,27 @@ impl Worktree<'_> {
             return Ok(());
         }
         // Someone wrote the file after the guard saw it: give it back its place.
-        if let Err(e) = rustix::fs::renameat_with(parent, temp.as_slice(), parent, leaf, RenameFlags::EXCHANGE) {
+        if let Err(e) = rustix::fs::renameat_with(parent, temp, parent, leaf, RenameFlags::EXCHANGE) {
             return Err(worktree_error(
                 path,
                 format!(
                     "changed on disk during the restore; that content is kept at {} (swapping it back failed: {})",
-                    self.keep_aside(parent, &temp, path),
+                    self.keep_aside(parent, temp, path),
                     errno_text(e)
                 ),
             ));
         }
         // `temp` holds ckpt's content again, unless a writer reached it by name meanwhile.
         let ours = self
-            .read_settled_at(parent, &temp, path)
+            .read_settled_at(parent, temp, path)
             .unwrap_or_else(|e| DiskItem::Unreachable(e.to_string()));
         let leftover = if ours == DiskItem::Entry(*item) {
-            rustix::fs::unlinkat(parent, temp.as_slice(), AtFlags::empty()).ok();
+            rustix::fs::unlinkat(parent, temp, AtFlags::empty()).ok();
             String::new()
         } else {
             format!(
                 "; content written to it during the swap is kept at {}",
-                self.keep_aside(parent, &temp, path)
+                self.keep_aside(parent, temp, path)
             )
         };
         Err(worktree_error(
@@ -257,7 +315,7 @@ impl Worktree<'_> {
         })
     }
 
-    /// Writes and fsyncs a temp file. With `replaced_mode` (the permissions of the file it will
+    /// Writes a temp file and returns it open, not yet synced (see [`Self::land`]). With `replaced_mode` (the permissions of the file it will
     /// replace) the file gets those permissions, with only the execute bits changed to match
     /// `kind`; it is created owner-only so it is never more readable than that while written.
     /// Without, it gets git's defaults (0666/0777 less the umask), as a checkout would.
@@ -269,7 +327,7 @@ impl Worktree<'_> {
         kind: EntryKind,
         replaced_mode: Option<u32>,
         path: &RepoPath,
-    ) -> Result<(), VerbError> {
+    ) -> Result<std::fs::File, VerbError> {
         let mode = match replaced_mode {
             Some(_) => 0o600,
             None if kind == EntryKind::Executable => 0o777,
@@ -283,8 +341,7 @@ impl Worktree<'_> {
         )
         .map_err(|e| worktree_error(path, format!("cannot create a temp file beside it: {}", errno_text(e))))?;
         let mut file = std::fs::File::from(fd);
-        let written = file.write_all(content).and_then(|()| file.sync_all());
-        if let Err(e) = written {
+        if let Err(e) = file.write_all(content) {
             rustix::fs::unlinkat(parent, temp, AtFlags::empty()).ok();
             return Err(worktree_error(path, format!("cannot write content: {e}")));
         }
@@ -304,12 +361,15 @@ impl Worktree<'_> {
             }
         } else if kind == EntryKind::Executable {
             // The umask may have dropped the owner's exec bit; git tracks exactly that bit.
-            let stat = rustix::fs::fstat(file.as_fd()).map_err(|e| worktree_error(path, errno_text(e)))?;
+            let stat = rustix::fs::fstat(file.as_fd()).map_err(|e| {
+                rustix::fs::unlinkat(parent, temp, AtFlags::empty()).ok();
+                worktree_error(path, errno_text(e))
+            })?;
             if stat.st_mode & 0o100 == 0 {
                 rustix::fs::fchmod(file.as_fd(), Mode::from_raw_mode((stat.st_mode & 0o777) | 0o100)).ok();
             }
         }
-        Ok(())
+        Ok(file)
     }
 }
 
