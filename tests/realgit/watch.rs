@@ -744,6 +744,66 @@ fn a_restore_guarded_through_the_daemon_does_exactly_what_a_walked_one_does() {
 }
 
 #[test]
+fn a_restore_undoing_only_what_its_watched_guard_just_saw_keeps_what_the_guard_could_not_protect() {
+    // Every path the restore touches changed since the latest watched checkpoint, so the guard
+    // has just looked at each of them and what it found is the restore's evidence. A file it
+    // could not protect (grown past the size limit) stands in the way of the checkpoint's
+    // version: a conflict, never overwritten, exactly as in a twin repository that walks.
+    let build = || {
+        let repo = TestRepo::new();
+        let config = repo.common_dir().join("ckpt/config.toml");
+        std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+        std::fs::write(&config, "max_file_size = 100\n").unwrap();
+        repo.write("a.txt", b"alpha\n");
+        repo.write("big.txt", b"small for now\n");
+        repo.write("d/x.txt", b"in d\n");
+        for i in 0..20 {
+            repo.write(format!("bulk/f{i}.txt"), format!("bulk {i}\n").as_bytes());
+        }
+        repo.settle();
+        repo
+    };
+    let watched_repo = build();
+    let walked_repo = build();
+    let target = warm(&watched_repo);
+    let walked_target = walked_repo.snapshot(&[]);
+    let mutate = |repo: &TestRepo| {
+        repo.write("big.txt", &[b'B'; 500]);
+        repo.write("a.txt", b"alpha, edited\n");
+        repo.remove("d/x.txt");
+        repo.write("new.txt", b"created after\n");
+        repo.write("bulk/f3.txt", b"bulk 3, edited\n");
+    };
+    mutate(&watched_repo);
+    mutate(&walked_repo);
+    let fingerprint = watched_repo.fingerprint();
+    let restore = |repo: &TestRepo, target: &str| {
+        restore_outcome(&repo.ckpt_json(&["restore", target, "--exact", "--yes"], 3))
+    };
+    let (scan, _, with_daemon) = restore(&watched_repo, &target);
+    assert_eq!(scan, "watch", "the guard was served by the daemon");
+    let (scan, _, walking) = restore(&walked_repo, &walked_target);
+    assert_eq!(scan, "full");
+    assert_eq!(with_daemon, walking, "the same plan, the same outcome");
+    assert_eq!(watched_repo.worktree(), walked_repo.worktree());
+    let failed = with_daemon["failed"].to_string();
+    assert!(
+        failed.contains("big.txt") && failed.contains("in the way"),
+        "{failed}"
+    );
+    assert_eq!(watched_repo.read("big.txt"), vec![b'B'; 500], "never overwritten");
+    assert_eq!(watched_repo.read("a.txt"), b"alpha\n");
+    assert_eq!(watched_repo.read("d/x.txt"), b"in d\n");
+    assert!(!watched_repo.path("new.txt").exists());
+    assert_eq!(
+        watched_repo.fingerprint().without_status(),
+        fingerprint.without_status(),
+        "the user's git state"
+    );
+    stop(&watched_repo);
+}
+
+#[test]
 fn a_first_snapshot_packs_its_many_trees_and_a_later_walk_writes_its_few_loose() {
     let repo = TestRepo::new();
     for n in 0..1100 {

@@ -13,6 +13,7 @@ use crate::records::{Record, Registry};
 use crate::verbs::{EntryKind, ObjectId, RepoPath, TreeItem};
 
 use super::snapshot::{skipped_of, Counts};
+use super::watched::Looked;
 use super::Engine;
 use crate::records::Skipped;
 
@@ -66,7 +67,10 @@ impl Engine {
         let registry = self.registry()?;
         let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
         let (base, capture) = if now.watch {
-            self.snapshot_watched_locked(&registry, &lock, now)?
+            match self.snapshot_watched_locked(&registry, &lock, now)? {
+                (base, Looked::Whole(capture)) => (base, Some(capture)),
+                (base, Looked::Within(..)) => (base, None),
+            }
         } else {
             let (outcome, capture) = self.snapshot_locked(&registry, &lock, now)?;
             (outcome, Some(capture))

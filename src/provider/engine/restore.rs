@@ -10,6 +10,7 @@ use crate::provider::{CkptError, Confirmation, Preview, RestoreReport, Selection
 use crate::records::{JournalOp, Record, Registry, RestoreJournal};
 use crate::verbs::{EntryKind, PathScope, RepoPath, RestoreOp, TreeChange, TreeItem};
 
+use super::watched::Looked;
 use super::{now_rfc3339, Engine};
 
 fn journal(
@@ -274,40 +275,48 @@ impl Engine {
         }
 
         let t1 = std::time::Instant::now();
-        let (guard, capture) = if request.watch {
+        let (guard, looked) = if request.watch {
             self.snapshot_watched_locked(&registry, &lock, request)?
         } else {
             let (guard, capture) = self.snapshot_locked(&registry, &lock, request)?;
-            (guard, Some(capture))
+            (guard, Looked::Whole(capture))
         };
         self.phase_time("guard snapshot", t1);
         let t2 = std::time::Instant::now();
         let guard_tree = guard.record.tree_id().map_err(CkptError::CorruptRecord)?;
         let changes = self.vault.diff_trees(Some(&guard_tree), Some(&target_tree))?;
-        let guard_watched = capture.is_none();
-        let evidence = match capture {
-            Some(capture) => Evidence::Whole(capture),
-            None => {
+        let guard_watched = matches!(looked, Looked::Within(..));
+        let evidence = match looked {
+            Looked::Whole(capture) => Evidence::Whole(capture),
+            Looked::Within(seen, within) => {
                 // Every path the plan can touch is a changed path or below one; the filter's
-                // paths are captured too, so the counts within it are exact.
-                let scope = PathScope::new(
-                    changes
-                        .iter()
-                        .map(|change| change.path.clone())
-                        .chain(selection.paths.iter().cloned()),
-                );
-                let cache = if selection.paths.is_empty() {
-                    None
+                // paths are captured too, so the counts within it are exact. When the guard
+                // has just looked at every one of those paths (the usual undo of the latest
+                // edits), what it found is the evidence; it was found under this same lock.
+                let guard_saw_all = selection.paths.is_empty()
+                    && changes.iter().all(|change| seen.covers(change.path.as_bytes()));
+                let capture = if guard_saw_all {
+                    within
                 } else {
-                    self.trusted_stat_cache(&registry)
+                    let scope = PathScope::new(
+                        changes
+                            .iter()
+                            .map(|change| change.path.clone())
+                            .chain(selection.paths.iter().cloned()),
+                    );
+                    let cache = if selection.paths.is_empty() {
+                        None
+                    } else {
+                        self.trusted_stat_cache(&registry)
+                    };
+                    scan::capture_scope(
+                        &self.vault,
+                        request.max_file_size,
+                        cache.as_ref(),
+                        &scope,
+                        self.reporter.progress(),
+                    )?
                 };
-                let capture = scan::capture_scope(
-                    &self.vault,
-                    request.max_file_size,
-                    cache.as_ref(),
-                    &scope,
-                    self.reporter.progress(),
-                )?;
                 // A path the target has below an untracked repository (one that appeared where
                 // a directory was) is seen only by a walk: then the evidence is a whole capture.
                 let written: Vec<RepoPath> = changes

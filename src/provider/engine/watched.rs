@@ -17,6 +17,16 @@ use crate::verbs::{ObjectId, PathScope, RepoPath};
 use super::snapshot::{skipped_list, Counts};
 use super::{Engine, StoreKind};
 
+/// What a snapshot looked at on disk, for a restore planned from it.
+pub(super) enum Looked {
+    /// The whole worktree: the snapshot fell back to a full capture.
+    Whole(Capture),
+    /// Only the paths in the scope (and below them), and what it found there, as of the
+    /// snapshot; outside the scope the daemon vouched that nothing changed since the previous
+    /// checkpoint.
+    Within(PathScope, Capture),
+}
+
 /// More changed paths than this and a watched snapshot walks instead.
 const MAX_SCOPE: usize = 1000;
 
@@ -117,14 +127,14 @@ impl Engine {
         })
     }
 
-    /// The watched snapshot; the caller holds the workspace lock. The capture comes back only
-    /// when it fell back to a full one: a watched snapshot has looked at its changed paths only.
+    /// The watched snapshot; the caller holds the workspace lock. It also says what it looked
+    /// at: the whole worktree when it fell back to a full capture, else its changed paths only.
     pub(super) fn snapshot_watched_locked(
         &self,
         registry: &Registry,
         lock: &RegistryLock,
         request: &SnapshotRequest,
-    ) -> Result<(SnapshotOutcome, Option<Capture>), CkptError> {
+    ) -> Result<(SnapshotOutcome, Looked), CkptError> {
         let files = WatchFiles::new(&self.state_dir);
         let base = files.load_base();
         // Both taken before the capture: a change during it shows up in the next answer.
@@ -174,11 +184,11 @@ impl Engine {
                         Some(scope) => {
                             let delta = if paths.is_empty() {
                                 // Nothing changed since that checkpoint's capture.
-                                Some(self.unchanged_outcome(previous))
+                                Some((self.unchanged_outcome(previous), Capture::default()))
                             } else {
                                 self.snapshot_delta(registry, lock, request, previous, &scope)?
                             };
-                            if let Some(outcome) = delta {
+                            if let Some((outcome, within)) = delta {
                                 files.save_base(
                                     &WatchBase {
                                         token,
@@ -190,7 +200,7 @@ impl Engine {
                                     },
                                     lock,
                                 )?;
-                                return Ok((outcome, None));
+                                return Ok((outcome, Looked::Within(scope, within)));
                             }
                             "the stat cache is not the last checkpoint's, or a changed path reaches a submodule or a file with other hard links".to_owned()
                         }
@@ -217,7 +227,7 @@ impl Engine {
         outcome.scan_mode = ScanMode::Full {
             fallback: Some(fallback),
         };
-        Ok((outcome, Some(capture)))
+        Ok((outcome, Looked::Whole(capture)))
     }
 
     /// The outcome of a watched snapshot that found nothing changed since `previous`.
@@ -236,7 +246,7 @@ impl Engine {
     /// capture the daemon's token dates from) only within `scope`: the scope is captured, its
     /// changes are applied to `previous`'s tree, and the stat cache gets a delta. `None` when the
     /// scope cannot be captured alone or the stat cache is not `previous`'s; the caller then
-    /// takes a full snapshot.
+    /// takes a full snapshot. What the capture found within the scope comes back with it.
     fn snapshot_delta(
         &self,
         registry: &Registry,
@@ -244,7 +254,7 @@ impl Engine {
         request: &SnapshotRequest,
         previous: Record,
         scope: &PathScope,
-    ) -> Result<Option<SnapshotOutcome>, CkptError> {
+    ) -> Result<Option<(SnapshotOutcome, Capture)>, CkptError> {
         // The scoped listing reads the index; on a thread of its own, it overlaps the stat cache.
         self.vault.prefetch_index();
         let started = std::time::Instant::now();
@@ -263,9 +273,10 @@ impl Engine {
         // New objects go into one pack in the user's repository. A copy store keeps loose
         // objects only: its own gc collects those.
         let batch = (self.kind == StoreKind::Repository).then(|| self.vault.begin_batch());
-        let Some(delta) = scan::capture_delta(&self.vault, request.max_file_size, &cache, scope, progress)? else {
+        let Some(mut delta) = scan::capture_delta(&self.vault, request.max_file_size, &cache, scope, progress)? else {
             return Ok(None);
         };
+        let within = std::mem::take(&mut delta.within);
         for (phase, elapsed) in &delta.listing_times {
             self.reporter.timing_of(phase, *elapsed);
         }
@@ -303,7 +314,7 @@ impl Engine {
             outcome.not_protected = skipped_list(&skipped);
             outcome.warnings = warnings;
             outcome.scan = stats;
-            return Ok(Some(outcome));
+            return Ok(Some((outcome, within)));
         }
         let mut counted = std::collections::HashSet::new();
         let bytes = delta
@@ -332,14 +343,17 @@ impl Engine {
         if let Ok(id) = record.object_id() {
             save_cache(id);
         }
-        Ok(Some(SnapshotOutcome {
-            not_protected: record.skipped.clone(),
-            record,
-            created: true,
-            warnings,
-            scan_mode: ScanMode::Watch,
-            scan: stats,
-        }))
+        Ok(Some((
+            SnapshotOutcome {
+                not_protected: record.skipped.clone(),
+                record,
+                created: true,
+                warnings,
+                scan_mode: ScanMode::Watch,
+                scan: stats,
+            },
+            within,
+        )))
     }
 
     /// The newest pinned checkpoint, if it is `id`: then a worktree unchanged since the capture

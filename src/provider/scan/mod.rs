@@ -299,6 +299,9 @@ pub struct Delta {
     pub listing_times: Vec<(&'static str, std::time::Duration)>,
     /// Files gained minus files lost.
     pub net_files: i64,
+    /// What the capture found within the scope (files, skipped and ignored paths), as a
+    /// restore planned from this snapshot needs it.
+    pub within: Capture,
 }
 
 /// Captures only the paths in `scope` (and below) and says how they differ from the stat cache's
@@ -398,6 +401,12 @@ pub fn capture_delta(
                 .push((path.as_bytes().to_vec(), Some((stat, file.item.id))));
         }
     }
+    delta.within = Capture {
+        files: capture.files,
+        skipped: delta.skipped.clone(),
+        ignored: capture.ignored,
+        ..Capture::default()
+    };
     Ok(Some(delta))
 }
 
