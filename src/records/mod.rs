@@ -256,15 +256,31 @@ enum LockMode {
     Exclusive,
 }
 
-/// Takes a `flock` on `path` (created if needed), calling `waiting` once after a second of
-/// waiting and giving up after `CKPT_LOCK_TIMEOUT_SECS` (default 120) with an error naming the file.
-fn acquire_lock(path: &Path, mode: LockMode, waiting: &dyn Fn(&Path)) -> Result<File, RecordsError> {
-    let file = OpenOptions::new()
+/// The lock file at `path`, created if needed (never truncated: it may name its holder).
+fn open_lock_file(path: &Path) -> Result<File, RecordsError> {
+    OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(path)
-        .map_err(io_error(path))?;
+        .map_err(io_error(path))
+}
+
+/// An exclusive `flock` on `path` (created if needed) if nobody holds it now; `None` without
+/// waiting otherwise.
+fn try_lock_file(path: &Path) -> Result<Option<File>, RecordsError> {
+    let file = open_lock_file(path)?;
+    match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
+        Ok(true) => Ok(Some(file)),
+        Ok(false) => Ok(None),
+        Err(e) => Err(io_error(path)(e)),
+    }
+}
+
+/// Takes a `flock` on `path` (created if needed), calling `waiting` once after a second of
+/// waiting and giving up after `CKPT_LOCK_TIMEOUT_SECS` (default 120) with an error naming the file.
+fn acquire_lock(path: &Path, mode: LockMode, waiting: &dyn Fn(&Path)) -> Result<File, RecordsError> {
+    let file = open_lock_file(path)?;
     let timeout = std::env::var("CKPT_LOCK_TIMEOUT_SECS")
         .ok()
         .and_then(|v| v.parse::<f64>().ok())
@@ -333,18 +349,7 @@ impl Registry {
     /// lock may be waiting on that very daemon).
     pub fn try_lock(&self) -> Result<Option<RegistryLock>, RecordsError> {
         refuse_linked_state_dir(&self.dir)?;
-        let path = self.dir.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io_error(&path))?;
-        match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
-            Ok(true) => Ok(Some(RegistryLock { _file: file })),
-            Ok(false) => Ok(None),
-            Err(e) => Err(io_error(&path)(e)),
-        }
+        Ok(try_lock_file(&self.dir.join(LOCK_FILE))?.map(|file| RegistryLock { _file: file }))
     }
 
     pub fn lock(&self, waiting: &dyn Fn(&Path)) -> Result<RegistryLock, RecordsError> {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{io_error, refuse_linked_state_dir, write_atomically, RecordsError};
+use super::{io_error, refuse_linked_state_dir, try_lock_file, write_atomically, RecordsError};
 
 const WATCH_DIR: &str = "watch";
 const BASE_FILE: &str = "base.json";
@@ -83,24 +83,15 @@ impl WatchFiles {
     pub fn try_lock_daemon(&self) -> Result<Option<DaemonLock>, RecordsError> {
         self.prepare()?;
         let path = self.dir.join("daemon.lock");
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
+        let Some(file) = try_lock_file(&path)? else {
+            return Ok(None);
+        };
+        // Who holds it, for `watch stop` when the daemon no longer answers.
+        file.set_len(0).map_err(io_error(&path))?;
+        (&file)
+            .write_all(std::process::id().to_string().as_bytes())
             .map_err(io_error(&path))?;
-        match fs4::fs_std::FileExt::try_lock_exclusive(&file) {
-            Ok(true) => {
-                // Who holds it, for `watch stop` when the daemon no longer answers.
-                file.set_len(0).map_err(io_error(&path))?;
-                (&file)
-                    .write_all(std::process::id().to_string().as_bytes())
-                    .map_err(io_error(&path))?;
-                Ok(Some(DaemonLock { _file: file }))
-            }
-            Ok(false) => Ok(None),
-            Err(e) => Err(io_error(&path)(e)),
-        }
+        Ok(Some(DaemonLock { _file: file }))
     }
 
     /// Binds the daemon's socket (the caller holds the daemon lock, so a socket file already

@@ -177,3 +177,40 @@ mod interrupted {
         repo.ckpt_json(&["audit"], 0);
     }
 }
+
+#[test]
+fn doctor_removes_only_the_pack_writers_old_leftover_temp_files() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let pack_dir = repo.common_dir().join("objects/pack");
+    std::fs::create_dir_all(&pack_dir).unwrap();
+    let two_days_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 24 * 3600);
+    let make = |name: &str, old: bool| {
+        let path = pack_dir.join(name);
+        std::fs::write(&path, b"PACK\0\0\0\x02 torn").unwrap();
+        if old {
+            let file = std::fs::File::options().write(true).open(&path).unwrap();
+            file.set_modified(two_days_ago).unwrap();
+        }
+        path
+    };
+    // A killed pack write's leftover; one still being written; git's own temp pack.
+    let leftover = make(".tmpAb3xZ9", true);
+    let in_progress = make(".tmpQr5tU7", false);
+    let gits_own = make("tmp_pack_Ab3xZ9", true);
+    let before = repo.fingerprint();
+
+    let audit = repo.ckpt_json(&["audit"], 1);
+    assert_eq!(problems(&audit, "audit.problem"), vec!["pack_temp_file"]);
+    let message = audit.one("audit.problem")["message"].as_str().unwrap().to_owned();
+    assert!(message.contains(".tmpAb3xZ9"), "{message}");
+    repo.ckpt_json(&["doctor"], 1);
+    assert!(leftover.exists(), "doctor without --fix removes nothing");
+
+    let fixed = repo.ckpt_json(&["doctor", "--fix"], 0);
+    assert_eq!(fixed.one("doctor")["remaining"].as_array().unwrap().len(), 0);
+    assert!(!leftover.exists());
+    assert!(in_progress.exists() && gits_own.exists(), "nothing else is touched");
+    assert_eq!(repo.fingerprint(), before);
+    repo.ckpt_json(&["audit"], 0);
+}

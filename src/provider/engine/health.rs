@@ -12,6 +12,10 @@ use crate::provider::{
 use crate::records::{JournalOp, Kind, Record, RecordsError, RestoreJournal};
 use crate::verbs::{temp_file_owner, DiskItem, IdSet, ObjectId, PinRef, RepoPath};
 
+/// A pack writer's temp file untouched this long is a killed write's leftover: no pack write
+/// pauses for a day, ckpt's own last seconds.
+const STALE_PACK_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 fn problem(code: &'static str, message: String, id: Option<&str>) -> Problem {
     Problem {
         code,
@@ -198,6 +202,18 @@ impl Engine {
                 None,
             ));
         }
+        for temp in self.vault.stale_pack_temps(STALE_PACK_TEMP_AGE) {
+            report.problems.push(problem(
+                "pack_temp_file",
+                format!(
+                    "temp file {} in the object database's pack directory ({} bytes, untouched for {} h): left by a pack write that was killed; it holds no object git uses (doctor --fix removes it)",
+                    temp.name,
+                    temp.bytes,
+                    temp.untouched.as_secs() / 3600
+                ),
+                None,
+            ));
+        }
         if let Some(journal) = journal {
             let guard = &journal.guard;
             if crate::verbs::process_is_alive(journal.pid) {
@@ -348,6 +364,7 @@ impl Engine {
                     }
                     "pending_journal" => "roll the interrupted restore back to its guard (or --complete it)".into(),
                     "temp_file" => format!("remove the {}", p.message),
+                    "pack_temp_file" => "remove the pack writer's leftover temp file".into(),
                     _ => format!("nothing automatic for: {}", p.message),
                 });
             }
@@ -369,6 +386,14 @@ impl Engine {
                 report
                     .actions
                     .push(format!("removed leftover temp file {}", path.display()));
+            }
+        }
+        for temp in self.vault.stale_pack_temps(STALE_PACK_TEMP_AGE) {
+            if self.vault.remove_stale_pack_temp(&temp.name, STALE_PACK_TEMP_AGE)? {
+                report.actions.push(format!(
+                    "removed the pack writer's leftover temp file {} ({} bytes)",
+                    temp.name, temp.bytes
+                ));
             }
         }
         if has("pending_journal") {

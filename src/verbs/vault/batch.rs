@@ -54,6 +54,22 @@ pub struct BatchWritten {
     pub pack: Option<ObjectId>,
 }
 
+/// A temp file that an interrupted pack write (a snapshot's batch or a merge, killed before it
+/// finished) left in the pack directory.
+#[derive(Debug, Clone)]
+pub struct StalePackTemp {
+    pub name: String,
+    pub bytes: u64,
+    pub untouched: std::time::Duration,
+}
+
+/// A name the pack writer's temp files have (`.tmp` and six letters or digits, the `tempfile`
+/// crate's pattern); git's own temp packs are named `tmp_pack_*` and never match.
+fn is_pack_writer_temp(name: &str) -> bool {
+    name.strip_prefix(".tmp")
+        .is_some_and(|rest| rest.len() == 6 && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
 /// The name of the pack at `path` (`pack-<hex>.pack` or `.idx`), if it is one.
 fn pack_name(path: &std::path::Path) -> Option<ObjectId> {
     let stem = path.file_stem()?.to_str()?;
@@ -279,6 +295,55 @@ impl Vault {
             .and_then(pack_name))
     }
 
+    /// The pack writer's temp files in the pack directory that nothing has touched for
+    /// `older_than` (a pack write in progress keeps writing its own). Read-only.
+    pub fn stale_pack_temps(&self, older_than: std::time::Duration) -> Vec<StalePackTemp> {
+        let directory = self.repo.objects.store_ref().path().join("pack");
+        let Ok(entries) = std::fs::read_dir(&directory) else {
+            return Vec::new();
+        };
+        let mut stale: Vec<StalePackTemp> = entries
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name().into_string().ok()?;
+                let meta = std::fs::symlink_metadata(entry.path()).ok()?;
+                let untouched = meta.modified().ok()?.elapsed().ok()?;
+                (is_pack_writer_temp(&name) && meta.is_file() && untouched >= older_than).then_some(StalePackTemp {
+                    name,
+                    bytes: meta.len(),
+                    untouched,
+                })
+            })
+            .collect();
+        stale.sort_by(|a, b| a.name.cmp(&b.name));
+        stale
+    }
+
+    /// Removes a temp file [`Self::stale_pack_temps`] named, if it is still a plain file of that
+    /// kind untouched for `older_than`; `Ok(false)` if it is gone or no longer qualifies.
+    pub fn remove_stale_pack_temp(&self, name: &str, older_than: std::time::Duration) -> Result<bool, VerbError> {
+        if !is_pack_writer_temp(name) {
+            return Ok(false);
+        }
+        let path = self.repo.objects.store_ref().path().join("pack").join(name);
+        let still_stale = std::fs::symlink_metadata(&path).is_ok_and(|meta| {
+            meta.is_file()
+                && meta
+                    .modified()
+                    .ok()
+                    .and_then(|m| m.elapsed().ok())
+                    .is_some_and(|untouched| untouched >= older_than)
+        });
+        if !still_stale {
+            return Ok(false);
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(VerbError::git(format!("removing {}", path.display()), e)),
+        }
+    }
+
     /// The size of each named pack's data file; `None` for one that is gone (git repacked it).
     /// Read-only.
     pub fn pack_sizes(&self, packs: &[ObjectId]) -> Vec<(ObjectId, Option<u64>)> {
@@ -372,6 +437,21 @@ impl Vault {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_the_pack_writers_temp_names_are_taken_for_its_leftovers() {
+        assert!(super::is_pack_writer_temp(".tmpAb3xZ9"));
+        for other in [
+            "tmp_pack_Ab3xZ9",
+            ".tmpAb3xZ",
+            ".tmpAb3xZ90",
+            ".tmp../x1",
+            "pack-1.pack",
+            ".tmp",
+        ] {
+            assert!(!super::is_pack_writer_temp(other), "{other}");
+        }
+    }
+
     use super::*;
 
     /// Objects of every size, from one compressor reused in any order, each inflate back to
