@@ -777,9 +777,8 @@ fn a_restore_undoing_only_what_its_watched_guard_just_saw_keeps_what_the_guard_c
     mutate(&watched_repo);
     mutate(&walked_repo);
     let fingerprint = watched_repo.fingerprint();
-    let restore = |repo: &TestRepo, target: &str| {
-        restore_outcome(&repo.ckpt_json(&["restore", target, "--exact", "--yes"], 3))
-    };
+    let restore =
+        |repo: &TestRepo, target: &str| restore_outcome(&repo.ckpt_json(&["restore", target, "--exact", "--yes"], 3));
     let (scan, _, with_daemon) = restore(&watched_repo, &target);
     assert_eq!(scan, "watch", "the guard was served by the daemon");
     let (scan, _, walking) = restore(&walked_repo, &walked_target);
@@ -787,10 +786,7 @@ fn a_restore_undoing_only_what_its_watched_guard_just_saw_keeps_what_the_guard_c
     assert_eq!(with_daemon, walking, "the same plan, the same outcome");
     assert_eq!(watched_repo.worktree(), walked_repo.worktree());
     let failed = with_daemon["failed"].to_string();
-    assert!(
-        failed.contains("big.txt") && failed.contains("in the way"),
-        "{failed}"
-    );
+    assert!(failed.contains("big.txt") && failed.contains("in the way"), "{failed}");
     assert_eq!(watched_repo.read("big.txt"), vec![b'B'; 500], "never overwritten");
     assert_eq!(watched_repo.read("a.txt"), b"alpha\n");
     assert_eq!(watched_repo.read("d/x.txt"), b"in d\n");

@@ -293,8 +293,8 @@ impl Engine {
                 // paths are captured too, so the counts within it are exact. When the guard
                 // has just looked at every one of those paths (the usual undo of the latest
                 // edits), what it found is the evidence; it was found under this same lock.
-                let guard_saw_all = selection.paths.is_empty()
-                    && changes.iter().all(|change| seen.covers(change.path.as_bytes()));
+                let guard_saw_all =
+                    selection.paths.is_empty() && changes.iter().all(|change| seen.covers(change.path.as_bytes()));
                 let capture = if guard_saw_all {
                     within
                 } else {

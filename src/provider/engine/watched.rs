@@ -180,13 +180,13 @@ impl Engine {
                     (Some(_), Some(_)) if paths.len() > MAX_SCOPE => {
                         format!("{} paths changed (a walk is cheaper above {MAX_SCOPE})", paths.len())
                     }
-                    (Some(_), Some(previous)) => match scope_of(&paths) {
+                    (Some(_), Some((previous, records))) => match scope_of(&paths) {
                         Some(scope) => {
                             let delta = if paths.is_empty() {
                                 // Nothing changed since that checkpoint's capture.
                                 Some((self.unchanged_outcome(previous), Capture::default()))
                             } else {
-                                self.snapshot_delta(registry, lock, request, previous, &scope)?
+                                self.snapshot_delta(registry, lock, request, (previous, records), &scope)?
                             };
                             if let Some((outcome, within)) = delta {
                                 files.save_base(
@@ -252,7 +252,7 @@ impl Engine {
         registry: &Registry,
         lock: &RegistryLock,
         request: &SnapshotRequest,
-        previous: Record,
+        (previous, mut records): (Record, Vec<Record>),
         scope: &PathScope,
     ) -> Result<Option<(SnapshotOutcome, Capture)>, CkptError> {
         // The scoped listing reads the index; on a thread of its own, it overlaps the stat cache.
@@ -330,7 +330,6 @@ impl Engine {
             bytes,
         };
         let head = self.checkpoint_parent()?;
-        let mut records = self.reconcile(registry.load()?)?.records;
         let record = self.publish(
             registry,
             lock,
@@ -357,14 +356,17 @@ impl Engine {
     }
 
     /// The newest pinned checkpoint, if it is `id`: then a worktree unchanged since the capture
-    /// that produced (or matched) `id` is still exactly that checkpoint.
-    fn unchanged_checkpoint(&self, registry: &Registry, id: &str) -> Result<Option<Record>, CkptError> {
+    /// that produced (or matched) `id` is still exactly that checkpoint. With it, every record
+    /// as reconciled with the pins (what a checkpoint published under this same lock builds on).
+    fn unchanged_checkpoint(&self, registry: &Registry, id: &str) -> Result<Option<(Record, Vec<Record>)>, CkptError> {
         let reconciled = self.reconcile(registry.load()?)?;
         let newest = reconciled
             .records
             .iter()
             .rev()
-            .find(|r| !reconciled.unpinned.contains(&r.id));
-        Ok(newest.filter(|r| r.id == id).cloned())
+            .find(|r| !reconciled.unpinned.contains(&r.id))
+            .filter(|r| r.id == id)
+            .cloned();
+        Ok(newest.map(|record| (record, reconciled.records)))
     }
 }
