@@ -188,6 +188,58 @@ pub fn run_paused_command(
 
 #[cfg(feature = "fault-injection")]
 #[test]
+fn a_change_after_the_writes_fails_verification_by_path_and_is_kept() {
+    // Once every file has landed and before the restore checks them, the user edits one
+    // restored file and deletes another: verification names exactly those two, keeps the
+    // edit, and the restore does not claim success.
+    let repo = TestRepo::new();
+    for i in 0..40 {
+        repo.write(format!("d{}/f{i}.txt", i % 4), format!("original {i}\n").as_bytes());
+    }
+    let id = repo.snapshot(&[]);
+    for i in 0..40 {
+        repo.write(format!("d{}/f{i}.txt", i % 4), format!("agent {i}\n").as_bytes());
+    }
+    let user = b"the user's edit, after the restore wrote this file\n";
+    let out = run_paused(
+        &repo,
+        "restore:before-verify",
+        &["--json", "restore", &id, "--yes"],
+        || {
+            std::fs::write(repo.path("d1/f5.txt"), user).expect("user write");
+            std::fs::remove_file(repo.path("d2/f6.txt")).expect("user delete");
+        },
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    let restore: serde_json::Value = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["type"] == "restore")
+        .expect("a restore record");
+    assert_eq!(restore["verified"], false, "{restore}");
+    let mut failed: Vec<String> = restore["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            assert!(f["error"].as_str().unwrap().contains("verification failed"), "{f}");
+            f["path"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    failed.sort();
+    assert_eq!(failed, vec!["d1/f5.txt", "d2/f6.txt"], "{restore}");
+    assert_eq!(repo.read("d1/f5.txt"), user, "the user's edit is kept");
+    for i in (0..40).filter(|i| ![5, 6].contains(i)) {
+        assert_eq!(
+            repo.read(format!("d{}/f{i}.txt", i % 4)),
+            format!("original {i}\n").as_bytes()
+        );
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+#[test]
 fn a_user_write_during_restore_is_kept_and_reported_never_lost() {
     // The user writes the file between the restore's check and its replace, the window that
     // used to lose the write.

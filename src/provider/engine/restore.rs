@@ -387,25 +387,28 @@ impl Engine {
         }
 
         self.phase_time("writes", t3);
+        crate::fault::pause("restore:before-verify");
         let t4 = std::time::Instant::now();
         let mut verified = report.failed.is_empty();
-        for op in &plan.ops {
-            let expected = match op {
+        let failed: std::collections::HashSet<&RepoPath> = report.failed.iter().map(|(p, _)| p).collect();
+        let expected: Vec<(&RepoPath, Option<&TreeItem>)> = plan
+            .ops
+            .iter()
+            .filter_map(|op| match op {
                 RestoreOp::Write { path, item, .. } => Some((path, Some(item))),
                 RestoreOp::Remove { path, .. } => Some((path, None)),
                 _ => None,
-            };
-            if let Some((path, item)) = expected {
-                if report.failed.iter().any(|(p, _)| p == path) {
-                    continue;
-                }
-                if !self.vault.verify_path(path, item)? {
-                    verified = false;
-                    report.failed.push((
-                        path.clone(),
-                        "verification failed: content differs after restore".into(),
-                    ));
-                }
+            })
+            .filter(|(path, _)| !failed.contains(path))
+            .collect();
+        let answers = self.vault.verify_paths(&expected);
+        for ((path, _), holds) in expected.into_iter().zip(answers) {
+            if !holds? {
+                verified = false;
+                report.failed.push((
+                    path.clone(),
+                    "verification failed: content differs after restore".into(),
+                ));
             }
         }
         report.verified = verified;

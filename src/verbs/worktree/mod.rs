@@ -348,9 +348,19 @@ impl Vault {
         Ok(true)
     }
 
-    /// Checks that `path` holds `item` (or nothing, for `None`).
-    pub fn verify_path(&self, path: &RepoPath, item: Option<&TreeItem>) -> Result<bool, VerbError> {
-        let now = self.read_worktree_item(path)?;
+    /// Whether each of `expected`'s paths holds its item (or nothing, for `None`), read and
+    /// hashed on every core; one answer per path, in order.
+    pub fn verify_paths(&self, expected: &[(&RepoPath, Option<&TreeItem>)]) -> Vec<Result<bool, VerbError>> {
+        use rayon::prelude::*;
+        let worktree = self.worktree();
+        expected
+            .par_iter()
+            .map(|(path, item)| Self::holds(worktree, path, *item))
+            .collect()
+    }
+
+    fn holds(worktree: Worktree<'_>, path: &RepoPath, item: Option<&TreeItem>) -> Result<bool, VerbError> {
+        let now = worktree.read_item(path)?;
         Ok(match item {
             Some(item) => now == DiskItem::Entry(*item),
             None => !matches!(now, DiskItem::Entry(_)),
