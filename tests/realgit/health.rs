@@ -198,6 +198,9 @@ fn doctor_removes_only_the_pack_writers_old_leftover_temp_files() {
     let leftover = make(".tmpAb3xZ9", true);
     let in_progress = make(".tmpQr5tU7", false);
     let gits_own = make("tmp_pack_Ab3xZ9", true);
+    // Another name for a file that is not a leftover (here, git's own temp pack).
+    let linked = pack_dir.join(".tmpHrd123");
+    std::fs::hard_link(&gits_own, &linked).unwrap();
     let before = repo.fingerprint();
 
     let audit = repo.ckpt_json(&["audit"], 1);
@@ -210,7 +213,10 @@ fn doctor_removes_only_the_pack_writers_old_leftover_temp_files() {
     let fixed = repo.ckpt_json(&["doctor", "--fix"], 0);
     assert_eq!(fixed.one("doctor")["remaining"].as_array().unwrap().len(), 0);
     assert!(!leftover.exists());
-    assert!(in_progress.exists() && gits_own.exists(), "nothing else is touched");
+    assert!(
+        in_progress.exists() && gits_own.exists() && linked.exists(),
+        "nothing else is touched"
+    );
     assert_eq!(repo.fingerprint(), before);
     repo.ckpt_json(&["audit"], 0);
 }

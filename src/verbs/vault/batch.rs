@@ -70,6 +70,12 @@ fn is_pack_writer_temp(name: &str) -> bool {
         .is_some_and(|rest| rest.len() == 6 && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
 }
 
+/// A plain file with no other name: a temp file with another link is another file's content
+/// (a hard link to a live pack, say), not a leftover.
+fn is_lone_file(meta: &std::fs::Metadata) -> bool {
+    meta.is_file() && std::os::unix::fs::MetadataExt::nlink(meta) == 1
+}
+
 /// The name of the pack at `path` (`pack-<hex>.pack` or `.idx`), if it is one.
 fn pack_name(path: &std::path::Path) -> Option<ObjectId> {
     let stem = path.file_stem()?.to_str()?;
@@ -308,11 +314,13 @@ impl Vault {
                 let name = entry.file_name().into_string().ok()?;
                 let meta = std::fs::symlink_metadata(entry.path()).ok()?;
                 let untouched = meta.modified().ok()?.elapsed().ok()?;
-                (is_pack_writer_temp(&name) && meta.is_file() && untouched >= older_than).then_some(StalePackTemp {
-                    name,
-                    bytes: meta.len(),
-                    untouched,
-                })
+                (is_pack_writer_temp(&name) && is_lone_file(&meta) && untouched >= older_than).then_some(
+                    StalePackTemp {
+                        name,
+                        bytes: meta.len(),
+                        untouched,
+                    },
+                )
             })
             .collect();
         stale.sort_by(|a, b| a.name.cmp(&b.name));
@@ -327,7 +335,7 @@ impl Vault {
         }
         let path = self.repo.objects.store_ref().path().join("pack").join(name);
         let still_stale = std::fs::symlink_metadata(&path).is_ok_and(|meta| {
-            meta.is_file()
+            is_lone_file(&meta)
                 && meta
                     .modified()
                     .ok()
