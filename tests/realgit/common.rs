@@ -40,7 +40,7 @@ impl Run {
     }
 }
 
-fn isolate(cmd: &mut Command, home: &Path) {
+pub fn isolate(cmd: &mut Command, home: &Path) {
     cmd.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home)

@@ -335,3 +335,40 @@ fn turn_targets_resolve_within_a_session() {
     repo.ckpt_json(&["restore", "turn:1", "--session", "s", "--yes"], 0);
     assert_eq!(repo.read("a.txt"), b"turn 1 step 1");
 }
+
+#[test]
+fn a_large_restore_works_within_a_low_open_file_limit() {
+    // Writes are staged in chunks, each holding its temp files and directories open until they
+    // are synced; under a small descriptor limit (macOS gives 256 by default) the chunks must
+    // shrink, never fail.
+    let repo = TestRepo::new();
+    for i in 0..600 {
+        repo.write(format!("d{}/f{i}.txt", i % 30), format!("original {i}\n").as_bytes());
+    }
+    let id = repo.snapshot(&[]);
+    for i in 0..600 {
+        repo.write(format!("d{}/f{i}.txt", i % 30), format!("agent {i}\n").as_bytes());
+    }
+    let mut cmd = std::process::Command::new("sh");
+    isolate(&mut cmd, &repo.home);
+    cmd.current_dir(&repo.root).args([
+        "-c",
+        "ulimit -n 128 && exec \"$0\" \"$@\"",
+        CKPT,
+        "--json",
+        "restore",
+        &id,
+        "--yes",
+    ]);
+    let run = run_ckpt(cmd);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let restore = run.one("restore");
+    assert_eq!(restore["verified"], true, "{restore}");
+    assert_eq!(restore["written"].as_array().unwrap().len(), 600);
+    for i in 0..600 {
+        assert_eq!(
+            repo.read(format!("d{}/f{i}.txt", i % 30)),
+            format!("original {i}\n").as_bytes()
+        );
+    }
+}

@@ -203,8 +203,18 @@ struct Worktree<'a> {
     object_hash: gix::hash::Kind,
 }
 
-/// Writes staged at once before their fsyncs: each holds its temp file and its directory open.
-const STAGED_WRITES: usize = 256;
+/// How many writes are staged at once before their fsyncs: each holds its temp file and its
+/// directory open, so a chunk takes at most a quarter of what the open-file limit leaves after
+/// a reserve for everything else (macOS gives a process 256 by default; 1,024 is common on
+/// Linux), and never more than 256.
+fn staged_writes() -> usize {
+    const MOST: u64 = 256;
+    const RESERVE: u64 = 64;
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    usize::try_from((limit.saturating_sub(RESERVE) / 4).clamp(1, MOST)).unwrap_or(1)
+}
 
 /// Threads for a run of worktree writes: each one spends most of its time waiting for an
 /// fsync, so a few per core. `None` if the pool cannot be made (the global pool is used then).
@@ -273,7 +283,7 @@ impl Vault {
                     // Every temp file of a chunk is written before any is synced (see
                     // `Worktree::stage`); a chunk bounds the files and directories held open.
                     let mut results = Vec::with_capacity(run.len());
-                    for chunk in run.chunks(STAGED_WRITES) {
+                    for chunk in run.chunks(staged_writes()) {
                         let staged: Vec<Result<Staged, VerbError>> = chunk
                             .par_iter()
                             .map_init(|| shared.to_thread_local(), |repo, op| worktree.stage(op, repo))
