@@ -359,6 +359,28 @@ pub enum Entry {
     Dir,
 }
 
+/// Writes `count` files spread over `dirs` directories, `d<i % dirs>/f<i>.txt`, each holding
+/// `"<label> <i>\n"`.
+pub fn write_spread(repo: &TestRepo, count: usize, dirs: usize, label: &str) {
+    for i in 0..count {
+        repo.write(spread_path(i, dirs), format!("{label} {i}\n").as_bytes());
+    }
+}
+
+/// [`write_spread`] files as "original", a checkpoint of them (its id is returned), then the
+/// same files rewritten as "agent": a restore of that checkpoint rewrites every one.
+pub fn checkpoint_then_edit_spread(repo: &TestRepo, count: usize, dirs: usize) -> String {
+    write_spread(repo, count, dirs, "original");
+    let id = repo.snapshot(&[]);
+    write_spread(repo, count, dirs, "agent");
+    id
+}
+
+/// The path [`write_spread`] gives file `i`.
+pub fn spread_path(i: usize, dirs: usize) -> String {
+    format!("d{}/f{i}.txt", i % dirs)
+}
+
 pub fn worktree_state(root: &Path) -> BTreeMap<Vec<u8>, Entry> {
     let mut out = BTreeMap::new();
     let mut pending = vec![root.to_path_buf()];

@@ -342,13 +342,7 @@ fn a_large_restore_works_within_a_low_open_file_limit() {
     // are synced; under a small descriptor limit (macOS gives 256 by default) the chunks must
     // shrink, never fail.
     let repo = TestRepo::new();
-    for i in 0..600 {
-        repo.write(format!("d{}/f{i}.txt", i % 30), format!("original {i}\n").as_bytes());
-    }
-    let id = repo.snapshot(&[]);
-    for i in 0..600 {
-        repo.write(format!("d{}/f{i}.txt", i % 30), format!("agent {i}\n").as_bytes());
-    }
+    let id = checkpoint_then_edit_spread(&repo, 600, 30);
     let mut cmd = std::process::Command::new("sh");
     isolate(&mut cmd, &repo.home);
     cmd.current_dir(&repo.root).args([
@@ -366,9 +360,6 @@ fn a_large_restore_works_within_a_low_open_file_limit() {
     assert_eq!(restore["verified"], true, "{restore}");
     assert_eq!(restore["written"].as_array().unwrap().len(), 600);
     for i in 0..600 {
-        assert_eq!(
-            repo.read(format!("d{}/f{i}.txt", i % 30)),
-            format!("original {i}\n").as_bytes()
-        );
+        assert_eq!(repo.read(spread_path(i, 30)), format!("original {i}\n").as_bytes());
     }
 }

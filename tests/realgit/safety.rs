@@ -193,13 +193,7 @@ fn a_change_after_the_writes_fails_verification_by_path_and_is_kept() {
     // restored file and deletes another: verification names exactly those two, keeps the
     // edit, and the restore does not claim success.
     let repo = TestRepo::new();
-    for i in 0..40 {
-        repo.write(format!("d{}/f{i}.txt", i % 4), format!("original {i}\n").as_bytes());
-    }
-    let id = repo.snapshot(&[]);
-    for i in 0..40 {
-        repo.write(format!("d{}/f{i}.txt", i % 4), format!("agent {i}\n").as_bytes());
-    }
+    let id = checkpoint_then_edit_spread(&repo, 40, 4);
     let user = b"the user's edit, after the restore wrote this file\n";
     let out = run_paused(
         &repo,
@@ -231,10 +225,7 @@ fn a_change_after_the_writes_fails_verification_by_path_and_is_kept() {
     assert_eq!(failed, vec!["d1/f5.txt", "d2/f6.txt"], "{restore}");
     assert_eq!(repo.read("d1/f5.txt"), user, "the user's edit is kept");
     for i in (0..40).filter(|i| ![5, 6].contains(i)) {
-        assert_eq!(
-            repo.read(format!("d{}/f{i}.txt", i % 4)),
-            format!("original {i}\n").as_bytes()
-        );
+        assert_eq!(repo.read(spread_path(i, 4)), format!("original {i}\n").as_bytes());
     }
 }
 
