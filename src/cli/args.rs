@@ -215,7 +215,8 @@ pub(super) enum WorkspaceCommand {
     /// Report problems in this workspace's ckpt state; --fix repairs them
     Doctor {
         /// Repair: rebuild or re-pin records, quarantine unusable checkpoints, remove temp files
-        /// an interrupted restore provably left, and roll that restore back (only the paths it
+        /// an interrupted restore provably left and those a killed pack write left in
+        /// objects/pack (untouched for a day), and roll that restore back (only the paths it
         /// was changing, and only where nothing changed since)
         #[arg(long)]
         fix: bool,

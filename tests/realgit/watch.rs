@@ -529,15 +529,11 @@ fn packs(repo: &TestRepo) -> Vec<String> {
 #[test]
 fn a_burst_of_edits_is_stored_as_one_valid_pack() {
     let repo = TestRepo::new();
-    for n in 0..60 {
-        repo.write(format!("d{}/f{n}.txt", n % 12), format!("original {n}\n").as_bytes());
-    }
+    write_spread(&repo, 60, 12, "original");
     repo.commit_all("sixty files");
     warm(&repo);
     let before = packs(&repo);
-    for n in 0..60 {
-        repo.write(format!("d{}/f{n}.txt", n % 12), format!("edited {n}\n").as_bytes());
-    }
+    write_spread(&repo, 60, 12, "edited");
     let burst = watched(&repo);
     assert_eq!(
         (burst.mode.as_str(), burst.created),
@@ -569,10 +565,7 @@ fn a_burst_of_edits_is_stored_as_one_valid_pack() {
     // Another burst, where one changed file has a second hard link: the scope cannot be
     // captured alone, so the objects it collected are dropped and a full snapshot stores them.
     for n in 0..60 {
-        repo.write(
-            format!("d{}/f{n}.txt", n % 12),
-            format!("edited again {n}\n").as_bytes(),
-        );
+        repo.write(spread_path(n, 12), format!("edited again {n}\n").as_bytes());
     }
     std::fs::hard_link(repo.path("d0/f0.txt"), repo.path("d0-link")).unwrap();
     let linked = watched(&repo);
@@ -583,17 +576,11 @@ fn a_burst_of_edits_is_stored_as_one_valid_pack() {
     // Both checkpoints come back exactly.
     repo.ckpt_json(&["restore", &burst.id, "--exact", "--yes"], 0);
     for n in 0..60 {
-        assert_eq!(
-            repo.read(format!("d{}/f{n}.txt", n % 12)),
-            format!("edited {n}\n").as_bytes()
-        );
+        assert_eq!(repo.read(spread_path(n, 12)), format!("edited {n}\n").as_bytes());
     }
     repo.ckpt_json(&["restore", &linked.id, "--exact", "--yes"], 0);
     for n in 0..60 {
-        assert_eq!(
-            repo.read(format!("d{}/f{n}.txt", n % 12)),
-            format!("edited again {n}\n").as_bytes()
-        );
+        assert_eq!(repo.read(spread_path(n, 12)), format!("edited again {n}\n").as_bytes());
     }
     repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
     stop(&repo);
@@ -939,9 +926,7 @@ fn restores_agree_with_and_without_the_daemon_where_the_review_found_they_did_no
 #[test]
 fn watched_snapshots_keep_their_packs_few_and_git_never_needs_an_automatic_gc() {
     let repo = TestRepo::new();
-    for n in 0..40 {
-        repo.write(format!("d{}/f{n}.txt", n % 8), format!("original {n}\n").as_bytes());
-    }
+    write_spread(&repo, 40, 8, "original");
     repo.commit_all("forty files");
     warm(&repo);
     let before = packs(&repo).iter().filter(|p| p.ends_with(".pack")).count();
@@ -949,10 +934,7 @@ fn watched_snapshots_keep_their_packs_few_and_git_never_needs_an_automatic_gc() 
     // 33 packs: one inline merge past 24 leaves 4, then 8 more make 12, which the daemon merges.
     for round in 0..34 {
         for n in 0..40 {
-            repo.write(
-                format!("d{}/f{n}.txt", n % 8),
-                format!("round {round} file {n}\n").as_bytes(),
-            );
+            repo.write(spread_path(n, 8), format!("round {round} file {n}\n").as_bytes());
         }
         let snap = watched(&repo);
         // Right after the user's `git add` below, the changed index makes one walk.
@@ -997,7 +979,7 @@ fn watched_snapshots_keep_their_packs_few_and_git_never_needs_an_automatic_gc() 
         repo.ckpt_json(&["restore", id, "--exact", "--yes"], 0);
         for n in 0..40 {
             assert_eq!(
-                repo.read(format!("d{}/f{n}.txt", n % 8)),
+                repo.read(spread_path(n, 8)),
                 format!("round {round} file {n}\n").as_bytes()
             );
         }
@@ -1013,7 +995,7 @@ fn a_list_naming_the_users_own_packs_never_removes_them() {
     let repo = TestRepo::new();
     for n in 0..40 {
         repo.write(
-            format!("d{}/f{n}.txt", n % 8),
+            spread_path(n, 8),
             format!("line\n{}\n", "common text ".repeat(50 + n)).as_bytes(),
         );
     }
@@ -1021,7 +1003,7 @@ fn a_list_naming_the_users_own_packs_never_removes_them() {
     repo.git(&["repack", "-a", "-d", "-q"]);
     for n in 0..40 {
         repo.write(
-            format!("d{}/f{n}.txt", n % 8),
+            spread_path(n, 8),
             format!("line\n{}x\n", "common text ".repeat(50 + n)).as_bytes(),
         );
     }
@@ -1043,10 +1025,7 @@ fn a_list_naming_the_users_own_packs_never_removes_them() {
     std::fs::write(dir.join("packs"), names.repeat(30)).unwrap();
     for round in 0..3 {
         for n in 0..40 {
-            repo.write(
-                format!("d{}/f{n}.txt", n % 8),
-                format!("round {round} {n}\n").as_bytes(),
-            );
+            repo.write(spread_path(n, 8), format!("round {round} {n}\n").as_bytes());
         }
         watched(&repo);
     }
