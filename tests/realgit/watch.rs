@@ -993,20 +993,17 @@ fn watched_snapshots_keep_their_packs_few_and_git_never_needs_an_automatic_gc() 
 #[test]
 fn a_list_naming_the_users_own_packs_never_removes_them() {
     let repo = TestRepo::new();
-    for n in 0..40 {
-        repo.write(
-            spread_path(n, 8),
-            format!("line\n{}\n", "common text ".repeat(50 + n)).as_bytes(),
-        );
-    }
+    // Forty files whose versions differ only in their last line, so git stores them as deltas.
+    let write_similar = |last: &str| {
+        for n in 0..40 {
+            let text = format!("line\n{}{last}\n", "common text ".repeat(50 + n));
+            repo.write(spread_path(n, 8), text.as_bytes());
+        }
+    };
+    write_similar("");
     repo.commit_all("forty files");
     repo.git(&["repack", "-a", "-d", "-q"]);
-    for n in 0..40 {
-        repo.write(
-            spread_path(n, 8),
-            format!("line\n{}x\n", "common text ".repeat(50 + n)).as_bytes(),
-        );
-    }
+    write_similar("x");
     repo.commit_all("similar content, stored as deltas");
     repo.git(&["repack", "-d", "-q", "--window=50"]);
     let users: Vec<String> = packs(&repo).into_iter().filter(|p| p.ends_with(".pack")).collect();
