@@ -239,7 +239,8 @@ pub trait Provider {
     fn own_dirs(&self) -> Vec<PathBuf>;
     fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError>;
     /// Merges the packs this workspace's snapshots wrote into the repository once there are more
-    /// than `more_than` (the git provider; a copy store writes none). What it did, if anything.
+    /// than `more_than`, and compresses (merges on their own) those written uncompressed (the
+    /// git provider; a copy store writes none). What it did, if anything.
     fn merge_own_packs(&self, more_than: usize) -> Result<Option<String>, CkptError> {
         let _ = more_than;
         Ok(None)

@@ -28,8 +28,40 @@ pub const FORMAT_VERSION: u32 = 1;
 const RECORDS_FILE: &str = "records.json";
 const JOURNAL_FILE: &str = "restore-journal.json";
 const LOCK_FILE: &str = "lock";
-/// The packs this workspace's snapshots wrote, one name (hex) per line ([`Registry::ckpt_packs`]).
+/// The packs this workspace's snapshots wrote, one name (hex) per line, followed by
+/// ` uncompressed` for one written so ([`Registry::ckpt_packs`]).
 const PACKS_FILE: &str = "packs";
+const UNCOMPRESSED_MARK: &str = " uncompressed";
+
+/// One of the packs this workspace's snapshots wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CkptPack {
+    /// The pack's checksum, as in `pack-<hex>.pack`.
+    pub name: ObjectId,
+    /// Written uncompressed (a watched snapshot's, to be quick): the watch daemon compresses it
+    /// once the worktree is quiet.
+    pub uncompressed: bool,
+}
+
+impl CkptPack {
+    /// A line of the list; `None` for anything else (such a line names no pack of ckpt's).
+    fn parse(line: &str) -> Option<CkptPack> {
+        let line = line.trim();
+        let (name, uncompressed) = match line.strip_suffix(UNCOMPRESSED_MARK) {
+            Some(name) => (name, true),
+            None => (line, false),
+        };
+        Some(CkptPack {
+            name: ObjectId::from_hex(name).ok()?,
+            uncompressed,
+        })
+    }
+
+    fn line(&self) -> String {
+        let mark = if self.uncompressed { UNCOMPRESSED_MARK } else { "" };
+        format!("{}{mark}\n", self.name.to_hex())
+    }
+}
 const STORE_LOCK_FILE: &str = "store.lock";
 /// Longest session or trigger label accepted.
 pub const MAX_LABEL_LEN: usize = 200;
@@ -434,18 +466,16 @@ impl Registry {
     /// The packs this workspace's snapshots wrote into the repository and have not merged yet,
     /// oldest first. A missing or unreadable list is empty: the packs it named stay where they
     /// are, as safe as any other pack (git's own repack merges them then).
-    pub fn ckpt_packs(&self) -> Vec<ObjectId> {
+    pub fn ckpt_packs(&self) -> Vec<CkptPack> {
         let Ok(text) = fs::read_to_string(self.dir.join(PACKS_FILE)) else {
             return Vec::new();
         };
-        text.lines()
-            .filter_map(|line| ObjectId::from_hex(line.trim()).ok())
-            .collect()
+        text.lines().filter_map(CkptPack::parse).collect()
     }
 
     /// Replaces that list.
-    pub fn save_ckpt_packs(&self, packs: &[ObjectId], _lock: &RegistryLock) -> Result<(), RecordsError> {
-        let text: String = packs.iter().map(|p| format!("{}\n", p.to_hex())).collect();
+    pub fn save_ckpt_packs(&self, packs: &[CkptPack], _lock: &RegistryLock) -> Result<(), RecordsError> {
+        let text: String = packs.iter().map(CkptPack::line).collect();
         write_atomically(&self.dir.join(PACKS_FILE), text.as_bytes())
     }
 
@@ -622,6 +652,29 @@ mod tests {
             records,
         })
         .unwrap()
+    }
+
+    /// A list line names a pack, marked uncompressed or not, and reads back as written; a line
+    /// with anything else names nothing (no guess at what an unknown mark means).
+    #[test]
+    fn pack_list_lines_round_trip_and_nothing_else_parses() {
+        let name = ObjectId::from_hex(ID).unwrap();
+        for uncompressed in [false, true] {
+            let pack = CkptPack { name, uncompressed };
+            assert_eq!(CkptPack::parse(&pack.line()), Some(pack));
+        }
+        assert_eq!(
+            CkptPack::parse(&format!("  {ID}  ")).map(|p| p.uncompressed),
+            Some(false)
+        );
+        for other in [
+            format!("{ID} compressed"),
+            format!("{ID}uncompressed"),
+            "uncompressed".into(),
+            String::new(),
+        ] {
+            assert_eq!(CkptPack::parse(&other), None, "{other:?}");
+        }
     }
 
     #[test]

@@ -987,6 +987,72 @@ fn watched_snapshots_keep_their_packs_few_and_git_never_needs_an_automatic_gc() 
     stop(&repo);
 }
 
+/// A watched snapshot writes its pack uncompressed (the quickest to write and to index), and the
+/// daemon compresses it once the worktree is quiet, or on its way out when it is stopped before
+/// that: left so, git's own repack would copy the objects into the user's packs as they are.
+/// Every checkpoint still restores byte-exact, and git checks the repository clean.
+#[test]
+fn a_watched_snapshots_uncompressed_pack_is_compressed_once_quiet_or_when_stopped() {
+    let repo = TestRepo::new();
+    write_spread(&repo, 40, 8, "original");
+    repo.commit_all("forty files");
+    warm(&repo);
+    let list = repo.common_dir().join("ckpt/main/packs");
+    let listed = || std::fs::read_to_string(&list).unwrap_or_default();
+    let pack_bytes = |line: &str| {
+        let name = line.split(' ').next().unwrap();
+        std::fs::metadata(repo.common_dir().join(format!("objects/pack/pack-{name}.pack")))
+            .unwrap()
+            .len()
+    };
+    // Text that compresses well: 8 KiB a file.
+    let text = |round: usize, n: usize| format!("round {round} file {n}: some text that repeats\n").repeat(200);
+    let mut taken = Vec::new();
+    for (round, stopped) in [(0, false), (1, true)] {
+        let raw: u64 = (0..40)
+            .map(|n| {
+                repo.write(spread_path(n, 8), text(round, n).as_bytes());
+                text(round, n).len() as u64
+            })
+            .sum();
+        let snap = watched(&repo);
+        assert_eq!((snap.mode.as_str(), snap.created), ("watch", true), "{}", snap.fallback);
+        taken.push((round, snap.id));
+        let now = listed();
+        let uncompressed: Vec<&str> = now.lines().filter(|l| l.ends_with(" uncompressed")).collect();
+        assert_eq!(uncompressed.len(), 1, "the new pack, marked: {now}");
+        assert!(
+            pack_bytes(uncompressed[0]) >= raw,
+            "stored as it is: {raw} bytes of files"
+        );
+        if stopped {
+            stop(&repo);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while listed().contains("uncompressed") && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let now = listed();
+        assert!(
+            !now.contains("uncompressed"),
+            "round {round} (stopped: {stopped}): {now}"
+        );
+        let total: u64 = now.lines().map(pack_bytes).sum();
+        assert!(
+            total < raw / 4,
+            "compressed: {total} bytes of packs for {raw} bytes of files"
+        );
+        repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
+    }
+    for (round, id) in &taken {
+        repo.ckpt_json(&["restore", id, "--exact", "--yes"], 0);
+        for n in 0..40 {
+            assert_eq!(repo.read(spread_path(n, 8)), text(*round, n).as_bytes());
+        }
+    }
+    stop(&repo);
+}
+
 /// The list of ckpt's packs lives in its state directory; a list that names the user's own
 /// packs (tampered, or stale) must never make ckpt merge and remove them: a pack with a `.keep`
 /// file or with deltas (git's packs have them, ckpt's never do) is left alone.

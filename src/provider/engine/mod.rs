@@ -21,8 +21,8 @@ use crate::provider::scan::Capture;
 use crate::provider::{
     CkptError, Confirmation, Preview, Provider, RestoreReport, Selection, SnapshotOutcome, SnapshotRequest,
 };
-use crate::records::{Record, Registry, RegistryLock, StoreLock, Trailers, WirePath};
-use crate::verbs::{FileCounts, ObjectId, PinRef, RepoPath, TreeItem, Vault, WorkspaceKey};
+use crate::records::{CkptPack, Record, Registry, RegistryLock, StoreLock, Trailers, WirePath};
+use crate::verbs::{FileCounts, ObjectId, PackCompression, PinRef, RepoPath, TreeItem, Vault, WorkspaceKey};
 
 /// The registry checked against the refs.
 #[derive(Debug, Default)]
@@ -96,8 +96,12 @@ impl Engine {
             let how = if written.packed { "as one pack" } else { "loose" };
             self.reporter
                 .timing(phase, started, || format!("{} {how}", written.objects));
-            if let Some(pack) = written.pack {
-                self.merge_ckpt_packs(registry, lock, Some(pack), MAX_CKPT_PACKS_INLINE);
+            if let Some(name) = written.pack {
+                let pack = CkptPack {
+                    name,
+                    uncompressed: written.compression == Some(PackCompression::Stored),
+                };
+                self.merge_ckpt_packs(registry, lock, Some(pack), MAX_CKPT_PACKS_INLINE, false);
             }
         }
         Ok(())
@@ -108,48 +112,72 @@ impl Engine {
     /// next `git commit` runs git's automatic gc (50 packs by default; measured: 125 watched
     /// snapshots, then a commit repacked the repository). The watch daemon does it when the
     /// worktree is quiet ([`MAX_CKPT_PACKS`]); a snapshot only past [`MAX_CKPT_PACKS_INLINE`],
-    /// when no daemon kept up. Best effort: the new objects are safe in their own pack whatever
-    /// happens here, so a failure is only a warning. What was merged, if anything.
+    /// when no daemon kept up. An uncompressed pack is never kept as one of the largest, and
+    /// with `compress` (the daemon, when quiet) it is compressed even when no merge is due:
+    /// left as it is, git's own repack would copy its objects uncompressed into the user's
+    /// packs. Best effort: the new objects are safe in their own pack whatever happens here, so
+    /// a failure is only a warning. What was merged, if anything.
     fn merge_ckpt_packs(
         &self,
         registry: &Registry,
         lock: &RegistryLock,
-        new: Option<ObjectId>,
+        new: Option<CkptPack>,
         more_than: usize,
+        compress: bool,
     ) -> Option<String> {
         let started = std::time::Instant::now();
         let listed = registry.ckpt_packs();
         let mut packs = listed.clone();
         packs.extend(new);
+        let names: Vec<ObjectId> = packs.iter().map(|pack| pack.name).collect();
         // Only packs that are still there count (git's own repack may have merged some).
-        let mut sized: Vec<(ObjectId, u64)> = self
-            .vault
-            .pack_sizes(&packs)
-            .into_iter()
-            .filter_map(|(name, size)| Some((name, size?)))
+        let mut sized: Vec<(CkptPack, u64)> = packs
+            .iter()
+            .zip(self.vault.pack_sizes(&names))
+            .filter_map(|(pack, (_, size))| Some((*pack, size?)))
             .collect();
+        let (merge, at_least): (Vec<ObjectId>, usize) = if sized.len() > more_than {
+            // All but the largest few compressed ones: a pack is merged again only when enough
+            // smaller ones have come after it, so the copying stays proportional to what was
+            // written.
+            sized.sort_by_key(|(pack, size)| (!pack.uncompressed, *size));
+            let compressed = sized.iter().filter(|(pack, _)| !pack.uncompressed).count();
+            let keep = KEPT_LARGEST_PACKS.min(compressed).min(sized.len().saturating_sub(2));
+            let merge = sized[..sized.len() - keep].iter().map(|(pack, _)| pack.name).collect();
+            (merge, 2)
+        } else if compress {
+            let uncompressed = sized.iter().filter(|(pack, _)| pack.uncompressed);
+            (uncompressed.map(|(pack, _)| pack.name).collect(), 1)
+        } else {
+            (Vec::new(), 2)
+        };
         let mut done = None;
-        if sized.len() > more_than {
-            // All but the largest few: a pack is merged again only when enough smaller ones have
-            // come after it, so the copying stays proportional to what was written.
-            sized.sort_by_key(|(_, size)| *size);
-            let keep = KEPT_LARGEST_PACKS.min(sized.len().saturating_sub(2));
-            let merge: Vec<ObjectId> = sized[..sized.len() - keep].iter().map(|(n, _)| *n).collect();
-            match self.vault.merge_packs(&merge) {
-                Ok(Some((merged_into, merged))) => {
-                    sized.retain(|(name, _)| !merged.contains(name));
-                    sized.push((merged_into, 0));
-                    let what = format!("{} packs into {}", merged.len(), merged_into.short(8));
-                    self.reporter.timing("merging ckpt's packs", started, || what.clone());
-                    done = Some(what);
+        if !merge.is_empty() {
+            match self.vault.merge_packs(&merge, at_least) {
+                Ok(merged) => {
+                    if let Some((merged_into, merged)) = merged {
+                        sized.retain(|(pack, _)| !merged.contains(&pack.name));
+                        let pack = CkptPack {
+                            name: merged_into,
+                            uncompressed: false,
+                        };
+                        sized.push((pack, 0));
+                        let what = format!("{} packs into {}", merged.len(), merged_into.short(8));
+                        self.reporter.timing("merging ckpt's packs", started, || what.clone());
+                        done = Some(what);
+                    }
+                    // A listed pack the merge left alone is not one to compress (it holds deltas,
+                    // or git marks it as its own): asking again every time would only repeat that.
+                    for (pack, _) in sized.iter_mut().filter(|(pack, _)| merge.contains(&pack.name)) {
+                        pack.uncompressed = false;
+                    }
                 }
-                Ok(None) => {}
                 Err(e) => self.reporter.warning(&format!("could not merge ckpt's packs: {e}")),
             }
         }
-        let names: Vec<ObjectId> = sized.into_iter().map(|(name, _)| name).collect();
-        if names != listed {
-            if let Err(e) = registry.save_ckpt_packs(&names, lock) {
+        let packs: Vec<CkptPack> = sized.into_iter().map(|(pack, _)| pack).collect();
+        if packs != listed {
+            if let Err(e) = registry.save_ckpt_packs(&packs, lock) {
                 self.reporter
                     .warning(&format!("could not save the list of ckpt's packs: {e}"));
             }
@@ -342,7 +370,7 @@ impl Provider for Engine {
         let Some(lock) = registry.try_lock()? else {
             return Ok(None);
         };
-        Ok(self.merge_ckpt_packs(&registry, &lock, None, more_than))
+        Ok(self.merge_ckpt_packs(&registry, &lock, None, more_than, true))
     }
 
     fn name(&self) -> &'static str {

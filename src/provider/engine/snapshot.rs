@@ -9,7 +9,7 @@ use crate::provider::treebuild;
 use crate::provider::{CkptError, Provider, ScanMode, SnapshotOutcome, SnapshotRequest};
 use crate::records::statcache::StatCache;
 use crate::records::{Record, Registry, RegistryLock, Skipped, Trailers, WirePath};
-use crate::verbs::{ObjectId, PinRef, RepoPath, TreeItem};
+use crate::verbs::{ObjectId, PackCompression, PinRef, RepoPath, TreeItem};
 
 use super::{now_rfc3339, Engine, StoreKind};
 
@@ -118,8 +118,10 @@ impl Engine {
                 // restore reads them back from one mapped file. Blobs stay loose (already
                 // written by the capture, and not held in memory). The few trees of a later
                 // walking snapshot stay loose: a pack each would pile up until git repacks.
-                let batch = (self.kind == StoreKind::Repository)
-                    .then(|| self.vault.begin_batch_packing_at(FULL_SNAPSHOT_PACK_AT_LEAST));
+                let batch = (self.kind == StoreKind::Repository).then(|| {
+                    self.vault
+                        .begin_batch_packing_at(FULL_SNAPSHOT_PACK_AT_LEAST, PackCompression::Fastest)
+                });
                 let tree = self.write_trees(&capture, cache.as_ref())?;
                 self.finish_batch(batch, "trees written", registry, lock)?;
                 tree

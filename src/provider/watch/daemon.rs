@@ -196,7 +196,7 @@ fn unwatch_tree(watcher: &mut impl Watcher, dir: &Path, state: &Mutex<State>) {
 /// `own` are ckpt's own directories inside the worktree (a store kept there): never watched.
 /// `on_quiet` runs on this thread once the worktree and the socket have been quiet for
 /// [`QUIET`], and again only after the next activity: housekeeping the snapshots leave for a
-/// moment when no agent waits on them.
+/// moment when no agent waits on them. Activity since the last run gets one more on the way out.
 pub fn run(
     root: &Path,
     files: &WatchFiles,
@@ -295,6 +295,12 @@ pub fn run(
     }
     files.unbind_socket(&lock);
     drop(server);
+    // The housekeeping the last activity left, when stopped before a quiet moment came (a
+    // session that ends right after its last snapshot): after the socket is gone, so nobody
+    // waits for it.
+    if !quiet_done && root.is_dir() {
+        on_quiet();
+    }
     Ok(())
 }
 

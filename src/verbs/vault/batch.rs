@@ -4,7 +4,9 @@
 //! filesystem costs a create, a rename and often a directory entry per object. Small batches are
 //! written loose as before. The pack is indexed by gix from its own bytes, and the index must
 //! name exactly the batch's ids, so an object is only ever stored under the id of its bytes; an
-//! unfinished batch writes nothing. It writes only objects.
+//! unfinished batch writes nothing. A batch may be written uncompressed (zlib's stored blocks:
+//! compressing, and gix inflating again to index it, were half a watched snapshot's pack time);
+//! its caller has it compressed later by merging. It writes only objects.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -19,11 +21,31 @@ use crate::verbs::VerbError;
 /// every pack is one more file each object lookup consults until git repacks.
 const PACK_AT_LEAST: usize = 32;
 
+/// How the objects of a pack are compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackCompression {
+    /// zlib's fastest level.
+    Fastest,
+    /// Not at all (zlib's stored blocks): the quickest pack to write and to index, as large as
+    /// its objects.
+    Stored,
+}
+
+impl PackCompression {
+    fn level(self) -> gix::zlib::Compression {
+        match self {
+            PackCompression::Fastest => gix::zlib::Compression::BEST_SPEED,
+            PackCompression::Stored => gix::zlib::Compression::NONE,
+        }
+    }
+}
+
 /// New objects waiting to be written, shared by the threads of one snapshot.
 pub struct ObjectBatch {
     pending: Mutex<Pending>,
     /// Fewer objects than this are written loose.
     pack_at_least: usize,
+    compression: PackCompression,
 }
 
 #[derive(Default)]
@@ -52,6 +74,8 @@ pub struct BatchWritten {
     pub packed: bool,
     /// The pack's name (its checksum, as in `pack-<hex>.pack`) when this call created it.
     pub pack: Option<ObjectId>,
+    /// How that pack is compressed.
+    pub compression: Option<PackCompression>,
 }
 
 /// A temp file that an interrupted pack write (a snapshot's batch or a merge, killed before it
@@ -118,13 +142,17 @@ fn deflate(compressor: &mut gix::zlib::stream::deflate::Compress, data: &[u8]) -
 }
 
 /// A pack (version 2, no deltas) of `objects`, its trailer the hash of everything before it.
-fn encode_pack(hash: gix::hash::Kind, objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)]) -> Result<Vec<u8>, VerbError> {
+fn encode_pack(
+    hash: gix::hash::Kind,
+    objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
+    compression: PackCompression,
+) -> Result<Vec<u8>, VerbError> {
     // One compressor per thread, reset per object: a new one allocates and zeroes a few hundred
     // KiB of window and hash table, which for small objects costs more than compressing them.
     let deflated: Vec<Vec<u8>> = objects
         .par_iter()
         .map_init(
-            || gix::zlib::stream::deflate::Compress::new(gix::zlib::Compression::BEST_SPEED),
+            || gix::zlib::stream::deflate::Compress::new(compression.level()),
             |compressor, (_, _, data)| deflate(compressor, data),
         )
         .collect::<std::io::Result<_>>()
@@ -177,18 +205,19 @@ impl Drop for OpenBatch<'_> {
 
 impl Vault {
     /// From now until the batch is finished or dropped, new blobs and trees are collected, not
-    /// written.
-    pub fn begin_batch(&self) -> OpenBatch<'_> {
-        self.begin_batch_packing_at(PACK_AT_LEAST)
+    /// written; a pack, if it comes to one, is compressed as asked.
+    pub fn begin_batch(&self, compression: PackCompression) -> OpenBatch<'_> {
+        self.begin_batch_packing_at(PACK_AT_LEAST, compression)
     }
 
     /// [`Self::begin_batch`], writing a pack only for `pack_at_least` objects or more: every
     /// pack is one more file each lookup consults until git repacks, so a caller that may batch
     /// often asks for a pack only where one saves the most.
-    pub fn begin_batch_packing_at(&self, pack_at_least: usize) -> OpenBatch<'_> {
+    pub fn begin_batch_packing_at(&self, pack_at_least: usize, compression: PackCompression) -> OpenBatch<'_> {
         let batch = ObjectBatch {
             pending: Mutex::default(),
             pack_at_least: pack_at_least.max(PACK_AT_LEAST),
+            compression,
         };
         *self.batch.borrow_mut() = Some(Arc::new(batch));
         OpenBatch { vault: self }
@@ -228,21 +257,27 @@ impl Vault {
                 objects: objects.len(),
                 packed: false,
                 pack: None,
+                compression: None,
             });
         }
-        let pack = self.write_pack(&objects)?;
+        let pack = self.write_pack(&objects, batch.compression)?;
         Ok(BatchWritten {
             objects: objects.len(),
             packed: true,
             pack,
+            compression: pack.map(|_| batch.compression),
         })
     }
 
     /// Writes `objects` as one pack with its index; the index gix builds from the pack's bytes
     /// must name exactly their ids, or the pack is removed and this fails. The pack's name when
     /// this call created it (`None`: an identical pack was there already, and is not ours).
-    fn write_pack(&self, objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)]) -> Result<Option<ObjectId>, VerbError> {
-        let pack = encode_pack(self.repo.object_hash(), objects)?;
+    fn write_pack(
+        &self,
+        objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
+        compression: PackCompression,
+    ) -> Result<Option<ObjectId>, VerbError> {
+        let pack = encode_pack(self.repo.object_hash(), objects, compression)?;
         let directory = self.repo.objects.store_ref().path().join("pack");
         std::fs::create_dir_all(&directory).map_err(|e| VerbError::git("creating the pack directory", e))?;
         let interrupt = std::sync::atomic::AtomicBool::new(false);
@@ -371,12 +406,17 @@ impl Vault {
 
     /// Merges packs ckpt wrote (named by the caller, which keeps the list; a pack git marks as
     /// kept, promised or cruft, or one holding a delta, is never ckpt's and is skipped) into one new pack:
-    /// every object of each, reachable or not, is copied, the new pack is verified as any batch
-    /// is, and only then are the old packs' index and data files removed (index first, so no
-    /// reader finds an index without its data). Packs that are gone are skipped. Returns the new
-    /// pack's name and the names merged into it; nothing is removed when fewer than two were
-    /// there or the new pack is one of them.
-    pub fn merge_packs(&self, packs: &[ObjectId]) -> Result<Option<(ObjectId, Vec<ObjectId>)>, VerbError> {
+    /// every object of each, reachable or not, is copied (compressed at zlib's fastest level:
+    /// a single uncompressed pack is "merged" to compress it), the new pack is verified as any
+    /// batch is, and only then are the old packs' index and data files removed (index first, so
+    /// no reader finds an index without its data). Packs that are gone are skipped. Returns the
+    /// new pack's name and the names merged into it; nothing is removed when fewer than
+    /// `at_least` (one at least) were there or the new pack is one of them.
+    pub fn merge_packs(
+        &self,
+        packs: &[ObjectId],
+        at_least: usize,
+    ) -> Result<Option<(ObjectId, Vec<ObjectId>)>, VerbError> {
         let directory = self.repo.objects.store_ref().path().join("pack");
         let path_of = |name: &ObjectId, ext: &str| directory.join(format!("pack-{}.{ext}", name.to_hex()));
         let mut merged = Vec::new();
@@ -408,7 +448,7 @@ impl Vault {
             ids.extend(index.iter().map(|entry| entry.oid));
             merged.push(*name);
         }
-        if merged.len() < 2 {
+        if merged.len() < at_least.max(1) {
             return Ok(None);
         }
         let mut seen = HashSet::new();
@@ -423,7 +463,7 @@ impl Vault {
                 .map_err(|e| VerbError::git(format!("reading object {id} to merge ckpt's packs"), e))?;
             objects.push((ObjectId(id), object.kind, object.data.clone()));
         }
-        let Some(new) = self.write_pack(&objects)? else {
+        let Some(new) = self.write_pack(&objects, PackCompression::Fastest)? else {
             return Ok(None);
         };
         if merged.contains(&new) {
@@ -463,7 +503,8 @@ mod tests {
     use super::*;
 
     /// Objects of every size, from one compressor reused in any order, each inflate back to
-    /// exactly their bytes (incompressible ones included: the output grows past its first guess).
+    /// exactly their bytes (incompressible ones included: the output grows past its first guess),
+    /// at either level.
     #[test]
     fn a_reused_compressor_gives_whole_streams_of_exactly_the_bytes() {
         let mut noise = Vec::with_capacity(200_000);
@@ -482,15 +523,20 @@ mod tests {
             noise.clone(),
             vec![0u8; 1],
         ];
-        let mut compressor = gix::zlib::stream::deflate::Compress::new(gix::zlib::Compression::BEST_SPEED);
-        for input in inputs.iter().chain(inputs.iter().rev()) {
-            let compressed = deflate(&mut compressor, input).expect("compresses");
-            let mut out = vec![0u8; input.len() + 1];
-            let mut inflate = gix::zlib::Inflate::default();
-            let (status, consumed, written) = inflate.once(&compressed, &mut out).expect("inflates");
-            assert_eq!(status, gix::zlib::Status::StreamEnd);
-            assert_eq!(consumed, compressed.len(), "one whole stream, nothing after it");
-            assert_eq!(&out[..written], input.as_slice());
+        for level in [PackCompression::Fastest, PackCompression::Stored] {
+            let mut compressor = gix::zlib::stream::deflate::Compress::new(level.level());
+            for input in inputs.iter().chain(inputs.iter().rev()) {
+                let compressed = deflate(&mut compressor, input).expect("compresses");
+                let mut out = vec![0u8; input.len() + 1];
+                let mut inflate = gix::zlib::Inflate::default();
+                let (status, consumed, written) = inflate.once(&compressed, &mut out).expect("inflates");
+                assert_eq!(status, gix::zlib::Status::StreamEnd);
+                assert_eq!(consumed, compressed.len(), "one whole stream, nothing after it");
+                assert_eq!(&out[..written], input.as_slice());
+                if level == PackCompression::Stored {
+                    assert!(compressed.len() >= input.len(), "stored, not compressed");
+                }
+            }
         }
     }
 }

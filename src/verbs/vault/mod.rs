@@ -15,7 +15,7 @@ mod pins;
 mod private;
 mod trees;
 
-pub use batch::OpenBatch;
+pub use batch::{OpenBatch, PackCompression};
 pub use blobs::{FileRead, LocalBlobs, ParallelBlobs, READ_ATTEMPTS};
 pub use gc::{collect_private_garbage, GarbageReport};
 pub use listing::{IndexStat, PathScope};
