@@ -103,6 +103,7 @@ fn the_store_lives_outside_the_workspace_and_names_cannot_collide() {
     for name in [
         "records.json",
         "statcache.bin",
+        "statcache.blocks",
         "exclude",
         "lock",
         "config",

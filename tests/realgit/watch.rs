@@ -511,6 +511,56 @@ fn a_scope_only_capture_classifies_each_path_as_a_walk_does() {
     stop(&repo);
 }
 
+/// A watched snapshot reads only the stat cache's runs its changed paths fall in. With a cache of
+/// many runs, changes that reach across runs — a directory of 150 files deleted, files in the
+/// first and last runs and in a renamed directory, siblings sharing a prefix (`d1-x.txt`, `d10/`), a
+/// directory replaced by a file — still give exactly the checkpoint a walk finds. (The daemon
+/// names every file of a deleted directory; that a directory's scope gets every run it spans is
+/// checked by the stat cache's unit tests.)
+#[test]
+fn watched_snapshots_read_only_the_stat_cache_runs_they_need_and_agree_with_a_walk() {
+    let repo = TestRepo::new();
+    write_spread(&repo, 1500, 10, "original");
+    repo.write("d1-x.txt", b"a sibling sorting among d1's files\n");
+    repo.write("d10/a.txt", b"a directory sharing d1's prefix\n");
+    repo.commit_all("many files");
+    warm(&repo);
+    let state = repo.common_dir().join("ckpt/main");
+    let cache_len = std::fs::metadata(state.join("statcache.bin")).unwrap().len();
+    assert!(cache_len > 100_000, "a cache of many 8 KiB runs: {cache_len} bytes");
+    assert!(state.join("statcache.blocks").is_file(), "written with its block index");
+    let served = |what: &str| {
+        let after = watched(&repo);
+        assert_eq!(
+            (after.mode.as_str(), after.created),
+            ("watch", true),
+            "{what}: {}",
+            after.fallback
+        );
+        assert_walk_agrees(&repo, &after.id, what);
+    };
+    std::fs::remove_dir_all(repo.path("d3")).unwrap();
+    served("a directory of 150 files deleted");
+    // (A renamed directory renews the daemon's watches: that one snapshot walks.)
+    std::fs::rename(repo.path("d5"), repo.path("d5-renamed")).unwrap();
+    let renamed = watched(&repo);
+    assert_walk_agrees(&repo, &renamed.id, "a directory renamed");
+    repo.write("d5-renamed/f5.txt", b"edited after the rename\n");
+    served("a file in the renamed directory");
+    repo.write("d0/f0.txt", b"the first run\n");
+    repo.write("d9/f999.txt", b"the last run\n");
+    repo.write("d1-x.txt", b"edited sibling\n");
+    repo.write("d10/a.txt", b"edited, below the prefix sibling\n");
+    served("the first and last runs, and siblings sharing a prefix");
+    std::fs::remove_file(repo.path("d1-x.txt")).unwrap();
+    std::fs::remove_dir_all(repo.path("d1")).unwrap();
+    served("a directory and its prefix sibling deleted");
+    std::fs::remove_dir_all(repo.path("d7")).unwrap();
+    repo.write("d7", b"a file where a directory was\n");
+    served("a directory replaced by a file");
+    stop(&repo);
+}
+
 fn packs(repo: &TestRepo) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(repo.common_dir().join("objects/pack"))
         .map(|dir| {

@@ -9,7 +9,7 @@ use crate::provider::treebuild;
 use crate::provider::{CkptError, Provider, ScanMode, SnapshotOutcome, SnapshotRequest};
 use crate::records::statcache::StatCache;
 use crate::records::{Record, Registry, RegistryLock, Skipped, Trailers, WirePath};
-use crate::verbs::{ObjectId, PackCompression, PinRef, RepoPath, TreeItem};
+use crate::verbs::{ObjectId, PackCompression, PathScope, PinRef, RepoPath, TreeItem};
 
 use super::{now_rfc3339, Engine, StoreKind};
 
@@ -272,7 +272,16 @@ impl Engine {
     /// The stat cache, if it refers to a checkpoint that is still pinned (so every object it
     /// names is still in the object database). Anything else means starting afresh.
     pub(super) fn trusted_stat_cache(&self, registry: &Registry) -> Option<StatCache> {
-        let cache = StatCache::load(registry.dir())?;
+        self.pinned_stat_cache(StatCache::load(registry.dir())?)
+    }
+
+    /// [`Self::trusted_stat_cache`] as far as it answers for `scope` (see
+    /// [`StatCache::load_within`]): for a capture of that scope only.
+    pub(super) fn trusted_stat_cache_within(&self, registry: &Registry, scope: &PathScope) -> Option<StatCache> {
+        self.pinned_stat_cache(StatCache::load_within(registry.dir(), scope)?)
+    }
+
+    fn pinned_stat_cache(&self, cache: StatCache) -> Option<StatCache> {
         let checkpoint = cache.checkpoint?;
         let pin = PinRef::for_checkpoint(&self.workspace, &checkpoint);
         (self.vault.read_pin(&pin).ok()? == Some(checkpoint)).then_some(cache)

@@ -106,8 +106,9 @@ impl Engine {
                 record.id
             )));
         };
+        // No path changed: of the main file, only its header and block index are read.
         if let Some(cache) = self
-            .trusted_stat_cache(registry)
+            .trusted_stat_cache_within(registry, &PathScope::new(Vec::new()))
             .filter(|c| c.checkpoint == Some(old_id))
         {
             if let Err(e) = cache.save_delta(registry.dir(), lock, Some(new_id), &[]) {
@@ -258,7 +259,7 @@ impl Engine {
         // The scoped listing reads the index; on a thread of its own, it overlaps the stat cache.
         self.vault.prefetch_index();
         let started = std::time::Instant::now();
-        let Some(cache) = self.trusted_stat_cache(registry) else {
+        let Some(cache) = self.trusted_stat_cache_within(registry, scope) else {
             return Ok(None);
         };
         self.phase_time("stat cache load", started);

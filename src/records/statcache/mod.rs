@@ -11,13 +11,17 @@
 //! only those, to a small delta file bound to the main file it amends (by the main file's
 //! checksum and write time); each delta entry keeps the write time of the save that first
 //! recorded its stat, so the racy-clean rule holds entry by entry. A delta that does not match
-//! its main file is ignored, and a full save supersedes it.
+//! its main file is ignored, and a full save supersedes it. It reads only the runs of the main
+//! file its changed paths fall in, found through a block index written next to it
+//! ([`blocks`]); without a matching index it reads the whole file.
 
 use std::io::Write;
 use std::path::Path;
 
 pub use crate::verbs::FileStat;
-use crate::verbs::{ObjectId, RepoPath};
+use crate::verbs::{ObjectId, PathScope, RepoPath};
+
+mod blocks;
 
 const MAGIC: &[u8; 8] = b"CKPTSTAT";
 const VERSION: u32 = 2;
@@ -77,13 +81,18 @@ pub struct StatCache {
     delta_start: usize,
     /// The loaded delta, sorted by path, kept so the next delta carries it forward.
     delta: Vec<StoredChange>,
+    /// Only the main file's runs a scope reaches were read ([`StatCache::load_within`]): the
+    /// entries answer for paths in that scope (and below) only.
+    partial: bool,
 }
 
 /// Fixed part of an entry after its path: size, mtime, ctime, ino, dev, mode.
 const STAT_BYTES: usize = 8 + 12 + 12 + 8 + 8 + 4;
 
 impl StatCache {
+    /// How many entries there are (of a whole cache; a partial one counts only what it read).
     pub fn len(&self) -> usize {
+        debug_assert!(!self.partial, "the length of a partial stat cache");
         self.entries.len()
     }
 
@@ -126,8 +135,9 @@ impl StatCache {
         Some(CacheEntry { stat, id, racy })
     }
 
-    /// Every path in the cache, in sorted order.
+    /// Every path in the cache, in sorted order (of a whole cache).
     pub fn paths(&self) -> impl Iterator<Item = &[u8]> {
+        debug_assert!(!self.partial, "the paths of a partial stat cache");
         (0..self.entries.len()).map(|at| self.path(at))
     }
 
@@ -234,34 +244,12 @@ impl StatCache {
             return None;
         }
         let mut r = Reader { data: body, pos: 0 };
-        if r.take(8)? != MAGIC || r.u32()? != VERSION {
-            return None;
-        }
-        let written = (r.i64()?, r.u32()?);
-        let checkpoint_len = r.take(1)?[0] as usize;
-        let checkpoint = match checkpoint_len {
-            0 => None,
-            n => Some(ObjectId::from_hex(std::str::from_utf8(r.take(n)?).ok()?).ok()?),
-        };
-        let count = r.u64()?;
+        let (written, checkpoint, count) = Self::decode_header(&mut r)?;
         let mut entries = Vec::with_capacity(usize::try_from(count).ok()?.min(body.len() / 64));
         let mut previous: &[u8] = &[];
         for _ in 0..count {
             let start = r.pos as u32;
-            let len = r.u32()? as usize;
-            let raw = r.take(len)?;
-            // Written strictly sorted; anything else is not a file this code wrote.
-            if !previous.is_empty() && raw <= previous {
-                return None;
-            }
-            previous = raw;
-            r.take(STAT_BYTES)?;
-            let id_len = r.take(1)?[0] as usize;
-            // The lengths `ObjectId::from_bytes` takes (SHA-1, SHA-256): then every entry decodes.
-            if !matches!(id_len, 20 | 32) {
-                return None;
-            }
-            r.take(id_len)?;
+            previous = next_entry(&mut r, previous)?;
             entries.push(start);
         }
         if r.pos != body.len() {
@@ -277,7 +265,107 @@ impl StatCache {
             main_identity: (crc, written.0, written.1),
             delta_start,
             delta: Vec::new(),
+            partial: false,
         })
+    }
+
+    /// The header of a main file (magic, version, write time, checkpoint, entry count).
+    fn decode_header(r: &mut Reader<'_>) -> Option<((i64, u32), Option<ObjectId>, u64)> {
+        if r.take(8)? != MAGIC || r.u32()? != VERSION {
+            return None;
+        }
+        let written = (r.i64()?, r.u32()?);
+        let checkpoint_len = r.take(1)?[0] as usize;
+        let checkpoint = match checkpoint_len {
+            0 => None,
+            n => Some(ObjectId::from_hex(std::str::from_utf8(r.take(n)?).ok()?).ok()?),
+        };
+        Some((written, checkpoint, r.u64()?))
+    }
+
+    /// The cache as far as it answers for `scope`: through the block index, only the main
+    /// file's runs holding entries at or below the scope's paths are read, each checked on its
+    /// own (checksum, first path, order, count); the delta is applied whole. Without a block
+    /// index that matches the main file, or if any run it reads is not as the index says, the
+    /// whole file is read instead ([`Self::load`]). Such a cache answers for paths in the scope
+    /// only: anywhere else an entry may be missing.
+    pub fn load_within(dir: &Path, scope: &PathScope) -> Option<StatCache> {
+        match Self::load_runs(dir, scope) {
+            Some(cache) => Some(cache),
+            None => Self::load(dir),
+        }
+    }
+
+    fn load_runs(dir: &Path, scope: &PathScope) -> Option<StatCache> {
+        use std::os::unix::fs::FileExt;
+        let index = blocks::load(dir)?;
+        let file = std::fs::File::open(dir.join(FILE_NAME)).ok()?;
+        if file.metadata().ok()?.len() != index.main_len {
+            return None;
+        }
+        let read_at = |offset: u64, len: usize| {
+            let mut buf = vec![0u8; len];
+            file.read_exact_at(&mut buf, offset).ok().map(|()| buf)
+        };
+        let header = read_at(0, index.header_len as usize)?;
+        let mut r = Reader { data: &header, pos: 0 };
+        let (written, checkpoint, count) = Self::decode_header(&mut r)?;
+        let crc = u32::from_le_bytes(read_at(index.main_len - 4, 4)?.try_into().ok()?);
+        if r.pos != header.len() || count != index.count || (crc, written.0, written.1) != index.identity {
+            return None;
+        }
+        let offsets = index.offsets();
+        let wanted = index.blocks_for(scope);
+        let mut main: Vec<u8> = Vec::with_capacity(wanted.iter().map(|&at| index.blocks[at].len as usize).sum());
+        let mut entries: Vec<u32> = Vec::new();
+        // Where the last entry's path is in `main`.
+        let mut previous = 0..0;
+        for at in wanted {
+            let block = &index.blocks[at];
+            // Read straight into place; parsed there.
+            let base = main.len();
+            main.resize(base + block.len as usize, 0);
+            file.read_exact_at(&mut main[base..], offsets[at]).ok()?;
+            let bytes = &main[base..];
+            if crc32fast::hash(bytes) != block.crc {
+                return None;
+            }
+            let mut r = Reader { data: bytes, pos: 0 };
+            for n in 0..block.entries {
+                let start = u32::try_from(base + r.pos).ok()?;
+                let path = next_entry(&mut r, &main[previous.clone()])?;
+                if n == 0 && path != block.first.as_slice() {
+                    return None;
+                }
+                let path_start = start as usize + 4;
+                previous = path_start..path_start + path.len();
+                entries.push(start);
+            }
+            // Every entry of a run sorts before the next run's first.
+            let last = &main[previous.clone()];
+            let before_next = index.blocks.get(at + 1).is_none_or(|next| last < next.first.as_slice());
+            if r.pos != block.len as usize || !before_next {
+                return None;
+            }
+        }
+        let mut cache = StatCache {
+            checkpoint,
+            delta_start: main.len(),
+            main,
+            extra: Vec::new(),
+            entries,
+            written: written.0,
+            main_identity: index.identity,
+            delta: Vec::new(),
+            partial: true,
+        };
+        if let Some((checkpoint, delta)) = std::fs::read(dir.join(DELTA_FILE_NAME))
+            .ok()
+            .and_then(|bytes| decode_delta(&bytes, cache.main_identity))
+        {
+            cache.apply(checkpoint, delta)?;
+        }
+        Some(cache)
     }
 
     /// Loads the cache from `dir`, with its delta when one amends this main file. A missing,
@@ -386,16 +474,26 @@ impl StatCache {
                 inner: std::io::BufWriter::with_capacity(1 << 16, file),
                 crc: crc32fast::Hasher::new(),
             };
-            encode_entries(&mut out, checkpoint, written, entries)?;
+            let mut blocks = blocks::BlockWriter::default();
+            let (header_len, count) = encode_entries(&mut out, checkpoint, written, entries, &mut blocks)?;
             let crc = out.crc.finalize();
             out.inner.write_all(&crc.to_le_bytes())?;
             out.inner.flush()?;
             std::fs::rename(&temp, dir.join(FILE_NAME))?;
             // Bound to the old main file, it would be ignored anyway; removed so it is not read.
             match std::fs::remove_file(dir.join(DELTA_FILE_NAME)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
             }
+            // Last: until it is replaced, the old index names the old main file and is ignored.
+            let index = blocks::BlockIndex {
+                identity: (crc, written.0, written.1),
+                main_len: u64::from(header_len) + blocks.total + 4,
+                header_len,
+                count,
+                blocks: blocks.finish(),
+            };
+            blocks::save(dir, &index)
         })();
         if result.is_err() {
             std::fs::remove_file(&temp).ok();
@@ -422,25 +520,53 @@ impl<W: Write> Write for ChecksummedWriter<W> {
     }
 }
 
-/// Writes the header and entries (without the trailing CRC) to `out`.
+/// Writes the header and entries (without the trailing CRC) to `out`, noting each entry's run
+/// in `blocks`. The header's length and the entry count.
 fn encode_entries<'a>(
     out: &mut impl Write,
     checkpoint: Option<ObjectId>,
     written: (i64, u32),
     entries: impl Iterator<Item = (&'a RepoPath, &'a FileStat, &'a ObjectId)> + Clone,
-) -> std::io::Result<()> {
-    out.write_all(MAGIC)?;
-    out.write_all(&VERSION.to_le_bytes())?;
-    out.write_all(&written.0.to_le_bytes())?;
-    out.write_all(&written.1.to_le_bytes())?;
+    blocks: &mut blocks::BlockWriter,
+) -> std::io::Result<(u32, u64)> {
+    let mut header = Vec::with_capacity(128);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&VERSION.to_le_bytes());
+    header.extend_from_slice(&written.0.to_le_bytes());
+    header.extend_from_slice(&written.1.to_le_bytes());
     let checkpoint = checkpoint.map(|c| c.to_hex()).unwrap_or_default();
-    out.write_all(&[checkpoint.len() as u8])?;
-    out.write_all(checkpoint.as_bytes())?;
-    out.write_all(&(entries.clone().count() as u64).to_le_bytes())?;
+    header.push(checkpoint.len() as u8);
+    header.extend_from_slice(checkpoint.as_bytes());
+    let count = entries.clone().count() as u64;
+    header.extend_from_slice(&count.to_le_bytes());
+    out.write_all(&header)?;
+    let mut entry = Vec::with_capacity(256);
     for (path, stat, id) in entries {
-        encode_entry(out, path.as_bytes(), stat, id)?;
+        entry.clear();
+        encode_entry(&mut entry, path.as_bytes(), stat, id)?;
+        out.write_all(&entry)?;
+        blocks.add(path.as_bytes(), &entry);
     }
-    Ok(())
+    Ok((header.len() as u32, count))
+}
+
+/// Reads the entry at the reader's position (its path must sort strictly after `previous`,
+/// unless that is empty) and returns its path; `None` for anything this code did not write.
+fn next_entry<'a>(r: &mut Reader<'a>, previous: &[u8]) -> Option<&'a [u8]> {
+    let len = r.u32()? as usize;
+    let raw = r.take(len)?;
+    // Written strictly sorted; anything else is not a file this code wrote.
+    if !previous.is_empty() && raw <= previous {
+        return None;
+    }
+    r.take(STAT_BYTES)?;
+    let id_len = r.take(1)?[0] as usize;
+    // The lengths `ObjectId::from_bytes` takes (SHA-1, SHA-256): then every entry decodes.
+    if !matches!(id_len, 20 | 32) {
+        return None;
+    }
+    r.take(id_len)?;
+    Some(raw)
 }
 
 /// One entry: path length and path, stat, id length and id.
@@ -610,7 +736,15 @@ mod tests {
             .collect();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
         let mut out = Vec::new();
-        encode_entries(&mut out, checkpoint, written, sorted.iter().map(|(p, s, i)| (p, s, i))).unwrap();
+        let mut blocks = blocks::BlockWriter::default();
+        encode_entries(
+            &mut out,
+            checkpoint,
+            written,
+            sorted.iter().map(|(p, s, i)| (p, s, i)),
+            &mut blocks,
+        )
+        .unwrap();
         let crc = crc32fast::hash(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         out
@@ -783,6 +917,155 @@ mod tests {
         let crc = crc32fast::hash(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         out
+    }
+
+    /// `count` entries spread over 13 directories, saved as a snapshot saves them (main file,
+    /// then its block index) in `dir`.
+    fn saved_many(dir: &Path, count: usize, checkpoint: u8) {
+        let registry = crate::records::Registry::open(dir).unwrap();
+        let lock = registry.lock(&|_| {}).unwrap();
+        let mut entries: Vec<(RepoPath, FileStat, ObjectId)> = (0..count)
+            .map(|n| {
+                (
+                    path(&format!("d{}/f{n}.txt", n % 13)),
+                    stat(1000),
+                    id((n % 250) as u8 + 1),
+                )
+            })
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        StatCache::save_entries(
+            dir,
+            &lock,
+            Some(id(checkpoint)),
+            entries.iter().map(|(p, s, i)| (p, s, i)),
+        )
+        .unwrap();
+    }
+
+    fn scope_of(paths: &[&str]) -> PathScope {
+        PathScope::new(paths.iter().map(|p| path(p)))
+    }
+
+    /// Each entry at or below the scope, as (path, id, stat).
+    fn within(cache: &StatCache, scope: &PathScope) -> Vec<(RepoPath, ObjectId, FileStat)> {
+        let entries = cache.entries_within(scope).unwrap();
+        entries.into_iter().map(|(p, e)| (p, e.id, e.stat)).collect()
+    }
+
+    /// Through the block index a scope's load reads a few runs, and answers for every path in
+    /// the scope (and below, and siblings sharing its prefix) exactly as the whole file does.
+    #[test]
+    fn a_scoped_load_reads_only_its_runs_and_answers_for_its_scope_as_a_whole_load_does() {
+        let dir = tempfile::tempdir().unwrap();
+        saved_many(dir.path(), 3000, 9);
+        let whole = StatCache::load(dir.path()).unwrap();
+        let file_len = std::fs::metadata(dir.path().join(FILE_NAME)).unwrap().len() as usize;
+        let scopes: [&[&str]; 6] = [
+            &["d3/f3.txt"],
+            &["d1"],
+            &["d1/f1.txt", "d12", "zzz", "0"],
+            &[],
+            &["d1/f14.txt", "d10", "d1/f"],
+            &["d7/f7.txt", "d7/f7.txt/below"],
+        ];
+        for paths in scopes {
+            let scope = scope_of(paths);
+            let partial = StatCache::load_within(dir.path(), &scope).unwrap();
+            assert!(partial.partial, "{paths:?}: read through the block index");
+            assert_eq!(
+                (partial.checkpoint, partial.main_identity),
+                (whole.checkpoint, whole.main_identity)
+            );
+            assert_eq!(within(&partial, &scope), within(&whole, &scope), "{paths:?}");
+            assert!(
+                partial.main.len() < file_len / 2,
+                "{paths:?}: {} of {file_len} bytes",
+                partial.main.len()
+            );
+            let probes: Vec<RepoPath> = within(&whole, &scope).into_iter().map(|(p, _, _)| p).collect();
+            let ids = |c: &StatCache| -> Vec<Option<ObjectId>> {
+                c.locate(&probes)
+                    .iter()
+                    .map(|at| at.and_then(|at| c.entry(at as usize)).map(|e| e.id))
+                    .collect()
+            };
+            assert_eq!(ids(&partial), ids(&whole), "{paths:?}");
+        }
+        let one = StatCache::load_within(dir.path(), &scope_of(&["d3/f3.txt"])).unwrap();
+        assert!(
+            one.main.len() <= 2 * blocks::BLOCK_BYTES as usize,
+            "one run or two: {}",
+            one.main.len()
+        );
+
+        // With a delta: applied whole, as a whole load applies it.
+        let registry = crate::records::Registry::open(dir.path()).unwrap();
+        let lock = registry.lock(&|_| {}).unwrap();
+        let changes: Vec<DeltaChange> = vec![
+            (b"d3/f3.txt".to_vec(), None),
+            (b"d3/new.txt".to_vec(), Some((stat(1500), id(77)))),
+        ];
+        assert!(whole.save_delta(dir.path(), &lock, Some(id(8)), &changes).unwrap());
+        let scope = scope_of(&["d3"]);
+        let (amended, partial) = (
+            StatCache::load(dir.path()).unwrap(),
+            StatCache::load_within(dir.path(), &scope).unwrap(),
+        );
+        assert_eq!(partial.checkpoint, Some(id(8)));
+        assert_eq!(within(&partial, &scope), within(&amended, &scope));
+        assert!(within(&partial, &scope)
+            .iter()
+            .any(|(p, i, _)| p.as_bytes() == b"d3/new.txt" && *i == id(77)));
+        assert!(!within(&partial, &scope)
+            .iter()
+            .any(|(p, _, _)| p.as_bytes() == b"d3/f3.txt"));
+    }
+
+    /// A run that fails its checks makes the whole file be read (and then its checksum decides);
+    /// a damaged run the scope does not reach is never read. An index of another main file, or
+    /// none, means the whole file.
+    #[test]
+    fn a_damaged_run_or_a_stale_index_means_the_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        saved_many(dir.path(), 3000, 9);
+        let main = dir.path().join(FILE_NAME);
+        let good = std::fs::read(&main).unwrap();
+        let index = blocks::load(dir.path()).unwrap();
+        let scope = scope_of(&["d3/f3.txt"]);
+        let [run] = index.blocks_for(&scope)[..] else {
+            panic!("one run holds d3/f3.txt")
+        };
+        let offsets = index.offsets();
+        let damage = |at: u64| {
+            let mut bytes = good.clone();
+            bytes[at as usize + 40] ^= 0x01;
+            std::fs::write(&main, &bytes).unwrap();
+        };
+        damage(offsets[run]);
+        assert!(
+            StatCache::load_within(dir.path(), &scope).is_none(),
+            "the run fails, then the whole file"
+        );
+        let elsewhere = if run == 0 { 1 } else { 0 };
+        damage(offsets[elsewhere]);
+        let partial = StatCache::load_within(dir.path(), &scope).unwrap();
+        assert!(partial.partial && within(&partial, &scope).len() == 1);
+        assert!(
+            StatCache::load(dir.path()).is_none(),
+            "a whole load still sees the damage"
+        );
+        std::fs::write(&main, &good).unwrap();
+
+        // The index of an earlier main file: ignored, the whole (new) file is read.
+        let earlier = std::fs::read(dir.path().join(blocks::BLOCKS_FILE_NAME)).unwrap();
+        saved_many(dir.path(), 2000, 5);
+        std::fs::write(dir.path().join(blocks::BLOCKS_FILE_NAME), &earlier).unwrap();
+        let whole = StatCache::load_within(dir.path(), &scope).unwrap();
+        assert!(!whole.partial);
+        assert_eq!(whole.checkpoint, Some(id(5)));
+        std::fs::remove_file(dir.path().join(blocks::BLOCKS_FILE_NAME)).unwrap();
+        assert!(!StatCache::load_within(dir.path(), &scope).unwrap().partial);
     }
 
     #[test]
