@@ -1103,6 +1103,56 @@ fn a_watched_snapshots_uncompressed_pack_is_compressed_once_quiet_or_when_stoppe
     stop(&repo);
 }
 
+/// The daemon merges packs without holding their objects in memory: after it merged ~36 MB of
+/// incompressible objects from nine watched snapshots, what it keeps (its anonymous memory) is
+/// a small part of that. (Merging in memory left a daemon at 140 MB.)
+#[test]
+fn the_daemon_merges_packs_without_keeping_their_objects_in_memory() {
+    let repo = TestRepo::new();
+    write_spread(&repo, 40, 8, "original");
+    repo.commit_all("forty files");
+    warm(&repo);
+    let noise = |seed: u64| -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..100_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    };
+    for round in 0..9u64 {
+        for n in 0..40 {
+            repo.write(spread_path(n, 8), &noise(round * 100 + n as u64));
+        }
+        let snap = watched(&repo);
+        assert_eq!((snap.mode.as_str(), snap.created), ("watch", true), "{}", snap.fallback);
+    }
+    let list = repo.common_dir().join("ckpt/main/packs");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let merged = || {
+        let text = std::fs::read_to_string(&list).unwrap_or_default();
+        text.lines().count() <= 2 && !text.contains("uncompressed")
+    };
+    while !merged() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(merged(), "{}", std::fs::read_to_string(&list).unwrap_or_default());
+    let status = repo.ckpt_json(&["watch", "status"], 0);
+    let pid = status.one("watch.status")["pid"].as_u64().unwrap();
+    let kib = |field: &str| -> u64 {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = text.lines().find(|l| l.starts_with(field)).unwrap().to_owned();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let anon = kib("RssAnon:");
+    assert!(anon < 24 * 1024, "the daemon keeps {anon} KiB after merging 36 MB");
+    repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
+    stop(&repo);
+}
+
 /// The list of ckpt's packs lives in its state directory; a list that names the user's own
 /// packs (tampered, or stale) must never make ckpt merge and remove them: a pack with a `.keep`
 /// file or with deltas (git's packs have them, ckpt's never do) is left alone.

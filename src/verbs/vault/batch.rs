@@ -116,6 +116,76 @@ fn pack_type(kind: gix::objs::Kind) -> u8 {
     }
 }
 
+/// A pack entry's type and size: 3 type bits and 4 size bits, then 7 size bits per byte.
+fn push_entry_header(out: &mut Vec<u8>, kind: gix::objs::Kind, len: usize) {
+    let mut size = len as u64;
+    let mut byte = (pack_type(kind) << 4) | (size & 0x0f) as u8;
+    size >>= 4;
+    while size > 0 {
+        out.push(byte | 0x80);
+        byte = (size & 0x7f) as u8;
+        size >>= 7;
+    }
+    out.push(byte);
+}
+
+/// Writes a pack (version 2, no deltas) to `out` one object at a time, hashing as it goes.
+struct PackStream<W: std::io::Write> {
+    out: W,
+    hasher: gix::hash::Hasher,
+    compression: PackCompression,
+    /// Made on the first object this stream compresses itself (it zeroes a few hundred KiB).
+    compressor: Option<gix::zlib::stream::deflate::Compress>,
+    scratch: Vec<u8>,
+}
+
+impl<W: std::io::Write> PackStream<W> {
+    fn new(mut out: W, hash: gix::hash::Kind, count: u32, compression: PackCompression) -> std::io::Result<Self> {
+        let mut header = Vec::with_capacity(12);
+        header.extend_from_slice(b"PACK");
+        header.extend_from_slice(&2u32.to_be_bytes());
+        header.extend_from_slice(&count.to_be_bytes());
+        out.write_all(&header)?;
+        let mut hasher = gix::hash::hasher(hash);
+        hasher.update(&header);
+        Ok(PackStream {
+            out,
+            hasher,
+            compression,
+            compressor: None,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Adds an object, compressed here.
+    fn object(&mut self, kind: gix::objs::Kind, data: &[u8]) -> std::io::Result<()> {
+        let level = self.compression.level();
+        let compressor = self
+            .compressor
+            .get_or_insert_with(|| gix::zlib::stream::deflate::Compress::new(level));
+        let compressed = deflate(compressor, data)?;
+        self.entry(kind, data.len(), &compressed)
+    }
+
+    /// Adds an object of `len` bytes, already compressed as `compressed`.
+    fn entry(&mut self, kind: gix::objs::Kind, len: usize, compressed: &[u8]) -> std::io::Result<()> {
+        self.scratch.clear();
+        push_entry_header(&mut self.scratch, kind, len);
+        self.hasher.update(&self.scratch);
+        self.hasher.update(compressed);
+        self.out.write_all(&self.scratch)?;
+        self.out.write_all(compressed)
+    }
+
+    /// Writes the trailer (the hash of everything before it), flushes, and gives `out` back.
+    fn finish(mut self) -> std::io::Result<W> {
+        let trailer = self.hasher.try_finalize().map_err(std::io::Error::other)?;
+        self.out.write_all(trailer.as_bytes())?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
 /// `data` as one whole zlib stream, from a compressor that may have been used before.
 fn deflate(compressor: &mut gix::zlib::stream::deflate::Compress, data: &[u8]) -> std::io::Result<Vec<u8>> {
     use gix::zlib::stream::deflate::FlushCompress;
@@ -159,28 +229,13 @@ fn encode_pack(
         .map_err(|e| VerbError::git("compressing objects for a pack", e))?;
     let count = u32::try_from(objects.len())
         .map_err(|_| VerbError::git_because("writing a pack", "too many objects for one pack"))?;
-    let mut pack = Vec::with_capacity(12 + deflated.iter().map(|d| d.len() + 10).sum::<usize>() + 32);
-    pack.extend_from_slice(b"PACK");
-    pack.extend_from_slice(&2u32.to_be_bytes());
-    pack.extend_from_slice(&count.to_be_bytes());
+    let capacity = 12 + deflated.iter().map(|d| d.len() + 10).sum::<usize>() + 32;
+    let failed = |e: std::io::Error| VerbError::git("writing a pack", e);
+    let mut pack = PackStream::new(Vec::with_capacity(capacity), hash, count, compression).map_err(failed)?;
     for ((_, kind, data), compressed) in objects.iter().zip(&deflated) {
-        // Type and size: 3 type bits and 4 size bits, then 7 size bits per byte.
-        let mut size = data.len() as u64;
-        let mut byte = (pack_type(*kind) << 4) | (size & 0x0f) as u8;
-        size >>= 4;
-        while size > 0 {
-            pack.push(byte | 0x80);
-            byte = (size & 0x7f) as u8;
-            size >>= 7;
-        }
-        pack.push(byte);
-        pack.extend_from_slice(compressed);
+        pack.entry(*kind, data.len(), compressed).map_err(failed)?;
     }
-    let mut hasher = gix::hash::hasher(hash);
-    hasher.update(&pack);
-    let trailer = hasher.try_finalize().map_err(|e| VerbError::git("hashing a pack", e))?;
-    pack.extend_from_slice(trailer.as_bytes());
-    Ok(pack)
+    pack.finish().map_err(failed)
 }
 
 /// An open batch: new blobs and trees are collected until [`OpenBatch::finish`] writes them.
@@ -278,6 +333,19 @@ impl Vault {
         compression: PackCompression,
     ) -> Result<Option<ObjectId>, VerbError> {
         let pack = encode_pack(self.repo.object_hash(), objects, compression)?;
+        let expected: HashSet<ObjectId> = objects.iter().map(|(id, _, _)| *id).collect();
+        self.index_pack(&mut pack.as_slice(), &expected)
+    }
+
+    /// Writes the pack `stream` holds, with the index gix builds from its bytes, into the pack
+    /// directory; that index must name exactly `expected`, or the pack is removed and this
+    /// fails. The pack's name when this call created it (`None`: an identical pack was there
+    /// already, and is not ours).
+    fn index_pack(
+        &self,
+        stream: &mut dyn std::io::BufRead,
+        expected: &HashSet<ObjectId>,
+    ) -> Result<Option<ObjectId>, VerbError> {
         let directory = self.repo.objects.store_ref().path().join("pack");
         std::fs::create_dir_all(&directory).map_err(|e| VerbError::git("creating the pack directory", e))?;
         let interrupt = std::sync::atomic::AtomicBool::new(false);
@@ -286,7 +354,7 @@ impl Vault {
             ..Default::default()
         };
         let outcome = gix_pack::Bundle::write_to_directory(
-            &mut pack.as_slice(),
+            stream,
             Some(&directory),
             &mut gix::progress::Discard,
             &interrupt,
@@ -301,12 +369,11 @@ impl Vault {
         if let Some(keep) = &outcome.keep_path {
             std::fs::remove_file(keep).map_err(|e| VerbError::git("removing the pack's keep file", e))?;
         }
-        let expected: HashSet<ObjectId> = objects.iter().map(|(id, _, _)| *id).collect();
         let indexed: Option<HashSet<ObjectId>> = outcome.index_path.as_ref().and_then(|path| {
             let index = gix_pack::index::File::at(path, self.repo.object_hash()).ok()?;
             Some(index.iter().map(|entry| ObjectId(entry.oid)).collect())
         });
-        if indexed.as_ref() != Some(&expected) {
+        if indexed.as_ref() != Some(expected) {
             // Removed only if this call created it (an identical pack already there is not ours).
             if outcome.keep_path.is_some() {
                 for path in [&outcome.index_path, &outcome.data_path].into_iter().flatten() {
@@ -451,19 +518,34 @@ impl Vault {
         if merged.len() < at_least.max(1) {
             return Ok(None);
         }
-        let mut seen = HashSet::new();
-        let mut objects = Vec::with_capacity(ids.len());
-        for id in ids {
-            if !seen.insert(id) {
-                continue;
-            }
+        let mut expected = HashSet::new();
+        ids.retain(|id| expected.insert(ObjectId(*id)));
+        let count = u32::try_from(ids.len())
+            .map_err(|_| VerbError::git_because("merging ckpt's packs", "too many objects for one pack"))?;
+        // Streamed through a temp file in the pack directory, one object at a time: merges run
+        // in the watch daemon, which must not hold every object of the packs it merges (holding
+        // them, one merge left it at 140 MB). A leftover has the pack writer's temp name.
+        let failed = |e: std::io::Error| VerbError::git("writing a merged pack", e);
+        let mut temp = tempfile::NamedTempFile::new_in(&directory).map_err(failed)?;
+        let mut pack = PackStream::new(
+            std::io::BufWriter::new(temp.as_file_mut()),
+            self.repo.object_hash(),
+            count,
+            PackCompression::Fastest,
+        )
+        .map_err(failed)?;
+        for id in &ids {
             let object = self
                 .repo
-                .find_object(id)
+                .find_object(*id)
                 .map_err(|e| VerbError::git(format!("reading object {id} to merge ckpt's packs"), e))?;
-            objects.push((ObjectId(id), object.kind, object.data.clone()));
+            pack.object(object.kind, &object.data).map_err(failed)?;
         }
-        let Some(new) = self.write_pack(&objects, PackCompression::Fastest)? else {
+        pack.finish().map_err(failed)?;
+        let written = temp.reopen().map_err(failed)?;
+        let new = self.index_pack(&mut std::io::BufReader::new(written), &expected)?;
+        drop(temp);
+        let Some(new) = new else {
             return Ok(None);
         };
         if merged.contains(&new) {
