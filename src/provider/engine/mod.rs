@@ -154,8 +154,9 @@ impl Engine {
         let mut done = None;
         if !merge.is_empty() {
             match self.vault.merge_packs(&merge, at_least) {
-                Ok(merged) => {
-                    if let Some((merged_into, merged)) = merged {
+                Ok(outcome) => {
+                    sized.retain(|(pack, _)| !outcome.not_ckpts.contains(&pack.name));
+                    if let (Some(merged_into), merged) = (outcome.into, outcome.merged) {
                         sized.retain(|(pack, _)| !merged.contains(&pack.name));
                         let pack = CkptPack {
                             name: merged_into,
@@ -166,8 +167,8 @@ impl Engine {
                         self.reporter.timing("merging ckpt's packs", started, || what.clone());
                         done = Some(what);
                     }
-                    // A listed pack the merge left alone is not one to compress (it holds deltas,
-                    // or git marks it as its own): asking again every time would only repeat that.
+                    // A listed pack that is git's is dropped from the list above; one the merge
+                    // left alone otherwise (it could not be read) is not asked for again.
                     for (pack, _) in sized.iter_mut().filter(|(pack, _)| merge.contains(&pack.name)) {
                         pack.uncompressed = false;
                     }

@@ -185,11 +185,12 @@ impl Engine {
                         Some(scope) => {
                             let delta = if paths.is_empty() {
                                 // Nothing changed since that checkpoint's capture.
-                                Some((self.unchanged_outcome(previous), Capture::default()))
+                                Ok((self.unchanged_outcome(previous), Capture::default()))
                             } else {
                                 self.snapshot_delta(registry, lock, request, (previous, records), &scope)?
                             };
-                            if let Some((outcome, within)) = delta {
+                            match delta {
+                                Ok((outcome, within)) => {
                                 files.save_base(
                                     &WatchBase {
                                         token,
@@ -202,8 +203,9 @@ impl Engine {
                                     lock,
                                 )?;
                                 return Ok((outcome, Looked::Within(scope, within)));
+                                }
+                                Err(why) => why,
                             }
-                            "the stat cache is not the last checkpoint's, or a changed path reaches a submodule or a file with other hard links".to_owned()
                         }
                         None => "the daemon named a path that is not a repository path".to_owned(),
                     },
@@ -245,9 +247,9 @@ impl Engine {
 
     /// The snapshot of a worktree that differs from `previous` (the newest checkpoint, whose
     /// capture the daemon's token dates from) only within `scope`: the scope is captured, its
-    /// changes are applied to `previous`'s tree, and the stat cache gets a delta. `None` when the
-    /// scope cannot be captured alone or the stat cache is not `previous`'s; the caller then
-    /// takes a full snapshot. What the capture found within the scope comes back with it.
+    /// changes are applied to `previous`'s tree, and the stat cache gets a delta. `Err` (why)
+    /// when the scope cannot be captured alone or the stat cache is not `previous`'s; the caller
+    /// then takes a full snapshot. What the capture found within the scope comes back with it.
     fn snapshot_delta(
         &self,
         registry: &Registry,
@@ -255,19 +257,24 @@ impl Engine {
         request: &SnapshotRequest,
         (previous, mut records): (Record, Vec<Record>),
         scope: &PathScope,
-    ) -> Result<Option<(SnapshotOutcome, Capture)>, CkptError> {
+    ) -> Result<Result<(SnapshotOutcome, Capture), String>, CkptError> {
         // The scoped listing reads the index; on a thread of its own, it overlaps the stat cache.
         self.vault.prefetch_index();
         let started = std::time::Instant::now();
         let Some(cache) = self.trusted_stat_cache_within(registry, scope) else {
-            return Ok(None);
+            return Ok(Err(
+                "there is no usable stat cache (missing, damaged, or of a checkpoint no longer pinned)".into(),
+            ));
         };
         self.phase_time("stat cache load", started);
         let (Ok(previous_id), Ok(base_tree)) = (previous.object_id(), previous.tree_id()) else {
-            return Ok(None);
+            return Ok(Err(format!("checkpoint {} has a bad id", previous.id)));
         };
         if cache.checkpoint != Some(previous_id) {
-            return Ok(None);
+            return Ok(Err(format!(
+                "the stat cache is of another checkpoint than the last one (its delta would pass {} entries, or it is older)",
+                crate::records::statcache::MAX_DELTA_ENTRIES
+            )));
         }
         let started = std::time::Instant::now();
         let progress = self.reporter.progress();
@@ -278,7 +285,9 @@ impl Engine {
         // collects those.
         let batch = (self.kind == StoreKind::Repository).then(|| self.vault.begin_batch(PackCompression::Stored));
         let Some(mut delta) = scan::capture_delta(&self.vault, request.max_file_size, &cache, scope, progress)? else {
-            return Ok(None);
+            return Ok(Err(
+                "a changed path reaches a submodule or a file with other hard links".into(),
+            ));
         };
         let within = std::mem::take(&mut delta.within);
         for (phase, elapsed) in &delta.listing_times {
@@ -318,7 +327,7 @@ impl Engine {
             outcome.not_protected = skipped_list(&skipped);
             outcome.warnings = warnings;
             outcome.scan = stats;
-            return Ok(Some((outcome, within)));
+            return Ok(Ok((outcome, within)));
         }
         let mut counted = std::collections::HashSet::new();
         let bytes = delta
@@ -346,7 +355,7 @@ impl Engine {
         if let Ok(id) = record.object_id() {
             save_cache(id);
         }
-        Ok(Some((
+        Ok(Ok((
             SnapshotOutcome {
                 not_protected: record.skipped.clone(),
                 record,

@@ -78,6 +78,18 @@ pub struct BatchWritten {
     pub compression: Option<PackCompression>,
 }
 
+/// What [`Vault::merge_packs`] did.
+#[derive(Debug, Default)]
+pub struct PacksMerged {
+    /// The new pack, if it made one and removed the merged ones.
+    pub into: Option<ObjectId>,
+    /// The packs merged into it (removed).
+    pub merged: Vec<ObjectId>,
+    /// Named packs that are git's, not ckpt's (a file only git writes next to them, or deltas):
+    /// left alone, and no business of ckpt's list.
+    pub not_ckpts: Vec<ObjectId>,
+}
+
 /// A temp file that an interrupted pack write (a snapshot's batch or a merge, killed before it
 /// finished) left in the pack directory.
 #[derive(Debug, Clone)]
@@ -476,25 +488,26 @@ impl Vault {
     /// every object of each, reachable or not, is copied (compressed at zlib's fastest level:
     /// a single uncompressed pack is "merged" to compress it), the new pack is verified as any
     /// batch is, and only then are the old packs' index and data files removed (index first, so
-    /// no reader finds an index without its data). Packs that are gone are skipped. Returns the
-    /// new pack's name and the names merged into it; nothing is removed when fewer than
-    /// `at_least` (one at least) were there or the new pack is one of them.
-    pub fn merge_packs(
-        &self,
-        packs: &[ObjectId],
-        at_least: usize,
-    ) -> Result<Option<(ObjectId, Vec<ObjectId>)>, VerbError> {
+    /// no reader finds an index without its data). Packs that are gone are skipped. Nothing is
+    /// removed when fewer than `at_least` (one at least) were there or the new pack is one of
+    /// them.
+    pub fn merge_packs(&self, packs: &[ObjectId], at_least: usize) -> Result<PacksMerged, VerbError> {
         let directory = self.repo.objects.store_ref().path().join("pack");
         let path_of = |name: &ObjectId, ext: &str| directory.join(format!("pack-{}.{ext}", name.to_hex()));
         let mut merged = Vec::new();
+        let mut not_ckpts = Vec::new();
         let mut ids: Vec<gix::ObjectId> = Vec::new();
         for name in packs {
-            // A pack git marks as special is never ckpt's: kept (`.keep`), a partial clone's
-            // promise (`.promisor`), or a cruft pack's times (`.mtimes`). Left as it is.
-            if ["keep", "promisor", "mtimes"]
+            // A pack with a file next to it that only git writes is never ckpt's: kept
+            // (`.keep`), a partial clone's promise (`.promisor`), a cruft pack's times
+            // (`.mtimes`), a reverse index (`.rev`, git's default since 2.41) or a bitmap. Left
+            // as it is, whatever a list in ckpt's state says. (Found by a review: a tampered
+            // list made ckpt rewrite a user's no-delta pack and drop its `.rev` and bitmap.)
+            if ["keep", "promisor", "mtimes", "rev", "bitmap"]
                 .iter()
                 .any(|ext| path_of(name, ext).exists())
             {
+                not_ckpts.push(*name);
                 continue;
             }
             let Ok(index) = gix_pack::index::File::at(path_of(name, "idx"), self.repo.object_hash()) else {
@@ -510,13 +523,19 @@ impl Vault {
                     .is_ok_and(|object| !object.header.is_delta())
             });
             if !whole_objects_only {
+                not_ckpts.push(*name);
                 continue;
             }
             ids.extend(index.iter().map(|entry| entry.oid));
             merged.push(*name);
         }
+        let untouched = |not_ckpts| PacksMerged {
+            into: None,
+            merged: Vec::new(),
+            not_ckpts,
+        };
         if merged.len() < at_least.max(1) {
-            return Ok(None);
+            return Ok(untouched(not_ckpts));
         }
         let mut expected = HashSet::new();
         ids.retain(|id| expected.insert(ObjectId(*id)));
@@ -546,10 +565,10 @@ impl Vault {
         let new = self.index_pack(&mut std::io::BufReader::new(written), &expected)?;
         drop(temp);
         let Some(new) = new else {
-            return Ok(None);
+            return Ok(untouched(not_ckpts));
         };
         if merged.contains(&new) {
-            return Ok(None);
+            return Ok(untouched(not_ckpts));
         }
         for name in &merged {
             for ext in ["idx", "rev", "bitmap", "pack"] {
@@ -561,7 +580,11 @@ impl Vault {
                 }
             }
         }
-        Ok(Some((new, merged)))
+        Ok(PacksMerged {
+            into: Some(new),
+            merged,
+            not_ckpts,
+        })
     }
 }
 
