@@ -445,6 +445,38 @@ fn what_the_review_found_agrees_with_a_walk() {
     stop(&repo);
 }
 
+/// A daemon whose workspace state is removed (with the worktree, say) ends without creating that
+/// state again, even with housekeeping pending: the run it gets on its way out is for a daemon
+/// that was stopped or went idle, not one whose workspace went away, and housekeeping never
+/// creates a state directory. (Seen by hand: `rm -rf .git/ckpt` right after a watched snapshot
+/// failed with "Directory not empty" while the exiting daemon's housekeeping recreated it.)
+#[test]
+fn a_daemon_whose_state_is_removed_ends_without_creating_it_again() {
+    let repo = TestRepo::new();
+    write_spread(&repo, 40, 8, "original");
+    repo.commit_all("forty files");
+    warm(&repo);
+    let pid = repo.ckpt_json(&["watch", "status"], 0).one("watch.status")["pid"]
+        .as_u64()
+        .unwrap();
+    // A watched snapshot with a pack: housekeeping is due at the next quiet moment.
+    write_spread(&repo, 40, 8, "edited");
+    assert_eq!(watched(&repo).mode, "watch");
+    let state = repo.common_dir().join("ckpt");
+    // As a user removes it (a failure here, "Directory not empty", is the daemon recreating it).
+    std::process::Command::new("rm")
+        .arg("-rf")
+        .arg(&state)
+        .status()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !gone(pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(gone(pid), "a daemon whose state is gone ends");
+    assert!(!state.exists(), "the daemon created the removed state again");
+}
+
 /// The scope-only capture classifies each changed path by itself (ignore rules of the path and
 /// of every directory above it, tracked or not, nested repositories); every case must be served
 /// by the daemon and give exactly the checkpoint a walk gives.

@@ -366,7 +366,11 @@ impl Provider for Engine {
         if self.kind != StoreKind::Repository {
             return Ok(None);
         }
-        let registry = self.registry()?;
+        // A workspace whose state is gone (removed with the worktree) has nothing to merge, and
+        // opening it must not create that state again.
+        let Some(registry) = Registry::open_existing(&self.state_dir)? else {
+            return Ok(None);
+        };
         // Never waits: a snapshot holding the lock may be waiting on the daemon that asks.
         let Some(lock) = registry.try_lock()? else {
             return Ok(None);

@@ -289,16 +289,20 @@ pub fn run(
         // Without its socket nobody can reach it, without its cookie directory nobody can sync
         // with it: a daemon that can serve no one ends (the next snapshot starts a fresh one).
         let unreachable = !files.socket().exists() || !cookies.is_dir();
-        if state.stopping || idle_for > idle || !root.is_dir() || unreachable {
+        if !root.is_dir() || unreachable {
+            quiet_done = true;
+            break;
+        }
+        if state.stopping || idle_for > idle {
             break;
         }
     }
     files.unbind_socket(&lock);
     drop(server);
-    // The housekeeping the last activity left, when stopped before a quiet moment came (a
-    // session that ends right after its last snapshot): after the socket is gone, so nobody
-    // waits for it.
-    if !quiet_done && root.is_dir() {
+    // The housekeeping the last activity left, when stopped (or idle) before a quiet moment
+    // came (a session that ends right after its last snapshot): after the socket is gone, so
+    // nobody waits for it. Not when the workspace or its state went away.
+    if !quiet_done {
         on_quiet();
     }
     Ok(())
