@@ -477,6 +477,26 @@ fn a_daemon_whose_state_is_removed_ends_without_creating_it_again() {
     assert!(!state.exists(), "the daemon created the removed state again");
 }
 
+/// A daemon whose workspace is removed while it starts up ends without creating anything there.
+/// (Found in a test run: a daemon started for a test's temp dir came up after the dir was
+/// removed, created its state directories, and with them the worktree's path, again, and went
+/// on running in them until its idle timeout.)
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_daemon_started_for_a_workspace_that_went_away_creates_nothing() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"a\n");
+    repo.commit_all("one");
+    repo.snapshot(&[]);
+    // A short idle timeout: a daemon that did start anyway ends soon, and the test fails.
+    let run = ["watch", "run", "--idle-seconds", "3"];
+    let out = crate::safety::run_paused(&repo, "watch:daemon-start", &run, || {
+        std::fs::remove_dir_all(&repo.root).unwrap();
+    });
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!repo.root.exists(), "the daemon created the removed workspace again");
+}
+
 /// The scope-only capture classifies each changed path by itself (ignore rules of the path and
 /// of every directory above it, tracked or not, nested repositories); every case must be served
 /// by the daemon and give exactly the checkpoint a walk gives.

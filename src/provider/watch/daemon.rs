@@ -204,6 +204,15 @@ pub fn run(
     idle: Duration,
     on_quiet: &mut dyn FnMut(),
 ) -> Result<(), CkptError> {
+    crate::fault::pause("watch:daemon-start");
+    // Started for a workspace that went away meanwhile (removed while this process came up):
+    // nothing to watch, and taking the daemon lock would create its state directories again.
+    if !root.is_dir() {
+        return Err(CkptError::NotFound(format!(
+            "the workspace {} is gone; no watch daemon started",
+            root.display()
+        )));
+    }
     // A daemon that was just asked to stop may still be on its way out: give it a moment.
     let deadline = Instant::now() + Duration::from_secs(2);
     let lock = loop {
