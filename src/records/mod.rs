@@ -518,6 +518,21 @@ fn parse_records(text: &[u8]) -> Result<Vec<Record>, ParseFailure> {
     Ok(file.records)
 }
 
+/// Creates the temp file `path` for an atomic replace, never through whatever is already there:
+/// the create is exclusive (`O_CREAT|O_EXCL`, which does not follow a symlink), and a leftover
+/// at that name (a crash of an earlier process with this pid, or a link someone planted) is
+/// unlinked, not written through, before the one retry.
+pub(crate) fn create_temp_exclusive(path: &Path) -> std::io::Result<File> {
+    let create = || OpenOptions::new().write(true).create_new(true).open(path);
+    match create() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            fs::remove_file(path)?;
+            create()
+        }
+        result => result,
+    }
+}
+
 /// temp file in the same directory + fsync + rename + fsync of the directory.
 fn write_atomically(path: &Path, content: &[u8]) -> Result<(), RecordsError> {
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -529,7 +544,7 @@ fn write_atomically(path: &Path, content: &[u8]) -> Result<(), RecordsError> {
         std::process::id()
     ));
     let result = (|| {
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&temp)?;
+        let mut file = create_temp_exclusive(&temp)?;
         file.write_all(content)?;
         file.sync_all()?;
         fs::rename(&temp, path)?;
@@ -675,6 +690,28 @@ mod tests {
         ] {
             assert_eq!(CkptPack::parse(&other), None, "{other:?}");
         }
+    }
+
+    /// A state file's temp name holding a link (planted, or left over) is unlinked and the file
+    /// written, never the link's target; a leftover regular file there is replaced the same way.
+    #[test]
+    fn state_files_are_never_written_through_a_link_at_their_temp_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        fs::write(&target, b"the user's bytes").unwrap();
+        let state = dir.path().join("state.json");
+        let temp = dir.path().join(format!(".state.json.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&target, &temp).unwrap();
+        write_state_file(&state, b"new state").unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"the user's bytes");
+        assert_eq!(fs::read(&state).unwrap(), b"new state");
+        assert!(
+            fs::symlink_metadata(&temp).is_err(),
+            "the temp name is gone after the rename"
+        );
+        fs::write(&temp, b"left by a crash").unwrap();
+        write_state_file(&state, b"newer state").unwrap();
+        assert_eq!(fs::read(&state).unwrap(), b"newer state");
     }
 
     #[test]

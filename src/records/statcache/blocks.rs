@@ -215,7 +215,7 @@ pub(super) fn load(dir: &Path) -> Option<BlockIndex> {
 /// its checksum, and an index of another main file does not match it).
 pub(super) fn save(dir: &Path, index: &BlockIndex) -> std::io::Result<()> {
     let temp = dir.join(format!(".{BLOCKS_FILE_NAME}.{}.tmp", std::process::id()));
-    let result = std::fs::File::create(&temp)
+    let result = crate::records::create_temp_exclusive(&temp)
         .and_then(|mut file| file.write_all(&encode(index)))
         .and_then(|()| std::fs::rename(&temp, dir.join(BLOCKS_FILE_NAME)));
     if result.is_err() {

@@ -444,7 +444,9 @@ impl StatCache {
         let out = encode_delta(self.main_identity, checkpoint, &merged)?;
         let temp = dir.join(format!(".{DELTA_FILE_NAME}.{}.tmp", std::process::id()));
         // No fsync, as for the main file: a torn delta fails its checksum and is ignored.
-        let result = std::fs::write(&temp, &out).and_then(|()| std::fs::rename(&temp, dir.join(DELTA_FILE_NAME)));
+        let result = crate::records::create_temp_exclusive(&temp)
+            .and_then(|mut file| file.write_all(&out))
+            .and_then(|()| std::fs::rename(&temp, dir.join(DELTA_FILE_NAME)));
         if result.is_err() {
             std::fs::remove_file(&temp).ok();
         }
@@ -469,7 +471,7 @@ impl StatCache {
         let result = (|| {
             // No fsync: after a crash the file is the old cache, the new one, or bytes that fail
             // the checksum and are discarded; each of those is safe to trust or to drop.
-            let file = std::fs::File::create(&temp)?;
+            let file = crate::records::create_temp_exclusive(&temp)?;
             let mut out = ChecksummedWriter {
                 inner: std::io::BufWriter::with_capacity(1 << 16, file),
                 crc: crc32fast::Hasher::new(),
@@ -1020,6 +1022,40 @@ mod tests {
         assert!(!within(&partial, &scope)
             .iter()
             .any(|(p, _, _)| p.as_bytes() == b"d3/f3.txt"));
+    }
+
+    /// A link planted at any of the cache's temp names (main file, block index, delta) is
+    /// unlinked, never written through: its target keeps its bytes and the cache is saved.
+    #[test]
+    fn saves_never_write_through_a_link_at_their_temp_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let pid = std::process::id();
+        let names = [FILE_NAME, blocks::BLOCKS_FILE_NAME, DELTA_FILE_NAME];
+        for name in names {
+            let target = outside.path().join(name);
+            std::fs::write(&target, b"the user's bytes").unwrap();
+            std::os::unix::fs::symlink(&target, dir.path().join(format!(".{name}.{pid}.tmp"))).unwrap();
+        }
+        saved_many(dir.path(), 50, 9);
+        let whole = StatCache::load(dir.path()).unwrap();
+        let registry = crate::records::Registry::open(dir.path()).unwrap();
+        let lock = registry.lock(&|_| {}).unwrap();
+        let changes: Vec<DeltaChange> = vec![(b"d3/new.txt".to_vec(), Some((stat(1500), id(77))))];
+        assert!(whole.save_delta(dir.path(), &lock, Some(id(8)), &changes).unwrap());
+        for name in names {
+            assert_eq!(
+                std::fs::read(outside.path().join(name)).unwrap(),
+                b"the user's bytes",
+                "{name}"
+            );
+            assert!(
+                std::fs::symlink_metadata(dir.path().join(name)).unwrap().is_file(),
+                "{name}"
+            );
+        }
+        assert_eq!(StatCache::load(dir.path()).unwrap().checkpoint, Some(id(8)));
+        assert!(StatCache::load_within(dir.path(), &scope_of(&["d3"])).unwrap().partial);
     }
 
     /// A run that fails its checks makes the whole file be read (and then its checksum decides);
