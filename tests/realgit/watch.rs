@@ -1294,3 +1294,53 @@ fn a_list_naming_the_users_own_packs_never_removes_them() {
     repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
     stop(&repo);
 }
+
+/// In a sparse checkout a `.gitignore` outside the cone is not on disk: git reads it from the
+/// index (it is marked skip-worktree). Files the agent creates in that directory are kept or
+/// left out by its rules, by a walk and by the daemon alike.
+#[test]
+fn a_sparse_checkouts_ignore_file_outside_the_cone_is_read_from_the_index() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"root\n");
+    repo.write("dir/c.txt", b"in the cone\n");
+    repo.write("hidden/.gitignore", b"*.tmp\n");
+    repo.write("hidden/h.txt", b"outside the cone\n");
+    repo.commit_all("sparse");
+    repo.git(&["sparse-checkout", "set", "dir"]);
+    assert!(!repo.path("hidden").exists(), "the sparse checkout left hidden/ out");
+    warm(&repo);
+    repo.write("hidden/new.tmp", b"ignored by the rule only the index holds\n");
+    repo.write("hidden/new.txt", b"kept\n");
+    let after = watched(&repo);
+    assert_eq!(
+        (after.mode.as_str(), after.created),
+        ("watch", true),
+        "{}",
+        after.fallback
+    );
+    let held = |id: &str| repo.git(&["ls-tree", "-r", "--name-only", id]);
+    let expected = ".gitignore\nREADME.md\na.txt\ndir/c.txt\nhidden/new.txt\n";
+    assert_eq!(held(&after.id), expected, "the daemon's snapshot");
+    assert_walk_agrees(&repo, &after.id, "a new file outside the sparse cone");
+    // (git status refreshes the index: asked last, so the daemon's snapshot above is served.)
+    let status = repo.git(&["status", "--porcelain", "--ignored"]);
+    assert!(
+        status.contains("?? hidden/new.txt") && status.contains("!! hidden/new.tmp"),
+        "git's own view: {status}"
+    );
+    // A new directory there, walked on its own by the daemon's snapshot.
+    repo.write("hidden/deeper/more.txt", b"deeper\n");
+    repo.write("hidden/deeper/more.tmp", b"ignored too\n");
+    let deeper = watched(&repo);
+    let with_deeper = ".gitignore\nREADME.md\na.txt\ndir/c.txt\nhidden/deeper/more.txt\nhidden/new.txt\n";
+    assert_eq!(held(&deeper.id), with_deeper, "{} {}", deeper.mode, deeper.fallback);
+    assert_walk_agrees(&repo, &deeper.id, "a new directory outside the sparse cone");
+    stop(&repo);
+    std::fs::remove_dir_all(repo.common_dir().join("ckpt")).unwrap();
+    let walked = repo.ckpt_json(&["snapshot", "--no-watch"], 0);
+    assert_eq!(
+        held(walked.one("snapshot")["id"].as_str().unwrap()),
+        with_deeper,
+        "a first walk"
+    );
+}

@@ -142,14 +142,8 @@ fn walk_untracked(
     // as absent, so the walk is simply taken again (a bounded number of times).
     let mut attempt = 1;
     loop {
-        match repo.dirwalk(
-            index,
-            patterns.iter().map(|p| p.as_ref() as &BStr),
-            &interrupt,
-            options,
-            &mut collect,
-        ) {
-            Ok(_) => break,
+        match dirwalk_as_git_does(repo, index, &patterns, &interrupt, options, &mut collect) {
+            Ok(()) => break,
             Err(_) if attempt < WALK_ATTEMPTS => {
                 attempt += 1;
                 collect = gix::dir::walk::delegate::Collect::default();
@@ -197,13 +191,108 @@ fn walk_untracked(
     Ok(listing)
 }
 
+/// gix's directory walk, except in a sparse checkout: gix prunes a directory whose index entries
+/// are all skip-worktree (outside the cone) without looking inside, where git lists what was
+/// created there (`git status` shows `?? out-of-cone/new.txt`). Such files must be captured, so
+/// the walk sees an index without skip-worktree marks, while the ignore rules still come from
+/// the real one (git reads a skip-worktree `.gitignore` from the index).
+fn dirwalk_as_git_does(
+    repo: &gix::Repository,
+    index: &gix::index::File,
+    patterns: &[gix::bstr::BString],
+    interrupt: &std::sync::atomic::AtomicBool,
+    options: gix::dirwalk::Options,
+    delegate: &mut dyn gix::dir::walk::Delegate,
+) -> Result<(), VerbError> {
+    use gix::index::entry::Flags;
+    let failed = |e| VerbError::git_because("walking the worktree", e);
+    let patterns = patterns.iter().map(|p| p.as_ref() as &BStr);
+    if !index
+        .entries()
+        .iter()
+        .any(|entry| entry.flags.contains(Flags::SKIP_WORKTREE))
+    {
+        return repo
+            .dirwalk(index, patterns, interrupt, options, delegate)
+            .map(|_| ())
+            .map_err(|e| VerbError::git("walking the worktree", e));
+    }
+    let workdir = repo
+        .workdir()
+        .ok_or_else(|| failed("the repository has no worktree".to_owned()))?;
+    let mut excludes = exclude_stack(repo, index)?;
+    let mut unmarked: gix::index::State = (**index).clone();
+    for entry in unmarked.entries_mut() {
+        // A sparse index's directory entry stands for a whole tree that is not checked out.
+        if !entry.mode.is_sparse() {
+            entry.flags.remove(Flags::SKIP_WORKTREE);
+        }
+    }
+    let (mut search, mut attributes) = repo
+        .pathspec(
+            false,
+            patterns,
+            true,
+            index,
+            gix::worktree::stack::state::attributes::Source::WorktreeThenIdMapping,
+        )
+        .map_err(|e| VerbError::git("reading the walk's pathspecs", e))?
+        .into_parts();
+    let git_dir = gix::path::realpath_opts(repo.git_dir(), repo.current_dir(), gix::path::realpath::MAX_SYMLINKS)
+        .map_err(|e| VerbError::git("resolving the git directory", e))?;
+    let icase = repo
+        .filesystem_options()
+        .map_err(|e| VerbError::git("reading the filesystem options", e))?
+        .ignore_case
+        .then(|| unmarked.prepare_icase_backing());
+    gix::dir::walk(
+        workdir,
+        gix::dir::walk::Context {
+            should_interrupt: Some(interrupt),
+            git_dir_realpath: &git_dir,
+            current_dir: repo.current_dir(),
+            index: &unmarked,
+            ignore_case_index_lookup: icase.as_ref(),
+            pathspec: &mut search,
+            pathspec_attributes: &mut |path, case, is_dir, out| {
+                let mode = if is_dir {
+                    gix::index::entry::Mode::DIR
+                } else {
+                    gix::index::entry::Mode::FILE
+                };
+                attributes.as_mut().is_some_and(|stack| {
+                    stack
+                        .set_case(case)
+                        .at_entry(path, Some(mode), &repo.objects)
+                        .is_ok_and(|platform| platform.matching_attributes(out))
+                })
+            },
+            excludes: Some(&mut excludes),
+            objects: &repo.objects,
+            explicit_traversal_root: Some(workdir),
+        },
+        options.into(),
+        delegate,
+    )
+    .map(|_| ())
+    .map_err(|e| VerbError::git("walking the worktree", e))
+}
+
 /// git's ignore rules for this worktree, from every source git reads.
 fn exclude_stack<'repo>(
     repo: &'repo gix::Repository,
     index: &gix::index::File,
 ) -> Result<gix::AttributeStack<'repo>, VerbError> {
+    // The index is read only for `.gitignore` files marked skip-worktree (sparse checkouts:
+    // git reads those from the index). Finding them costs a look at every entry's path; an
+    // index with no skip-worktree entry at all, the usual one, needs no such look.
+    let sparse = index
+        .entries()
+        .iter()
+        .any(|entry| entry.flags.contains(gix::index::entry::Flags::SKIP_WORKTREE));
+    let no_entries = gix::index::State::new(repo.object_hash());
     repo.excludes(
-        index,
+        if sparse { index } else { &no_entries },
         None,
         gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
     )
@@ -498,8 +587,11 @@ impl Vault {
     /// Starts reading the index on a thread of its own, for the scoped listing that follows (a
     /// watched snapshot loads its stat cache meanwhile): the read a listing makes, made earlier.
     /// A read that fails, or a file that changed by the time the listing wants it, is just read
-    /// again then. Read-only.
+    /// again then. One read at a time: while one is pending, this does nothing. Read-only.
     pub fn prefetch_index(&self) {
+        if self.prefetched_index.borrow().is_some() {
+            return;
+        }
         let path = self.repo.index_path();
         let Some(identity) = super::index_identity(&path) else {
             return;
