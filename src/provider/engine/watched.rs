@@ -165,6 +165,14 @@ impl Engine {
                 paths: Some(paths),
                 ..
             } => {
+                if !paths.is_empty()
+                    && paths.len() <= MAX_SCOPE
+                    && base.as_ref().is_some_and(|b| b.fingerprint == fingerprint)
+                {
+                    // The scoped listing will want the index: its read overlaps the records'
+                    // and the stat cache's.
+                    self.vault.prefetch_index();
+                }
                 let newest = match &base {
                     Some(base) => self.unchanged_checkpoint(registry, &base.checkpoint)?,
                     None => None,
