@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{io_error, refuse_linked_state_dir, try_lock_file, write_atomically, RecordsError};
+use super::{io_error, refuse_linked_state_dir, replace_unsynced, try_lock_file, RecordsError};
 
 const WATCH_DIR: &str = "watch";
 const BASE_FILE: &str = "base.json";
@@ -157,7 +157,9 @@ impl WatchFiles {
             path: path.clone(),
             why: e.to_string(),
         })?;
-        write_atomically(&path, &text)
+        // Not synced: after a power cut no daemon is left whose token it could name, so an old
+        // or a new base alike makes the next snapshot scan in full.
+        replace_unsynced(&path, &text)
     }
 
     /// Forgets the base, so the next watched snapshot scans in full.
