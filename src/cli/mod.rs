@@ -65,7 +65,26 @@ use retention::{confirm_removal, delete, prune, remove};
 
 /// Runs the command line of this process; the exit code to end it with.
 pub fn run() -> i32 {
+    ENDS_WITH_COMMAND.store(true, std::sync::atomic::Ordering::Relaxed);
     run_with(std::env::args_os().collect())
+}
+
+/// Set by [`run`]: this process ends with its command, so the workspace the command opened is
+/// left for the exit to free. Dropping a large repository's decoded index and object caches
+/// took milliseconds that every hook call waited for (measured from the last output to the
+/// exit). Commands run in-process by [`run_with`] (the demo) drop theirs as usual.
+static ENDS_WITH_COMMAND: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The provider for one command, kept in `slot`; leaked when the process ends with the command.
+fn for_this_command(
+    provider: Box<dyn provider::Provider>,
+    slot: &mut Option<Box<dyn provider::Provider>>,
+) -> &dyn provider::Provider {
+    if ENDS_WITH_COMMAND.load(std::sync::atomic::Ordering::Relaxed) {
+        Box::leak(provider)
+    } else {
+        &**slot.insert(provider)
+    }
 }
 
 /// Runs `args` (the program name first) as a `ckpt` command line; the exit code it ends with.
@@ -289,19 +308,21 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
     {
         return watch::run_daemon(provider, *idle_seconds);
     }
+    let mut slot = None;
+    let provider = for_this_command(provider, &mut slot);
     let limit = |arg: &Option<u64>| arg.or(config.max_file_size).unwrap_or(DEFAULT_MAX_FILE_SIZE);
     match command {
-        WorkspaceCommand::Snapshot(args) => snapshot(provider.as_ref(), args, limit(&args.max_file_size), &config, out),
+        WorkspaceCommand::Snapshot(args) => snapshot(provider, args, limit(&args.max_file_size), &config, out),
         WorkspaceCommand::List {
             session,
             all,
             trace: false,
             ..
-        } => list(provider.as_ref(), session.as_deref(), *all, out),
+        } => list(provider, session.as_deref(), *all, out),
         WorkspaceCommand::List {
             session, all, dsh_home, ..
         } => trace::timeline(
-            provider.as_ref(),
+            provider,
             &cwd,
             session.as_deref(),
             *all,
@@ -311,23 +332,15 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
             },
             out,
         ),
-        WorkspaceCommand::Show(args) => show(provider.as_ref(), args, out),
-        WorkspaceCommand::Preview(args) => preview(provider.as_ref(), &cwd, args, limit(&args.max_file_size), out),
+        WorkspaceCommand::Show(args) => show(provider, args, out),
+        WorkspaceCommand::Preview(args) => preview(provider, &cwd, args, limit(&args.max_file_size), out),
         WorkspaceCommand::Restore { args, yes } => {
             // The guard asks a running daemon what changed, unless the config turns watching off.
             let watch = config.watch != Some(false);
-            restore(
-                provider.as_ref(),
-                &cwd,
-                args,
-                *yes,
-                limit(&args.max_file_size),
-                watch,
-                out,
-            )
+            restore(provider, &cwd, args, *yes, limit(&args.max_file_size), watch, out)
         }
-        WorkspaceCommand::Audit => audit(provider.as_ref(), out),
-        WorkspaceCommand::Watch { action } => watch::watch(provider.as_ref(), action, out),
+        WorkspaceCommand::Audit => audit(provider, out),
+        WorkspaceCommand::Watch { action } => watch::watch(provider, action, out),
         WorkspaceCommand::Trace { action } => {
             let max_file_size = match action {
                 TraceAction::Restore { max_file_size, .. } => limit(max_file_size),
@@ -337,7 +350,7 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
                 max_file_size,
                 watch: config.watch != Some(false),
             };
-            trace::trace(provider.as_ref(), &cwd, action, &guard, out)
+            trace::trace(provider, &cwd, action, &guard, out)
         }
         WorkspaceCommand::Ui {
             port,
@@ -351,9 +364,9 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
                 all: *all,
                 exit_with_parent: *exit_with_parent,
             };
-            ui::serve(provider.as_ref(), &config, &options)
+            ui::serve(provider, &config, &options)
         }
-        WorkspaceCommand::Status { max_file_size } => status(provider.as_ref(), limit(max_file_size), out),
+        WorkspaceCommand::Status { max_file_size } => status(provider, limit(max_file_size), out),
         WorkspaceCommand::Prune {
             dry_run,
             max_per_session,
@@ -362,15 +375,13 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
             let mut policy = retention_policy(&config);
             policy.max_per_session = max_per_session.unwrap_or(policy.max_per_session);
             policy.quota_bytes = quota_bytes.unwrap_or(policy.quota_bytes);
-            prune(provider.as_ref(), &policy, *dry_run, out)
+            prune(provider, &policy, *dry_run, out)
         }
-        WorkspaceCommand::Delete { targets, session, yes } => {
-            delete(provider.as_ref(), targets, session.as_deref(), *yes, out)
-        }
+        WorkspaceCommand::Delete { targets, session, yes } => delete(provider, targets, session.as_deref(), *yes, out),
         WorkspaceCommand::Clear { yes } => {
             let all: Vec<Record> = provider.checkpoints(false)?;
             confirm_removal(&all, *yes, wire::Removal::Clear)?;
-            remove(provider.as_ref(), &all, wire::Removal::Clear, out)
+            remove(provider, &all, wire::Removal::Clear, out)
         }
         WorkspaceCommand::Diff {
             from,
@@ -396,9 +407,9 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
                 max_file_size: limit(max_file_size),
                 paths,
             };
-            diff(provider.as_ref(), &cwd, &request, out)
+            diff(provider, &cwd, &request, out)
         }
-        WorkspaceCommand::Doctor { fix, complete } => doctor(provider.as_ref(), *fix, *complete, out),
+        WorkspaceCommand::Doctor { fix, complete } => doctor(provider, *fix, *complete, out),
     }
 }
 

@@ -171,6 +171,8 @@ fn handle_event(cli: &Cli, spec: &AgentSpec, parsed: agents::ParsedEvent, no_wat
     crate::records::validate_new_label("session", &session).map_err(&fail)?;
     let dir = workspace_dir(cli, spec, parsed.cwd.as_deref()).map_err(|e| fail(e.to_string()))?;
     let (config, provider) = super::open_workspace(cli, &dir, false).map_err(|e| fail(e.to_string()))?;
+    let mut slot = None;
+    let provider = super::for_this_command(provider, &mut slot);
     let position = provider
         .hook_positions()
         .advance(
@@ -181,7 +183,7 @@ fn handle_event(cli: &Cli, spec: &AgentSpec, parsed: agents::ParsedEvent, no_wat
                 turn_key: turn_key.as_deref(),
                 call_id: call_id.as_deref(),
             },
-            || turn_after_checkpoints(provider.as_ref(), &session),
+            || turn_after_checkpoints(provider, &session),
             chrono::Utc::now().timestamp(),
         )
         .map_err(|e| fail(e.to_string()))?;
@@ -202,7 +204,7 @@ fn handle_event(cli: &Cli, spec: &AgentSpec, parsed: agents::ParsedEvent, no_wat
     };
     let max_file_size = config.max_file_size.unwrap_or(DEFAULT_MAX_FILE_SIZE);
     // Nothing on stdout: the agent reads it as its hook protocol.
-    super::checkpoints::snapshot(provider.as_ref(), &args, max_file_size, &config, &Output::collecting())
+    super::checkpoints::snapshot(provider, &args, max_file_size, &config, &Output::collecting())
         .map_err(|e| fail(e.to_string()))?;
     Ok(())
 }
