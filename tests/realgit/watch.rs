@@ -1344,3 +1344,74 @@ fn a_sparse_checkouts_ignore_file_outside_the_cone_is_read_from_the_index() {
         "a first walk"
     );
 }
+
+/// With a sparse index, a directory outside the cone is one index entry (its tree). Once that
+/// directory is on disk, the files created in it are captured and its tree's `.gitignore`
+/// applies, as in a full index, by walks and by the daemon alike; a restore puts them back and
+/// deletes none; the index file is never touched (found by a review: nothing there was captured
+/// by a walk, and the daemon captured ignored files).
+#[test]
+fn a_sparse_index_directory_on_disk_is_captured_as_git_status_lists_it() {
+    let repo = TestRepo::new();
+    repo.write("in/a.txt", b"in the cone\n");
+    repo.write("out/o.txt", b"outside\n");
+    repo.write("out/.gitignore", b"*.tmp\n");
+    repo.write("out/deep/.gitignore", b"secret*\n");
+    repo.write("out/deep/d.txt", b"deep\n");
+    repo.commit_all("sparse index");
+    repo.git(&["sparse-checkout", "init", "--cone", "--sparse-index"]);
+    repo.git(&["sparse-checkout", "set", "in"]);
+    let sparse = repo.git(&["ls-files", "--sparse", "-s"]);
+    assert!(
+        sparse.lines().any(|l| l.starts_with("040000") && l.ends_with("\tout/")),
+        "{sparse}"
+    );
+    assert!(!repo.path("out").exists());
+    let before = repo.fingerprint();
+    let held = |id: &str| repo.git(&["ls-tree", "-r", "--name-only", id]);
+    let root = ".gitignore\nREADME.md\nin/a.txt\n";
+
+    repo.write("out/new.txt", b"new outside the cone\n");
+    repo.write("out/x.tmp", b"ignored by out/.gitignore, which only the index holds\n");
+    repo.write("out/deep/secret.key", b"ignored by out/deep/.gitignore\n");
+    let walked = repo.ckpt_json(&["snapshot", "--no-watch"], 0);
+    let walked = walked.one("snapshot")["id"].as_str().unwrap().to_owned();
+    assert_eq!(held(&walked), format!("{root}out/new.txt\n"), "a walk");
+    warm(&repo);
+    repo.write("out/new2.txt", b"created while the daemon runs\n");
+    repo.write("out/y.tmp", b"ignored\n");
+    repo.write("out/deep/secret2", b"ignored\n");
+    let after = watched(&repo);
+    assert_eq!(
+        (after.mode.as_str(), after.created),
+        ("watch", true),
+        "{}",
+        after.fallback
+    );
+    assert_eq!(
+        held(&after.id),
+        format!("{root}out/new.txt\nout/new2.txt\n"),
+        "the daemon's snapshot"
+    );
+    assert_walk_agrees(&repo, &after.id, "new files in a sparse directory");
+
+    repo.write("out/new.txt", b"edited\n");
+    let run = repo.ckpt_json(&["restore", &after.id, "--exact", "--yes"], 0);
+    assert!(
+        run.one("restore")["deleted"].as_array().is_some_and(|d| d.is_empty()),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(repo.read("out/new.txt"), b"new outside the cone\n");
+    assert_eq!(repo.read("out/new2.txt"), b"created while the daemon runs\n");
+    assert_eq!(
+        repo.read("out/x.tmp"),
+        b"ignored by out/.gitignore, which only the index holds\n"
+    );
+    stop(&repo);
+    assert_eq!(
+        repo.fingerprint().without_status(),
+        before.without_status(),
+        "the user's git state"
+    );
+}

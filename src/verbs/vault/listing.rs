@@ -562,6 +562,9 @@ impl Vault {
         if let Some(Ok(Some((known, index)))) = prefetched.map(std::thread::JoinHandle::join) {
             // Read while the file had the identity it has now: that version, as a read now.
             if known == identity {
+                let index = self.expand_sparse_dirs_on_disk(index)?;
+                // What an expansion holds depends on the disk as well: never kept.
+                let keep = keep && !index.is_sparse();
                 *self.kept_index.borrow_mut() = keep.then(|| (identity, index.clone()));
                 return Ok(index);
             }
@@ -579,9 +582,70 @@ impl Vault {
                 .open_index()
                 .map_err(|e| VerbError::git("reading the index (read-only)", e))?
         };
-        let index = std::sync::Arc::new(read);
+        let index = self.expand_sparse_dirs_on_disk(std::sync::Arc::new(read))?;
+        let keep = keep && !index.is_sparse();
         *self.kept_index.borrow_mut() = keep.then(|| (identity, index.clone()));
         Ok(index)
+    }
+
+    /// A sparse index holds each directory outside the cone as one entry (its tree), where git,
+    /// finding that directory on disk, looks inside: `git status` lists the files created there,
+    /// and the `.gitignore` files of that tree apply to them. So each such entry whose directory
+    /// is on disk is replaced, in memory, by the entries of its tree, marked skip-worktree as a
+    /// full index marks them; an entry whose directory is absent stays (nothing to capture
+    /// there). The index file is never written.
+    fn expand_sparse_dirs_on_disk(
+        &self,
+        index: std::sync::Arc<gix::index::File>,
+    ) -> Result<std::sync::Arc<gix::index::File>, VerbError> {
+        use gix::index::entry::{Flags, Mode};
+        let on_disk = |dir: &[u8]| {
+            RepoPath::new(dir.to_vec()).is_ok_and(|dir| {
+                std::fs::symlink_metadata(self.workdir.join(dir.to_os_path())).is_ok_and(|m| m.is_dir())
+            })
+        };
+        let expand = |entry: &gix::index::Entry, path: &BStr| {
+            entry.mode.is_sparse() && on_disk(path.strip_suffix(b"/").unwrap_or(path))
+        };
+        if !index.entries().iter().any(|e| expand(e, e.path(&index))) {
+            return Ok(index);
+        }
+        let (mut state, path) = std::sync::Arc::unwrap_or_clone(index).into_parts();
+        let mut trees: Vec<(RepoPath, ObjectId)> = Vec::new();
+        let mut unusable = None;
+        state.remove_entries(|_, path, entry| {
+            if !expand(entry, path) {
+                return false;
+            }
+            match RepoPath::new(path.strip_suffix(b"/").unwrap_or(path).to_vec()) {
+                Ok(dir) => trees.push((dir, ObjectId(entry.id))),
+                Err(e) => unusable = Some(e),
+            }
+            true
+        });
+        if let Some(e) = unusable {
+            return Err(e.into());
+        }
+        for (dir, tree) in trees {
+            for (below, item) in self.read_tree(&tree)? {
+                let mode = match item.kind {
+                    EntryKind::File => Mode::FILE,
+                    EntryKind::Executable => Mode::FILE_EXECUTABLE,
+                    EntryKind::Symlink => Mode::SYMLINK,
+                    EntryKind::Gitlink => Mode::COMMIT,
+                };
+                let full = dir.join(below.as_bytes())?;
+                state.dangerously_push_entry(
+                    Default::default(),
+                    item.id.0,
+                    Flags::SKIP_WORKTREE,
+                    mode,
+                    BStr::new(full.as_bytes()),
+                );
+            }
+        }
+        state.sort_entries();
+        Ok(std::sync::Arc::new(gix::index::File::from_state(state, path)))
     }
 
     /// Starts reading the index on a thread of its own, for the scoped listing that follows (a
