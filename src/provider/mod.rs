@@ -73,7 +73,9 @@ impl CkptError {
             CkptError::Records(RecordsError::UnsupportedVersion { .. }) => "unsupported_version",
             CkptError::Records(RecordsError::Io { .. }) => "io",
             CkptError::Records(RecordsError::LockTimeout { .. }) => "lock_timeout",
-            CkptError::Records(RecordsError::UnsafeStateDir { .. }) => "unsafe_state_dir",
+            CkptError::Records(RecordsError::UnsafeStateDir { .. } | RecordsError::UnsafeLockFile { .. }) => {
+                "unsafe_state_dir"
+            }
             CkptError::Verb(VerbError::Invalid(_)) => "invalid_input",
             CkptError::Verb(VerbError::MissingObject { .. }) => "missing_object",
             CkptError::Verb(VerbError::UnusableObject { .. }) => "unusable_object",

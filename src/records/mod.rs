@@ -84,6 +84,8 @@ pub enum RecordsError {
     LockTimeout { path: PathBuf, seconds: f64 },
     #[error("{path} is a symlink (or not a directory); ckpt keeps its state only in real directories and refuses to follow it. Remove the link, then run ckpt again")]
     UnsafeStateDir { path: PathBuf },
+    #[error("{path} is {what}, not a lock file; ckpt refuses to open it (it would create or overwrite what a link points at). Remove it, then run ckpt again")]
+    UnsafeLockFile { path: PathBuf, what: &'static str },
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RecordsError + '_ {
@@ -288,14 +290,27 @@ enum LockMode {
     Exclusive,
 }
 
-/// The lock file at `path`, created if needed (never truncated: it may name its holder).
+/// The lock file at `path`, created if needed (never truncated: it may name its holder). Never
+/// through a symlink someone put there (that would create or, for the daemon's pid, overwrite
+/// its target), and never a FIFO or device (opened without blocking, then refused): either is
+/// refused with its path, not removed, since removing a lock file another process may be
+/// opening at that moment would let two processes hold "the" lock.
 fn open_lock_file(path: &Path) -> Result<File, RecordsError> {
-    OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(io_error(path))
+    let refused = |what| RecordsError::UnsafeLockFile {
+        path: path.to_path_buf(),
+        what,
+    };
+    let file = crate::verbs::open_lock_no_follow(path).map_err(|e| match e.raw_os_error() {
+        Some(code) if code == rustix::io::Errno::LOOP.raw_os_error() => refused("a symlink"),
+        // A FIFO with no reader, opened without blocking.
+        Some(code) if code == rustix::io::Errno::NXIO.raw_os_error() => refused("a FIFO, socket or device"),
+        _ => io_error(path)(e),
+    })?;
+    match file.metadata() {
+        Ok(meta) if meta.is_file() => Ok(file),
+        Ok(_) => Err(refused("a FIFO, socket or device")),
+        Err(e) => Err(io_error(path)(e)),
+    }
 }
 
 /// An exclusive `flock` on `path` (created if needed) if nobody holds it now; `None` without

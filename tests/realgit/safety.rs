@@ -452,6 +452,9 @@ fn doctor_never_removes_a_user_file_that_only_looks_like_a_temp_file() {
     assert_eq!(audit.one("audit")["problems"], 0, "{}", audit.stdout);
     repo.ckpt_json(&["doctor", "--fix"], 0);
     assert_eq!(repo.read("docs/.ckpt-99999-ab.tmp"), b"the user's own file\n");
+    // And it is protected like any other file: only ckpt's exact temp-name shape is skipped.
+    let held = repo.git(&["ls-tree", "-r", "--name-only", &repo.snapshot(&[])]);
+    assert!(held.lines().any(|l| l == "docs/.ckpt-99999-ab.tmp"), "{held}");
 }
 
 #[cfg(feature = "fault-injection")]
@@ -485,14 +488,14 @@ fn doctor_removes_only_temp_files_of_the_interrupted_restore() {
     .expect("json");
     let pid = journal["pid"].as_u64().expect("pid");
     // Same pid, but in a directory the restore never wrote to: the user's.
-    let lookalike = format!("docs/.ckpt-{pid}-0123abcd.tmp");
+    let lookalike = format!("docs/.ckpt-{pid}-0123abcd0123abcd.tmp");
     repo.write(&lookalike, b"user data\n");
     // The killed process's own leftover, where it was writing: the start of src/lib.rs as the
     // checkpoint has it.
-    let leftover = format!("src/.ckpt-{pid}-feedbeef.tmp");
+    let leftover = format!("src/.ckpt-{pid}-feedbeeffeedbeef.tmp");
     repo.write(&leftover, b"pub fn ans");
     // Same pid, same directory, but content the restore never wrote: the user's.
-    let users = format!("src/.ckpt-{pid}-0000aaaa.tmp");
+    let users = format!("src/.ckpt-{pid}-0000aaaa0000aaaa.tmp");
     repo.write(&users, b"user data written after the crash\n");
     repo.ckpt_json(&["doctor", "--fix"], 0);
     assert_eq!(repo.read(&lookalike), b"user data\n");
@@ -543,6 +546,52 @@ fn a_symlinked_state_directory_is_refused_not_followed() {
     let run = repo.ckpt_json(&["snapshot"], 1);
     assert!(run.stderr.contains("symlink"), "{}", run.stderr);
     assert_eq!(std::fs::read_dir(&outside).expect("ls").count(), 0);
+}
+
+/// A lock file replaced by a symlink is refused, never opened through: the workspace lock (a
+/// link to a file that does not exist would create it) and the daemon's lock (its pid would
+/// overwrite the target). A FIFO there is refused too, without hanging (found by a review).
+#[test]
+fn a_lock_file_that_is_a_symlink_or_a_fifo_is_refused_not_followed() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let state = repo.common_dir().join("ckpt/main");
+    let missing = repo.home.join("created-by-lock");
+    std::fs::remove_file(state.join("lock")).expect("rm lock");
+    std::os::unix::fs::symlink(&missing, state.join("lock")).expect("plant link");
+    repo.write("more.txt", b"more\n");
+    let run = repo.ckpt_json(&["snapshot"], 1);
+    assert_eq!(run.one("error")["code"], "unsafe_state_dir", "{}", run.stdout);
+    assert!(
+        run.stdout.contains("lock") && run.stdout.contains("symlink"),
+        "{}",
+        run.stdout
+    );
+    assert!(!missing.exists(), "the lock's link target was created");
+    std::fs::remove_file(state.join("lock")).expect("rm link");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        state.join("lock").as_path(),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+    let run = repo.ckpt_json(&["snapshot"], 1);
+    assert_eq!(run.one("error")["code"], "unsafe_state_dir", "{}", run.stdout);
+    std::fs::remove_file(state.join("lock")).expect("rm fifo");
+    repo.ckpt_json(&["snapshot"], 0);
+
+    let victim = repo.home.join("victim");
+    std::fs::write(&victim, b"the user's bytes\n").expect("write victim");
+    std::fs::create_dir_all(state.join("watch")).expect("mkdir watch");
+    std::fs::remove_file(state.join("watch/daemon.lock")).ok();
+    std::os::unix::fs::symlink(&victim, state.join("watch/daemon.lock")).expect("plant link");
+    let run = repo.ckpt(&["watch", "start"]);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert_eq!(std::fs::read(&victim).expect("read victim"), b"the user's bytes\n");
+    std::fs::remove_file(state.join("watch/daemon.lock")).expect("rm link");
+    repo.ckpt(&["watch", "stop"]);
 }
 
 #[test]

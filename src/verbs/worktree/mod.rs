@@ -68,6 +68,15 @@ pub fn open_no_follow(path: &std::path::Path) -> std::io::Result<std::fs::File> 
     Ok(std::fs::File::from(fd))
 }
 
+/// Opens ckpt's own lock file at `path` for writing, created if missing and never truncated,
+/// without following a symlink at its last component and without blocking on a FIFO (the
+/// registry refuses both; this only opens).
+pub fn open_lock_no_follow(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(path, flags, Mode::from_raw_mode(0o666))?;
+    Ok(std::fs::File::from(fd))
+}
+
 /// The bytes, stat and hard-link count of the regular file at `path` below the worktree `root` now, read without
 /// following any symlink and only if it held still while read (read-only; the trace works
 /// backwards from it). `Ok(None)`: no such settled regular file of at most `max_bytes`.
@@ -84,14 +93,20 @@ pub fn read_settled_file(
     worktree.read_settled_file(path, max_bytes)
 }
 
-/// If `name` is a temp file name this module makes (`.ckpt-<pid>-<hex>.tmp`), the pid that made it.
+/// If `name` is a temp file name this module makes (`.ckpt-<pid>-<16 lowercase hex>.tmp`), the
+/// pid that made it. Exactly that shape: a user's file that merely looks similar is the user's
+/// (found by a review: `.ckpt-123-abc.tmp` went unprotected).
 pub fn temp_file_owner(name: &[u8]) -> Option<u32> {
     let rest = std::str::from_utf8(name)
         .ok()?
         .strip_prefix(".ckpt-")?
         .strip_suffix(".tmp")?;
     let (pid, random) = rest.split_once('-')?;
-    if random.is_empty() || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+    let lower_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+    if random.len() != 16 || !random.bytes().all(lower_hex) {
+        return None;
+    }
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) || pid.starts_with('0') {
         return None;
     }
     pid.parse().ok()
@@ -139,10 +154,10 @@ fn random_hex() -> Vec<u8> {
     let text = match getrandom::fill(&mut random) {
         Ok(()) => random.iter().map(|b| format!("{b:02x}")).collect::<String>(),
         Err(_) => format!(
-            "{:x}",
+            "{:016x}",
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
+                .map(|d| d.as_nanos() as u64)
                 .unwrap_or(0)
         ),
     };
@@ -386,12 +401,18 @@ mod tests {
     fn temp_names_are_recognised_and_nothing_else() {
         let name = temp_name();
         assert_eq!(temp_file_owner(&name), Some(std::process::id()));
+        assert_eq!(temp_file_owner(b".ckpt-12-0123456789abcdef.tmp"), Some(12));
         for other in [
             &b"notes.tmp"[..],
             b".ckpt-12.tmp",
             b".ckpt-x-ab.tmp",
             b".ckpt-12-zz.tmp",
             b".ckpt-12-ab.txt",
+            b".ckpt-123-abc.tmp",
+            b".ckpt-12-0123456789ABCDEF.tmp",
+            b".ckpt-12-0123456789abcdef0.tmp",
+            b".ckpt-+12-0123456789abcdef.tmp",
+            b".ckpt-012-0123456789abcdef.tmp",
         ] {
             assert_eq!(temp_file_owner(other), None, "{}", String::from_utf8_lossy(other));
         }
