@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{acquire_lock, create_state_dir, io_error, write_atomically, LockMode, RecordsError};
+use super::{acquire_lock, create_own_dirs, io_error, write_atomically, LockMode, RecordsError, OWN_STATE_LEVELS};
 
 const HOOKS_DIR: &str = "hooks";
 const POSITIONS_FILE: &str = "positions.json";
@@ -114,7 +114,7 @@ impl HookPositions {
             turn_key,
             call_id,
         } = *event;
-        create_state_dir(&self.dir)?;
+        create_own_dirs(&self.dir, OWN_STATE_LEVELS + 1, 0o777)?;
         let _lock = acquire_lock(&self.dir.join(LOCK_FILE), LockMode::Exclusive, &|_| {})?;
         let path = self.file();
         let mut file = match fs::read(&path) {

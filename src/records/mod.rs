@@ -367,7 +367,7 @@ pub struct Registry {
 impl Registry {
     /// Opens (creating if needed) the state directory `dir`.
     pub fn open(dir: &Path) -> Result<Self, RecordsError> {
-        create_state_dir(dir)?;
+        create_own_dirs(dir, OWN_STATE_LEVELS, 0o777)?;
         Ok(Registry { dir: dir.to_path_buf() })
     }
 
@@ -655,6 +655,33 @@ fn refuse_linked_state_dir(dir: &Path) -> Result<(), RecordsError> {
 fn create_state_dir(dir: &Path) -> Result<(), RecordsError> {
     refuse_linked_state_dir(dir)?;
     fs::create_dir_all(dir).map_err(io_error(dir))?;
+    refuse_linked_state_dir(dir)
+}
+
+/// Creates the state directory `dir`, of which the last `own` components are ckpt's: those are
+/// made as needed (with `mode`), while the directory above them (the git directory, the copy
+/// store's workspace) must exist already. ckpt never makes what is the user's, so a process
+/// that outlives its workspace (a daemon starting as a test removes its repository) cannot
+/// bring the workspace's path back and then keep watching it.
+fn create_own_dirs(dir: &Path, own: usize, mode: u32) -> Result<(), RecordsError> {
+    use std::os::unix::fs::DirBuilderExt;
+    refuse_linked_state_dir(dir)?;
+    let levels: Vec<&Path> = dir.ancestors().take(own + 1).collect();
+    let Some(base) = levels.last().filter(|_| levels.len() == own + 1) else {
+        return Err(io_error(dir)(std::io::Error::other("not a state directory path")));
+    };
+    if !base.is_dir() {
+        return Err(io_error(base)(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "gone (ckpt does not create it again)",
+        )));
+    }
+    for level in levels[..own].iter().rev() {
+        match fs::DirBuilder::new().mode(mode).create(level) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io_error(level)(e)),
+            _ => {}
+        }
+    }
     refuse_linked_state_dir(dir)
 }
 

@@ -5,13 +5,15 @@
 
 use std::fs::{self, File};
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{io_error, refuse_linked_state_dir, replace_unsynced, try_lock_file, RecordsError};
+use super::{
+    create_own_dirs, io_error, refuse_linked_state_dir, replace_unsynced, try_lock_file, RecordsError, OWN_STATE_LEVELS,
+};
 
 const WATCH_DIR: &str = "watch";
 const BASE_FILE: &str = "base.json";
@@ -63,13 +65,13 @@ impl WatchFiles {
 
     /// Creates `watch/` and `watch/cookies/` private to the user (0700), refusing symlinks.
     pub fn prepare(&self) -> Result<(), RecordsError> {
-        for dir in [self.dir.clone(), self.cookies()] {
-            refuse_linked_state_dir(&dir)?;
-            match fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir) {
-                Ok(()) => {}
-                Err(e) => return Err(io_error(&dir)(e)),
-            }
-            refuse_linked_state_dir(&dir)?;
+        // `<state>/watch` and `<state>/watch/cookies`: below the workspace's state directory,
+        // made as the registry makes it, never the git directory above it.
+        for (dir, own) in [
+            (self.dir.clone(), OWN_STATE_LEVELS + 1),
+            (self.cookies(), OWN_STATE_LEVELS + 2),
+        ] {
+            create_own_dirs(&dir, own, 0o700)?;
             // Made by someone else, or loosened since: only the user may reach the socket.
             let mode = fs::metadata(&dir).map_err(io_error(&dir))?.permissions().mode() & 0o777;
             if mode != 0o700 {

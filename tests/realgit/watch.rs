@@ -497,6 +497,22 @@ fn a_daemon_started_for_a_workspace_that_went_away_creates_nothing() {
     assert!(!repo.root.exists(), "the daemon created the removed workspace again");
 }
 
+/// The same, removed just after the daemon looked (found in CI: daemons of finished tests kept
+/// running in a `work/.git/ckpt/main/watch` they had made again). Its lock's directories are
+/// made only below a git directory that still exists.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_workspace_removed_as_the_daemon_takes_its_lock_is_not_created_again() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let run = ["watch", "run", "--idle-seconds", "3"];
+    let out = crate::safety::run_paused(&repo, "watch:daemon-lock", &run, || {
+        std::fs::remove_dir_all(&repo.root).unwrap();
+    });
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!repo.root.exists(), "the daemon created the removed workspace again");
+}
+
 /// The scope-only capture classifies each changed path by itself (ignore rules of the path and
 /// of every directory above it, tracked or not, nested repositories); every case must be served
 /// by the daemon and give exactly the checkpoint a walk gives.

@@ -213,6 +213,9 @@ pub fn run(
             root.display()
         )));
     }
+    // Removed between that look and the lock: the lock's directories are made only below a git
+    // directory (or copy store workspace) that still exists, so nothing is brought back.
+    crate::fault::pause("watch:daemon-lock");
     // A daemon that was just asked to stop may still be on its way out: give it a moment.
     let deadline = Instant::now() + Duration::from_secs(2);
     let lock = loop {
