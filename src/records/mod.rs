@@ -84,7 +84,7 @@ pub enum RecordsError {
     LockTimeout { path: PathBuf, seconds: f64 },
     #[error("{path} is a symlink (or not a directory); ckpt keeps its state only in real directories and refuses to follow it. Remove the link, then run ckpt again")]
     UnsafeStateDir { path: PathBuf },
-    #[error("{path} is {what}, not a lock file; ckpt refuses to open it (it would create or overwrite what a link points at). Remove it, then run ckpt again")]
+    #[error("{path} is {what}, not a lock file of ckpt's own; ckpt refuses to use it (through a link it would create or overwrite another file). Remove it, then run ckpt again")]
     UnsafeLockFile { path: PathBuf, what: &'static str },
 }
 
@@ -306,7 +306,10 @@ fn open_lock_file(path: &Path) -> Result<File, RecordsError> {
         Some(code) if code == rustix::io::Errno::NXIO.raw_os_error() => refused("a FIFO, socket or device"),
         _ => io_error(path)(e),
     })?;
+    use std::os::unix::fs::MetadataExt;
     match file.metadata() {
+        // Another name for the same file (a hard link someone made) would get the daemon's pid.
+        Ok(meta) if meta.is_file() && meta.nlink() > 1 => Err(refused("a hard link to another file")),
         Ok(meta) if meta.is_file() => Ok(file),
         Ok(_) => Err(refused("a FIFO, socket or device")),
         Err(e) => Err(io_error(path)(e)),

@@ -591,6 +591,12 @@ fn a_lock_file_that_is_a_symlink_or_a_fifo_is_refused_not_followed() {
     assert_ne!(run.code, 0, "{}", run.stdout);
     assert_eq!(std::fs::read(&victim).expect("read victim"), b"the user's bytes\n");
     std::fs::remove_file(state.join("watch/daemon.lock")).expect("rm link");
+    // A hard link is another name for the victim: refused too.
+    std::fs::hard_link(&victim, state.join("watch/daemon.lock")).expect("hard link");
+    let run = repo.ckpt(&["watch", "start"]);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert_eq!(std::fs::read(&victim).expect("read victim"), b"the user's bytes\n");
+    std::fs::remove_file(state.join("watch/daemon.lock")).expect("rm hard link");
     repo.ckpt(&["watch", "stop"]);
 }
 

@@ -1431,3 +1431,35 @@ fn a_sparse_index_directory_on_disk_is_captured_as_git_status_lists_it() {
         "the user's git state"
     );
 }
+
+/// In a sparse index, what stands where git would look (found by a review): a file where an
+/// out-of-cone directory was is untracked, as `git status` says (`?? other`), so it is
+/// captured; a `.gitignore` that is on disk but a symlink gives no rules, as git reads none
+/// from it, rather than the rules of the tree's `.gitignore`.
+#[test]
+fn in_a_sparse_index_a_file_for_a_directory_and_a_linked_ignore_file_count_as_git_counts_them() {
+    let repo = TestRepo::new();
+    repo.write("in/a.txt", b"in the cone\n");
+    repo.write("out/o.txt", b"outside\n");
+    repo.write("out/.gitignore", b"*.tmp\n");
+    repo.write("other/p.txt", b"outside too\n");
+    repo.commit_all("sparse index");
+    repo.git(&["sparse-checkout", "init", "--cone", "--sparse-index"]);
+    repo.git(&["sparse-checkout", "set", "in"]);
+    let before = repo.fingerprint();
+    repo.write("other", b"a file where a sparse directory was\n");
+    repo.write("out/x.tmp", b"not ignored: the .gitignore on disk is a link\n");
+    repo.write("elsewhere-rules", b"*.txt\n");
+    repo.symlink("../elsewhere-rules", "out/.gitignore");
+    let run = repo.ckpt_json(&["snapshot", "--no-watch"], 0);
+    let id = run.one("snapshot")["id"].as_str().unwrap().to_owned();
+    let tree = repo.git(&["ls-tree", "-r", "--name-only", &id]);
+    for path in ["other", "out/x.tmp", "out/.gitignore", "elsewhere-rules"] {
+        assert!(tree.lines().any(|l| l == path), "{path} missing:\n{tree}");
+    }
+    assert_eq!(
+        repo.fingerprint().without_status(),
+        before.without_status(),
+        "the user's git state"
+    );
+}

@@ -222,11 +222,12 @@ fn dirwalk_as_git_does(
         .ok_or_else(|| failed("the repository has no worktree".to_owned()))?;
     let mut excludes = exclude_stack(repo, index)?;
     let mut unmarked: gix::index::State = (**index).clone();
+    // A sparse directory entry left after the expansion ([`Vault::read_index`]) is one whose
+    // directory is not on disk as a directory: absent (nothing to walk), or a file or symlink
+    // now, which git lists as untracked (`?? out`). Without the entry, the walk does the same.
+    unmarked.remove_entries(|_, _, entry| entry.mode.is_sparse());
     for entry in unmarked.entries_mut() {
-        // A sparse index's directory entry stands for a whole tree that is not checked out.
-        if !entry.mode.is_sparse() {
-            entry.flags.remove(Flags::SKIP_WORKTREE);
-        }
+        entry.flags.remove(Flags::SKIP_WORKTREE);
     }
     let (mut search, mut attributes) = repo
         .pathspec(
@@ -283,16 +284,37 @@ fn exclude_stack<'repo>(
     repo: &'repo gix::Repository,
     index: &gix::index::File,
 ) -> Result<gix::AttributeStack<'repo>, VerbError> {
-    // The index is read only for `.gitignore` files marked skip-worktree (sparse checkouts:
-    // git reads those from the index). Finding them costs a look at every entry's path; an
-    // index with no skip-worktree entry at all, the usual one, needs no such look.
-    let sparse = index
+    // The index is read only for `.gitignore` files marked skip-worktree that are not on disk
+    // (sparse checkouts: git reads those from the index). One that is on disk in any form is
+    // git's to read from the worktree, as it clears the mark of a present file: a symlink or a
+    // directory there gives no rules (found by a review: the tree's rules were applied). So the
+    // stack gets an index of just the absent ones; the usual index, with no skip-worktree entry,
+    // gives an empty one without a look at every entry's path.
+    use gix::index::entry::Flags;
+    let mut from_index = gix::index::State::new(repo.object_hash());
+    if index
         .entries()
         .iter()
-        .any(|entry| entry.flags.contains(gix::index::entry::Flags::SKIP_WORKTREE));
-    let no_entries = gix::index::State::new(repo.object_hash());
+        .any(|entry| entry.flags.contains(Flags::SKIP_WORKTREE))
+    {
+        let root = repo.workdir().unwrap_or_else(|| Path::new("."));
+        for entry in index.entries() {
+            let path = entry.path(index);
+            let is_ignore_file = path == ".gitignore" || path.ends_with(b"/.gitignore");
+            if !is_ignore_file || !entry.flags.contains(Flags::SKIP_WORKTREE) {
+                continue;
+            }
+            let absent = RepoPath::new(path.to_vec()).is_ok_and(|rel| {
+                std::fs::symlink_metadata(root.join(rel.to_os_path()))
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            });
+            if absent {
+                from_index.dangerously_push_entry(entry.stat, entry.id, entry.flags, entry.mode, path);
+            }
+        }
+    }
     repo.excludes(
-        if sparse { index } else { &no_entries },
+        &from_index,
         None,
         gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
     )
