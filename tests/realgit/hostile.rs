@@ -259,3 +259,38 @@ fn a_record_that_disagrees_with_its_commit_is_a_corrupt_registry_not_a_usage_err
     let run = repo.ckpt_json(&["restore", &id, "--yes"], 1);
     assert_eq!(run.one("error")["code"], "corrupt_registry", "{}", run.stdout);
 }
+
+/// A tree nested 20,000 levels deep in HEAD (outside a sparse cone, so never on disk) is read
+/// level by level, never by recursion: snapshots work (found by a review: the tree diff
+/// overflowed the stack and aborted every snapshot).
+#[test]
+fn a_tree_nested_twenty_thousand_levels_deep_does_not_overflow_the_stack() {
+    let repo = TestRepo::new();
+    repo.write("in/f.txt", b"in the cone\n");
+    repo.commit_all("base");
+    let lib = git2::Repository::open(&repo.root).expect("libgit2 opens the repo");
+    let leaf_blob = lib.blob(b"leaf\n").expect("blob");
+    let mut builder = lib.treebuilder(None).expect("treebuilder");
+    builder.insert("leaf", leaf_blob, 0o100644).expect("insert");
+    let mut tree = builder.write().expect("write");
+    for _ in 0..20_000 {
+        let mut builder = lib.treebuilder(None).expect("treebuilder");
+        builder.insert("a", tree, 0o040000).expect("insert");
+        tree = builder.write().expect("write");
+    }
+    let head = lib.head().expect("head").peel_to_commit().expect("commit");
+    let mut root = lib.treebuilder(Some(&head.tree().expect("tree"))).expect("treebuilder");
+    root.insert("deep", tree, 0o040000).expect("insert");
+    let root = lib.find_tree(root.write().expect("write")).expect("tree");
+    let sig = git2::Signature::now("t", "t@example.com").expect("signature");
+    let deep = lib.commit(None, &sig, &sig, "deep", &root, &[&head]).expect("commit");
+    repo.git(&["sparse-checkout", "init", "--cone", "--sparse-index"]);
+    repo.git(&["sparse-checkout", "set", "in"]);
+    repo.git(&["reset", "-q", "--soft", &deep.to_string()]);
+    repo.git(&["read-tree", "-m", "-u", "HEAD"]);
+    assert!(!repo.path("deep").exists());
+    repo.write("in/f.txt", b"edited\n");
+    let run = repo.ckpt_json(&["snapshot", "--no-watch"], 0);
+    let id = run.one("snapshot")["id"].as_str().unwrap().to_owned();
+    assert_eq!(repo.git(&["show", &format!("{id}:in/f.txt")]), "edited\n");
+}

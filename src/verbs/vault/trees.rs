@@ -198,17 +198,25 @@ impl Vault {
     /// whose ids differ, so the cost follows the size of the change.
     pub fn diff_trees(&self, old: Option<&ObjectId>, new: Option<&ObjectId>) -> Result<Vec<TreeChange>, VerbError> {
         let mut changes = Vec::new();
-        self.diff_level(None, old.copied(), new.copied(), &mut changes)?;
+        // A worklist, not recursion: a hostile tree may be nested arbitrarily deep (found by a
+        // review: 20,000 levels in HEAD overflowed the stack).
+        let mut pending: Vec<(Option<RepoPath>, Option<ObjectId>, Option<ObjectId>)> =
+            vec![(None, old.copied(), new.copied())];
+        while let Some((prefix, old, new)) = pending.pop() {
+            self.diff_level(prefix.as_ref(), old, new, &mut changes, &mut pending)?;
+        }
         changes.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(changes)
     }
 
+    /// The differing entries of one level go to `out`; differing subtrees to `pending`.
     fn diff_level(
         &self,
         prefix: Option<&RepoPath>,
         old: Option<ObjectId>,
         new: Option<ObjectId>,
         out: &mut Vec<TreeChange>,
+        pending: &mut Vec<(Option<RepoPath>, Option<ObjectId>, Option<ObjectId>)>,
     ) -> Result<(), VerbError> {
         if old == new {
             return Ok(());
@@ -240,7 +248,7 @@ impl Vault {
                 });
             }
             if a_tree.is_some() || b_tree.is_some() {
-                self.diff_level(Some(&path), a_tree, b_tree, out)?;
+                pending.push((Some(path), a_tree, b_tree));
             }
         }
         Ok(())
