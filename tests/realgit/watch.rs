@@ -1361,6 +1361,21 @@ fn a_sparse_checkouts_ignore_file_outside_the_cone_is_read_from_the_index() {
     );
 }
 
+/// A repository whose index is sparse, cone `in/` only: `in/a.txt` checked out, and each of
+/// `outside` (path, bytes) committed but, outside the cone, only in the index as its
+/// directory's tree.
+fn sparse_index_repo(outside: &[(&str, &[u8])]) -> TestRepo {
+    let repo = TestRepo::new();
+    repo.write("in/a.txt", b"in the cone\n");
+    for (path, bytes) in outside {
+        repo.write(path, bytes);
+    }
+    repo.commit_all("sparse index");
+    repo.git(&["sparse-checkout", "init", "--cone", "--sparse-index"]);
+    repo.git(&["sparse-checkout", "set", "in"]);
+    repo
+}
+
 /// With a sparse index, a directory outside the cone is one index entry (its tree). Once that
 /// directory is on disk, the files created in it are captured and its tree's `.gitignore`
 /// applies, as in a full index, by walks and by the daemon alike; a restore puts them back and
@@ -1368,15 +1383,12 @@ fn a_sparse_checkouts_ignore_file_outside_the_cone_is_read_from_the_index() {
 /// by a walk, and the daemon captured ignored files).
 #[test]
 fn a_sparse_index_directory_on_disk_is_captured_as_git_status_lists_it() {
-    let repo = TestRepo::new();
-    repo.write("in/a.txt", b"in the cone\n");
-    repo.write("out/o.txt", b"outside\n");
-    repo.write("out/.gitignore", b"*.tmp\n");
-    repo.write("out/deep/.gitignore", b"secret*\n");
-    repo.write("out/deep/d.txt", b"deep\n");
-    repo.commit_all("sparse index");
-    repo.git(&["sparse-checkout", "init", "--cone", "--sparse-index"]);
-    repo.git(&["sparse-checkout", "set", "in"]);
+    let repo = sparse_index_repo(&[
+        ("out/o.txt", b"outside\n"),
+        ("out/.gitignore", b"*.tmp\n"),
+        ("out/deep/.gitignore", b"secret*\n"),
+        ("out/deep/d.txt", b"deep\n"),
+    ]);
     let sparse = repo.git(&["ls-files", "--sparse", "-s"]);
     assert!(
         sparse.lines().any(|l| l.starts_with("040000") && l.ends_with("\tout/")),
@@ -1438,14 +1450,11 @@ fn a_sparse_index_directory_on_disk_is_captured_as_git_status_lists_it() {
 /// from it, rather than the rules of the tree's `.gitignore`.
 #[test]
 fn in_a_sparse_index_a_file_for_a_directory_and_a_linked_ignore_file_count_as_git_counts_them() {
-    let repo = TestRepo::new();
-    repo.write("in/a.txt", b"in the cone\n");
-    repo.write("out/o.txt", b"outside\n");
-    repo.write("out/.gitignore", b"*.tmp\n");
-    repo.write("other/p.txt", b"outside too\n");
-    repo.commit_all("sparse index");
-    repo.git(&["sparse-checkout", "init", "--cone", "--sparse-index"]);
-    repo.git(&["sparse-checkout", "set", "in"]);
+    let repo = sparse_index_repo(&[
+        ("out/o.txt", b"outside\n"),
+        ("out/.gitignore", b"*.tmp\n"),
+        ("other/p.txt", b"outside too\n"),
+    ]);
     let before = repo.fingerprint();
     repo.write("other", b"a file where a sparse directory was\n");
     repo.write("out/x.tmp", b"not ignored: the .gitignore on disk is a link\n");
