@@ -32,6 +32,18 @@ fn watched_with(repo: &TestRepo, extra: &[&str]) -> Watched {
     }
 }
 
+/// A watched snapshot that the daemon must serve, with a new checkpoint.
+fn served_by_the_daemon(repo: &TestRepo) -> Watched {
+    let after = watched(repo);
+    assert_eq!(
+        (after.mode.as_str(), after.created),
+        ("watch", true),
+        "{}",
+        after.fallback
+    );
+    after
+}
+
 /// A walked snapshot right after: it must find exactly the checkpoint `id`.
 fn assert_walk_agrees(repo: &TestRepo, id: &str, what: &str) {
     let run = repo.ckpt_json(&["snapshot", "--no-watch"], 0);
@@ -1327,13 +1339,7 @@ fn a_sparse_checkouts_ignore_file_outside_the_cone_is_read_from_the_index() {
     warm(&repo);
     repo.write("hidden/new.tmp", b"ignored by the rule only the index holds\n");
     repo.write("hidden/new.txt", b"kept\n");
-    let after = watched(&repo);
-    assert_eq!(
-        (after.mode.as_str(), after.created),
-        ("watch", true),
-        "{}",
-        after.fallback
-    );
+    let after = served_by_the_daemon(&repo);
     let held = |id: &str| repo.git(&["ls-tree", "-r", "--name-only", id]);
     let expected = ".gitignore\nREADME.md\na.txt\ndir/c.txt\nhidden/new.txt\n";
     assert_eq!(held(&after.id), expected, "the daemon's snapshot");
@@ -1409,13 +1415,7 @@ fn a_sparse_index_directory_on_disk_is_captured_as_git_status_lists_it() {
     repo.write("out/new2.txt", b"created while the daemon runs\n");
     repo.write("out/y.tmp", b"ignored\n");
     repo.write("out/deep/secret2", b"ignored\n");
-    let after = watched(&repo);
-    assert_eq!(
-        (after.mode.as_str(), after.created),
-        ("watch", true),
-        "{}",
-        after.fallback
-    );
+    let after = served_by_the_daemon(&repo);
     assert_eq!(
         held(&after.id),
         format!("{root}out/new.txt\nout/new2.txt\n"),
