@@ -114,6 +114,7 @@ pub(super) fn start(root: &Path, files: &WatchFiles) -> Result<bool, CkptError> 
     if daemon_status(files)?.is_some() {
         return Ok(false);
     }
+    files.check_daemon_lock_file()?;
     let exe = std::env::current_exe().map_err(|source| CkptError::Io {
         path: "the ckpt executable".into(),
         source,

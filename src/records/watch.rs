@@ -81,6 +81,14 @@ impl WatchFiles {
         Ok(())
     }
 
+    /// Whether a daemon could take its lock file as it is (a real file, not a link, FIFO or
+    /// hard link; see the registry's lock files), without taking the lock: `watch start` asks
+    /// first, so a refusal reaches the user with its reason, not as a daemon that exited.
+    pub fn check_daemon_lock_file(&self) -> Result<(), RecordsError> {
+        self.prepare()?;
+        super::open_lock_file(&self.dir.join("daemon.lock")).map(drop)
+    }
+
     /// Takes the daemon lock without waiting; `None` when another daemon holds it.
     pub fn try_lock_daemon(&self) -> Result<Option<DaemonLock>, RecordsError> {
         self.prepare()?;

@@ -589,12 +589,19 @@ fn a_lock_file_that_is_a_symlink_or_a_fifo_is_refused_not_followed() {
     std::os::unix::fs::symlink(&victim, state.join("watch/daemon.lock")).expect("plant link");
     let run = repo.ckpt(&["watch", "start"]);
     assert_ne!(run.code, 0, "{}", run.stdout);
+    // The reason, with its path: not only "the daemon exited".
+    assert!(
+        run.stderr.contains("daemon.lock") && run.stderr.contains("symlink"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(std::fs::read(&victim).expect("read victim"), b"the user's bytes\n");
     std::fs::remove_file(state.join("watch/daemon.lock")).expect("rm link");
     // A hard link is another name for the victim: refused too.
     std::fs::hard_link(&victim, state.join("watch/daemon.lock")).expect("hard link");
     let run = repo.ckpt(&["watch", "start"]);
     assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(run.stderr.contains("hard link"), "{}", run.stderr);
     assert_eq!(std::fs::read(&victim).expect("read victim"), b"the user's bytes\n");
     std::fs::remove_file(state.join("watch/daemon.lock")).expect("rm hard link");
     repo.ckpt(&["watch", "stop"]);
