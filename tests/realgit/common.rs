@@ -19,6 +19,38 @@ pub struct TestRepo {
     pub home: PathBuf,
 }
 
+/// Any watch daemon a test left running in its workspace is stopped before the temp dir goes:
+/// removing the directories while the daemon writes its cookies there can fail half way, and
+/// then the daemon keeps watching what is left until its idle timeout (found after CI runs: a
+/// hook test's daemon outlived it by 30 minutes).
+impl Drop for TestRepo {
+    fn drop(&mut self) {
+        let sockets = |dir: PathBuf| -> bool {
+            let mut pending = vec![(dir, 0)];
+            while let Some((dir, depth)) = pending.pop() {
+                let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+                for entry in entries.flatten() {
+                    let path = entry.path();
+                    if path.file_name().is_some_and(|n| n == "watch.sock") {
+                        return true;
+                    }
+                    if depth < 5 && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                        pending.push((path, depth + 1));
+                    }
+                }
+            }
+            false
+        };
+        if sockets(self.root.join(".git/ckpt")) || sockets(self.home.join(".local/share/ckpt")) {
+            let mut cmd = self.ckpt_command();
+            cmd.args(["watch", "stop"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            let _ = cmd.status();
+        }
+    }
+}
+
 pub struct Run {
     pub code: i32,
     pub stdout: String,
