@@ -84,7 +84,7 @@ pub enum RecordsError {
     LockTimeout { path: PathBuf, seconds: f64 },
     #[error("{path} is a symlink (or not a directory); ckpt keeps its state only in real directories and refuses to follow it. Remove the link, then run ckpt again")]
     UnsafeStateDir { path: PathBuf },
-    #[error("{path} is {what}, not a lock file of ckpt's own; ckpt refuses to use it (through a link it would create or overwrite another file). Remove it, then run ckpt again")]
+    #[error("{path} is {what}, not a plain lock file of ckpt's own; ckpt refuses to open it (a link would make it create or overwrite another file, a FIFO would block it). Remove it, then run ckpt again")]
     UnsafeLockFile { path: PathBuf, what: &'static str },
 }
 
