@@ -220,3 +220,65 @@ fn doctor_removes_only_the_pack_writers_old_leftover_temp_files() {
     assert_eq!(repo.fingerprint(), before);
     repo.ckpt_json(&["audit"], 0);
 }
+
+/// Snapshots take pins by name, loose or packed, without reading each loose pin's file, except
+/// the newest one's: an unchanged worktree must never be answered with a checkpoint whose pin
+/// now points at another commit (that pin no longer keeps it from git's gc). A pin the registry
+/// lacks is read before its commit rebuilds a record.
+#[test]
+fn a_snapshot_reads_the_newest_pin_before_it_answers_with_that_checkpoint() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"1");
+    let first = repo.snapshot(&[]);
+    repo.write("a.txt", b"2");
+    let second = repo.snapshot(&[]);
+    // The older pins packed, the newest loose.
+    repo.git(&["pack-refs", "--all"]);
+    repo.write("a.txt", b"3");
+    let newest = repo.snapshot(&[]);
+    let listed: Vec<String> = repo
+        .ckpt_json(&["list"], 0)
+        .json
+        .iter()
+        .map(|line| line["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(listed, vec![first.clone(), second.clone(), newest.clone()]);
+
+    repo.git(&["update-ref", &format!("refs/ckpt/main/{newest}"), &second]);
+    let again = repo.ckpt_json(&["snapshot"], 0);
+    let snap = again.one("snapshot");
+    assert_eq!(
+        snap["created"], true,
+        "not answered with the repointed checkpoint: {snap}"
+    );
+    let taken = snap["id"].as_str().unwrap().to_owned();
+    assert_ne!(taken, newest);
+    assert_eq!(
+        repo.git(&["rev-parse", &format!("{taken}:a.txt")]).trim(),
+        repo.git(&["hash-object", "a.txt"]).trim()
+    );
+    let audit = repo.ckpt_json(&["audit"], 1);
+    let message = audit.json[0]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        message.contains(&newest) || audit.stdout.contains(&newest),
+        "doctor reads every pin: {}",
+        audit.stdout
+    );
+
+    // A pin without a record (a process killed between pin and record) is read and rebuilt.
+    repo.git(&["update-ref", &format!("refs/ckpt/main/{newest}"), &newest]);
+    let records = repo.common_dir().join("ckpt/main/records.json");
+    let text = std::fs::read_to_string(&records).unwrap();
+    let mut file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    file["records"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|r| r["id"] != taken.as_str());
+    std::fs::write(&records, serde_json::to_vec_pretty(&file).unwrap()).unwrap();
+    let listed = repo.ckpt_json(&["list"], 0);
+    assert!(
+        listed.json.iter().any(|line| line["id"] == taken.as_str()),
+        "{}",
+        listed.stdout
+    );
+}

@@ -1472,3 +1472,28 @@ fn in_a_sparse_index_a_file_for_a_directory_and_a_linked_ignore_file_count_as_gi
         "the user's git state"
     );
 }
+
+/// The daemon answers an unchanged worktree with the newest checkpoint only while that
+/// checkpoint's pin points at exactly its commit: one repointed since is not standing for
+/// anything (a full scan takes a new checkpoint).
+#[test]
+fn an_unchanged_worktree_is_not_answered_with_a_checkpoint_whose_pin_was_repointed() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"1\n");
+    repo.commit_all("one file");
+    let older = repo.snapshot(&[]);
+    repo.write("a.txt", b"2\n");
+    let newest = warm(&repo);
+    assert_ne!(older, newest);
+    repo.git(&["update-ref", &format!("refs/ckpt/main/{newest}"), &older]);
+    let after = watched(&repo);
+    assert_eq!(
+        (after.mode.as_str(), after.created),
+        ("full", true),
+        "{}",
+        after.fallback
+    );
+    assert_ne!(after.id, newest);
+    assert_walk_agrees(&repo, &after.id, "after the repointed pin");
+    stop(&repo);
+}

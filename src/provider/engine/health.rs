@@ -138,7 +138,7 @@ impl Engine {
                 Vec::new()
             }
         };
-        let reconciled = self.reconcile(stored)?;
+        let reconciled = self.reconcile_every_pin(stored)?;
         report.records = reconciled.records.len() - reconciled.rebuilt.len();
         let unpinned: HashSet<&String> = reconciled.unpinned.iter().collect();
         report.refs = reconciled.records.len() - unpinned.len() + reconciled.unreadable_pins.len();
@@ -450,7 +450,7 @@ impl Engine {
                     Vec::new()
                 }
             };
-            let reconciled = self.reconcile(stored)?;
+            let reconciled = self.reconcile_every_pin(stored)?;
             let unpinned: HashSet<String> = reconciled.unpinned.iter().cloned().collect();
             let mut kept = Vec::new();
             for record in reconciled.records {

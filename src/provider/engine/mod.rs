@@ -22,7 +22,7 @@ use crate::provider::{
     CkptError, Confirmation, Preview, Provider, RestoreReport, Selection, SnapshotOutcome, SnapshotRequest,
 };
 use crate::records::{CkptPack, Record, Registry, RegistryLock, StoreLock, Trailers, WirePath};
-use crate::verbs::{FileCounts, ObjectId, PackCompression, PinRef, RepoPath, TreeItem, Vault, WorkspaceKey};
+use crate::verbs::{FileCounts, ObjectId, PackCompression, PinNames, PinRef, RepoPath, TreeItem, Vault, WorkspaceKey};
 
 /// The registry checked against the refs.
 #[derive(Debug, Default)]
@@ -262,10 +262,28 @@ impl Engine {
         Ok(self.reconcile(self.stored_records()?)?.records)
     }
 
-    pub fn reconcile(&self, mut records: Vec<Record>) -> Result<Reconciled, CkptError> {
+    /// The registry reconciled with this workspace's pins, taken by name: a loose pin's file is
+    /// read only for a checkpoint the registry lacks (before its commit rebuilds a record) and
+    /// for the newest pinned record, the one a snapshot builds on or answers with, which must
+    /// be pinned at exactly its commit. Every other use of a checkpoint reads its pin first
+    /// ([`Self::pinned_tree_id`]); `doctor` reads them all ([`Self::reconcile_every_pin`]).
+    pub fn reconcile(&self, records: Vec<Record>) -> Result<Reconciled, CkptError> {
+        let listing = self.vault.list_pin_names()?;
+        self.reconcile_with(records, listing)
+    }
+
+    /// [`Self::reconcile`], with every pin's target read and checked.
+    pub fn reconcile_every_pin(&self, records: Vec<Record>) -> Result<Reconciled, CkptError> {
         let (pins, foreign) = self.vault.list_pins()?;
+        let pins = pins.into_iter().map(|(pin, target)| (pin, Some(target))).collect();
+        self.reconcile_with(records, (pins, foreign))
+    }
+
+    fn reconcile_with(&self, mut records: Vec<Record>, (pins, foreign): PinNames) -> Result<Reconciled, CkptError> {
         let known: HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
         let mut pinned: HashSet<String> = HashSet::new();
+        // Pinned by a name whose file was not read.
+        let mut unread: HashSet<String> = HashSet::new();
         let mut out = Reconciled {
             foreign_refs: foreign,
             ..Reconciled::default()
@@ -275,13 +293,26 @@ impl Engine {
                 continue;
             }
             let Some(id) = pin.checkpoint_id() else { continue };
+            let is_known = known.contains(&id.to_hex());
+            let target = match target {
+                Some(target) => target,
+                None if is_known => {
+                    unread.insert(id.to_hex());
+                    id
+                }
+                None => match self.vault.read_pin(&pin)? {
+                    Some(target) => target,
+                    // Removed since it was listed.
+                    None => continue,
+                },
+            };
             if id != target {
                 out.unreadable_pins
                     .push((pin.as_str().to_owned(), format!("points at {target}, not at {id}")));
                 continue;
             }
             pinned.insert(id.to_hex());
-            if known.contains(&id.to_hex()) {
+            if is_known {
                 continue;
             }
             match self.record_from_commit(&id) {
@@ -292,12 +323,30 @@ impl Engine {
                 Err(why) => out.unreadable_pins.push((pin.as_str().to_owned(), why)),
             }
         }
+        records.sort_by(|a, b| a.time.cmp(&b.time));
+        for record in records.iter().rev() {
+            if !pinned.contains(&record.id) {
+                continue;
+            }
+            if !unread.contains(&record.id) {
+                break;
+            }
+            let Ok(id) = record.object_id() else { break };
+            let pin = PinRef::for_checkpoint(&self.workspace, &id);
+            match self.vault.read_pin(&pin)? {
+                Some(target) if target == id => break,
+                Some(target) => out
+                    .unreadable_pins
+                    .push((pin.as_str().to_owned(), format!("points at {target}, not at {id}"))),
+                None => {}
+            }
+            pinned.remove(&record.id);
+        }
         out.unpinned = records
             .iter()
             .filter(|r| !pinned.contains(&r.id))
             .map(|r| r.id.clone())
             .collect();
-        records.sort_by(|a, b| a.time.cmp(&b.time));
         out.records = records;
         Ok(out)
     }

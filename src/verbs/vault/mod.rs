@@ -20,6 +20,7 @@ pub use blobs::{FileRead, LocalBlobs, ParallelBlobs, READ_ATTEMPTS};
 pub use gc::{collect_private_garbage, GarbageReport};
 pub use listing::{IndexStat, PathScope};
 pub use objects::NewTreeEntry;
+pub use pins::PinNames;
 pub use private::{
     enclosing_bare_repository, enclosing_common_dir, enclosing_exclude_files, enclosing_worktree, path_key,
     PrivateStore,

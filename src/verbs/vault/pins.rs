@@ -12,6 +12,9 @@ use crate::verbs::VerbError;
 /// Valid pins with their targets, and names under `refs/ckpt/` that are not valid pins.
 pub type PinListing = (Vec<(PinRef, ObjectId)>, Vec<String>);
 
+/// [`PinListing`] by name: a loose pin's target is not read (`None`).
+pub type PinNames = (Vec<(PinRef, Option<ObjectId>)>, Vec<String>);
+
 impl Vault {
     /// Creates `pin` pointing at `commit`; with `expected_old`, replaces only that value.
     pub fn pin(&self, pin: &PinRef, commit: &ObjectId, expected_old: Option<&ObjectId>) -> Result<(), VerbError> {
@@ -123,6 +126,67 @@ impl Vault {
             match (PinRef::parse(&name), reference.target().try_id()) {
                 (Ok(pin), Some(id)) => pins.push((pin, ObjectId(id.to_owned()))),
                 _ => foreign.push(name),
+            }
+        }
+        Ok((pins, foreign))
+    }
+
+    /// Every ref under `refs/ckpt/` by name, without reading a loose ref's file: loose names
+    /// come from their directories, packed ones (with their targets) from `packed-refs`. A
+    /// workspace of a few hundred loose pins cost each snapshot as many file reads (five
+    /// syscalls each) before any of its own work. What a pin points at is for the caller to
+    /// read where a checkpoint is used ([`Self::read_pin`]). Only regular files count as loose
+    /// refs, and names that are not UTF-8 are not pins (ckpt writes none).
+    pub fn list_pin_names(&self) -> Result<PinNames, VerbError> {
+        const PREFIX: &str = "refs/ckpt";
+        let mut found: std::collections::BTreeMap<String, Option<ObjectId>> = std::collections::BTreeMap::new();
+        let packed = self
+            .repo
+            .refs
+            .cached_packed_buffer()
+            .map_err(|e| VerbError::git("reading packed-refs", e))?;
+        if let Some(packed) = packed {
+            let prefixed = packed
+                .iter_prefixed(format!("{PREFIX}/").into())
+                .map_err(|e| VerbError::git("reading packed-refs", e))?;
+            for reference in prefixed {
+                let reference = reference.map_err(|e| VerbError::git("reading packed-refs", e))?;
+                let name = reference.name.as_bstr().to_str_lossy().into_owned();
+                found.insert(name, Some(ObjectId(reference.target())));
+            }
+        }
+        // A loose ref overrides a packed one of the same name.
+        let mut dirs = vec![(self.repo.common_dir().join(PREFIX), PREFIX.to_owned())];
+        while let Some((dir, name)) = dirs.pop() {
+            let listing_failed = |e| VerbError::git(format!("listing {}", dir.display()), e);
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(listing_failed(e)),
+            };
+            for entry in entries {
+                let entry = entry.map_err(listing_failed)?;
+                let Some(file_name) = entry.file_name().to_str().map(str::to_owned) else {
+                    continue;
+                };
+                let full = format!("{name}/{file_name}");
+                let kind = entry.file_type().map_err(listing_failed)?;
+                if kind.is_dir() {
+                    dirs.push((entry.path(), full));
+                } else if kind.is_file() {
+                    found.insert(full, None);
+                }
+            }
+        }
+        let mut pins = Vec::new();
+        let mut foreign = Vec::new();
+        for (name, target) in found {
+            if PinRef::is_quarantine_name(&name) {
+                continue;
+            }
+            match PinRef::parse(&name) {
+                Ok(pin) => pins.push((pin, target)),
+                Err(_) => foreign.push(name),
             }
         }
         Ok((pins, foreign))
