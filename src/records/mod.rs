@@ -514,19 +514,27 @@ enum ParseFailure {
 }
 
 fn parse_records(text: &[u8]) -> Result<Vec<Record>, ParseFailure> {
-    let value: serde_json::Value =
-        serde_json::from_slice(text).map_err(|e| ParseFailure::Corrupt(format!("not JSON: {e}")))?;
-    if value.get("format").and_then(|f| f.as_str()) != Some(FORMAT) {
+    /// The fields that say how to read the rest, whatever the rest holds. Parsed on its own
+    /// first (the records are skipped, not built), because a whole file read into a
+    /// `serde_json::Value` first took 6 ms of a snapshot at a few hundred records.
+    #[derive(Deserialize)]
+    struct Header {
+        format: Option<serde_json::Value>,
+        version: Option<serde_json::Value>,
+    }
+    let header: Header = serde_json::from_slice(text).map_err(|e| ParseFailure::Corrupt(format!("not JSON: {e}")))?;
+    if header.format.as_ref().and_then(|f| f.as_str()) != Some(FORMAT) {
         return Err(ParseFailure::Corrupt(format!("missing \"format\": \"{FORMAT}\"")));
     }
-    let version = value
-        .get("version")
+    let version = header
+        .version
+        .as_ref()
         .and_then(|v| v.as_u64())
         .ok_or_else(|| ParseFailure::Corrupt("missing numeric \"version\"".into()))?;
     if version != u64::from(FORMAT_VERSION) {
         return Err(ParseFailure::Version(version));
     }
-    let file: RecordsFile = serde_json::from_value(value).map_err(|e| ParseFailure::Corrupt(e.to_string()))?;
+    let file: RecordsFile = serde_json::from_slice(text).map_err(|e| ParseFailure::Corrupt(e.to_string()))?;
     let mut seen = std::collections::HashSet::new();
     for record in &file.records {
         record.validate().map_err(ParseFailure::Corrupt)?;
