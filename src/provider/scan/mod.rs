@@ -197,6 +197,7 @@ fn prepare_and_run<T>(
         listing.untracked.iter().any(is_attributes) || listing.ignored.iter().any(|(path, _)| is_attributes(path));
     out.listing_times = vec![
         ("index read", listing.times.index_read),
+        ("walk for untracked paths", listing.times.walk),
         ("list worktree (index + walk)", listing.times.total),
     ];
     out.ignored = listing.ignored;
@@ -333,11 +334,11 @@ pub fn capture_delta(
         std::fs::symlink_metadata(vault.workdir().join(path.to_os_path()))
             .is_ok_and(|m| m.is_file() && std::os::unix::fs::MetadataExt::nlink(&m) > 1)
     };
-    let linked = capture
-        .files
-        .iter()
-        .any(|(path, file)| file.item.kind != EntryKind::Gitlink && has_links(path))
-        || scope.paths().any(|path| has_links(&path));
+    // Each path is looked at once: a captured path the daemon named is among the scope's.
+    let linked = scope.paths().any(|path| has_links(&path))
+        || capture.files.iter().any(|(path, file)| {
+            file.item.kind != EntryKind::Gitlink && !scope.names(path.as_bytes()) && has_links(path)
+        });
     if reaches_submodule || linked {
         return Ok(None);
     }

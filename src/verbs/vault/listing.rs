@@ -64,6 +64,8 @@ pub struct WorktreeListing {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ListingTimes {
     pub index_read: std::time::Duration,
+    /// The walk for untracked paths, which runs beside the caller's work on the index half.
+    pub walk: std::time::Duration,
     pub total: std::time::Duration,
 }
 
@@ -83,6 +85,11 @@ impl PathScope {
     /// The scope's own paths.
     pub fn paths(&self) -> impl Iterator<Item = RepoPath> + '_ {
         self.paths.iter().filter_map(|p| RepoPath::new(p.clone()).ok())
+    }
+
+    /// `path` is one of the scope's own paths (not merely below one).
+    pub fn names(&self, path: &[u8]) -> bool {
+        self.paths.contains(path)
     }
 
     /// `path` is one of the scope's paths or below one.
@@ -777,24 +784,27 @@ impl Vault {
         let (walked, result) = std::thread::scope(|scope| {
             let workdir = &self.workdir;
             let walker = scope.spawn(|| {
+                let walk_started = std::time::Instant::now();
                 let repo = walk_repo.to_thread_local();
-                match paths {
-                    Some(paths) => match walk_scope(&repo, index, paths, workdir)? {
-                        Some(listing) => Ok(listing),
-                        None => walk_untracked(&repo, index, Some(paths)),
+                let walked = match paths {
+                    Some(paths) => match walk_scope(&repo, index, paths, workdir) {
+                        Ok(Some(listing)) => Ok(listing),
+                        Ok(None) => walk_untracked(&repo, index, Some(paths)),
+                        Err(e) => Err(e),
                     },
                     None => walk_untracked(&repo, index, None),
-                }
+                };
+                (walked, walk_started.elapsed())
             });
             let result = with_index(&mut listing);
             let walked = walker.join().unwrap_or_else(|_| {
-                Err(VerbError::git_because(
-                    "walking the worktree",
-                    "the walk thread panicked",
-                ))
+                let panicked = VerbError::git_because("walking the worktree", "the walk thread panicked");
+                (Err(panicked), std::time::Duration::ZERO)
             });
             (walked, result)
         });
+        let (walked, walk_time) = walked;
+        listing.times.walk = walk_time;
         let mut walked = walked?;
         // ckpt's own stores: the configured one, and any other found by what it holds (another
         // CKPT_HOME, or this one reached through a bind mount or another path).
