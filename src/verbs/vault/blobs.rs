@@ -50,12 +50,15 @@ impl LocalBlobs {
         let id = gix::objs::compute_hash(self.repo.object_hash(), gix::objs::Kind::Blob, bytes)
             .map(ObjectId)
             .map_err(|e| VerbError::git("hashing a blob", e))?;
-        if !self.store || self.repo.has_object(id.0) {
+        if !self.store {
             return Ok(PutBlob { id, fresh: false });
         }
         if let Some(batch) = &self.batch {
-            let fresh = batch.add(id, gix::objs::Kind::Blob, bytes);
+            let fresh = !batch.packed(&id) && batch.add(id, gix::objs::Kind::Blob, bytes);
             return Ok(PutBlob { id, fresh });
+        }
+        if self.repo.has_object(id.0) {
+            return Ok(PutBlob { id, fresh: false });
         }
         let written = self
             .repo
@@ -137,7 +140,7 @@ impl LocalBlobs {
                 return Ok(FileRead::TooLarge(before.size));
             }
             let mut reader = &file;
-            let put = if before.size >= STREAM_THRESHOLD {
+            let streamed = if before.size >= STREAM_THRESHOLD {
                 // Hashed first; stored in a second pass only if the store lacks it, and kept
                 // only if that pass hashed to the same id, so the stored object is the content
                 // that held still.
@@ -162,26 +165,36 @@ impl LocalBlobs {
                     }
                 }
             } else {
-                let mut content = Vec::with_capacity(before.size as usize + 1);
-                if let Err(e) = reader.read_to_end(&mut content) {
-                    return Ok(FileRead::Unreadable(e));
-                }
+                let content = match read_up_to(&file, before.size + 1) {
+                    Ok(content) => content,
+                    Err(e) => return Ok(FileRead::Unreadable(e)),
+                };
+                let after = match stat_of(&file) {
+                    Ok(stat) => stat,
+                    Err(e) => return Ok(FileRead::Unreadable(e)),
+                };
                 // Hashed (and stored) only once the file is known to have held still. A file
                 // modified moments ago may have been rewritten within one tick of the kernel's
                 // coarse file clock, leaving its stat unchanged: it is read a second time and
                 // must give the same bytes.
-                let held_still = content.len() as u64 == before.size && stat_of(&file).ok() == Some(before);
+                let held_still = content.len() as u64 == before.size && after == before;
                 let settled = held_still && (!modified_just_now(&before) || same_again(&file, &content));
-                settled
-                    .then_some(content)
-                    .map(|content| self.put(&content))
-                    .transpose()?
+                if !settled {
+                    continue;
+                }
+                // The stat taken after the read already vouches for these bytes.
+                let PutBlob { id, fresh } = self.put(&content)?;
+                return Ok(FileRead::Stable {
+                    id,
+                    stat: before,
+                    fresh,
+                });
             };
             let after = match stat_of(&file) {
                 Ok(stat) => stat,
                 Err(e) => return Ok(FileRead::Unreadable(e)),
             };
-            if let Some(PutBlob { id, fresh }) = put.filter(|_| after == before) {
+            if let Some(PutBlob { id, fresh }) = streamed.filter(|_| after == before) {
                 return Ok(FileRead::Stable {
                     id,
                     stat: before,
@@ -238,8 +251,17 @@ fn modified_just_now(stat: &FileStat) -> bool {
 /// Reads `file` again from the start: true if it gives exactly `content`.
 fn same_again(file: &std::fs::File, content: &[u8]) -> bool {
     let mut reader = file;
-    let mut again = Vec::with_capacity(content.len() + 1);
-    reader.seek(std::io::SeekFrom::Start(0)).is_ok() && reader.read_to_end(&mut again).is_ok() && again == content
+    reader.seek(std::io::SeekFrom::Start(0)).is_ok()
+        && read_up_to(file, content.len() as u64 + 1).is_ok_and(|again| again == content)
+}
+
+/// At most `limit` bytes from `file`'s position, or fewer at its end. The caller's fstat gave
+/// the size, so `std`'s `read_to_end` would only repeat it (one more `statx` and an `lseek` per
+/// file, which add up over a few hundred files).
+fn read_up_to(file: &std::fs::File, limit: u64) -> std::io::Result<Vec<u8>> {
+    let mut content = Vec::with_capacity(usize::try_from(limit).unwrap_or(usize::MAX));
+    file.take(limit).read_to_end(&mut content)?;
+    Ok(content)
 }
 
 fn stat_of(file: &std::fs::File) -> std::io::Result<FileStat> {
