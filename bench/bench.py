@@ -303,7 +303,8 @@ def main():
         start = time.perf_counter()
         out = subprocess.run([ckpt, "--json", "restore", base_id, "--yes", "--exact"], cwd=repo, check=True, capture_output=True, text=True).stdout
         elapsed = time.perf_counter() - start
-        guard_scans.append(json.loads(out.strip().splitlines()[-1]).get("guard_scan"))
+        record = json.loads(out.strip().splitlines()[-1])
+        guard_scans.append(record.get("guard_scan") if record.get("guard_scan") == "watch" else f"full ({record.get('guard_fallback')})")
         return elapsed
     results["ckpt restore, daemon running: ~210 changed paths"] = median_of(watched_restore_sample, args.runs)
     if any(scan != "watch" for scan in guard_scans):

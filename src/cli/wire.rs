@@ -245,6 +245,9 @@ pub struct RestoreRecord<'a> {
     /// How the guard was taken: `watch` (the daemon named the changed paths) or `full`; null
     /// without a guard.
     pub guard_scan: Option<&'static str>,
+    /// With `guard_scan: "full"` where the daemon was asked: why its answer was not used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guard_fallback: Option<&'a str>,
     pub written: Vec<WirePath>,
     pub deleted: Vec<WirePath>,
     pub left: Vec<WirePath>,
@@ -264,6 +267,7 @@ impl<'a> RestoreRecord<'a> {
                 .guard
                 .as_ref()
                 .map(|_| if report.guard_watched { "watch" } else { "full" }),
+            guard_fallback: report.guard_fallback.as_deref(),
             written: paths(&report.written),
             deleted: paths(&report.deleted),
             left: paths(&report.left),

@@ -155,6 +155,8 @@ pub struct RestoreReport {
     /// The guard was a watched snapshot (the daemon vouched for what changed), so the restore
     /// looked at the paths it touches, not the whole worktree.
     pub guard_watched: bool,
+    /// Why a guard taken with `--watch` (or a running daemon) was a full scan instead.
+    pub guard_fallback: Option<String>,
     pub written: Vec<RepoPath>,
     pub deleted: Vec<RepoPath>,
     pub left: Vec<RepoPath>,

@@ -75,7 +75,10 @@ fn top_level_keys(block: &str) -> (Vec<String>, BTreeSet<String>) {
                 if is_value && depth == 0 && key == "type" {
                     types.push(word.to_owned());
                 } else if !is_value && depth == 0 {
-                    fields.insert(word.to_owned());
+                    // `"name"?` is a field that only some records carry.
+                    if !rest[end + 1..].starts_with('?') {
+                        fields.insert(word.to_owned());
+                    }
                     key = word.to_owned();
                 }
                 rest = &rest[end + 1..];
@@ -96,6 +99,8 @@ fn the_contract_parser_reads_the_readme_notation() {
     let (types, fields) = top_level_keys(r#""type":"delete"|"clear","removed":[ids]"#);
     assert_eq!(types, ["delete", "clear"]);
     assert_eq!(fields, BTreeSet::from(["removed".to_owned()]));
+    let (_, fields) = top_level_keys(r#""type":"restore","guard","guard_fallback"?,"written":[..]"#);
+    assert_eq!(fields, BTreeSet::from(["guard".to_owned(), "written".to_owned()]));
     let (types, fields) =
         top_level_keys(r#""type":"snapshot","id","provider":"git","status":"A"|"D","skipped":[{"path","reason"}]"#);
     assert_eq!(types, ["snapshot"]);

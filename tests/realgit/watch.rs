@@ -1497,3 +1497,29 @@ fn an_unchanged_worktree_is_not_answered_with_a_checkpoint_whose_pin_was_repoint
     assert_walk_agrees(&repo, &after.id, "after the repointed pin");
     stop(&repo);
 }
+
+/// A restore whose guard could not be the daemon's says why, as a snapshot does.
+#[test]
+fn a_restore_says_why_its_guard_was_a_full_scan() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"alpha\n");
+    repo.write(".gitignore", b"*.log\n");
+    let target = repo.snapshot(&[]);
+    warm(&repo);
+    repo.write("a.txt", b"alpha, edited\n");
+    repo.write(".gitignore", b"*.log\n*.tmp\n");
+    let run = repo.ckpt_json(&["restore", &target, "--exact", "--yes"], 0);
+    let record = run.one("restore");
+    assert_eq!(record["guard_scan"], "full", "{record}");
+    let why = record["guard_fallback"].as_str().unwrap_or_default();
+    assert!(why.contains("ignore file changed"), "{record}");
+    // The restore put the old `.gitignore` back: one more walk, then the daemon serves again.
+    let rebased = watched(&repo);
+    assert!(rebased.fallback.contains("ignore file changed"), "{}", rebased.fallback);
+    repo.write("a.txt", b"alpha, edited again\n");
+    let run = repo.ckpt_json(&["restore", &target, "--exact", "--yes"], 0);
+    let record = run.one("restore");
+    assert_eq!(record["guard_scan"], "watch", "{record}");
+    assert!(record.get("guard_fallback").is_none(), "{record}");
+    stop(&repo);
+}

@@ -304,6 +304,7 @@ impl Engine {
                 guard: None,
                 guard_created: false,
                 guard_watched: false,
+                guard_fallback: None,
                 written: Vec::new(),
                 deleted: Vec::new(),
                 left: Vec::new(),

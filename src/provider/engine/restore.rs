@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::provider::plan::{self, PlanInput};
 use crate::provider::scan::{self, BlobSink, Capture};
-use crate::provider::{CkptError, Confirmation, Preview, RestoreReport, Selection, SnapshotRequest};
+use crate::provider::{CkptError, Confirmation, Preview, RestoreReport, ScanMode, Selection, SnapshotRequest};
 use crate::records::{JournalOp, Record, Registry, RestoreJournal};
 use crate::verbs::{EntryKind, PathScope, RepoPath, RestoreOp, TreeChange, TreeItem};
 
@@ -362,6 +362,12 @@ impl Engine {
             guard: Some(guard.record.id.clone()),
             guard_created: guard.created,
             guard_watched,
+            // A restore asks the daemon whenever one may run: without one, there is nothing to
+            // explain.
+            guard_fallback: match &guard.scan_mode {
+                ScanMode::Full { fallback: Some(why) } if why != crate::provider::watch::NO_DAEMON => Some(why.clone()),
+                _ => None,
+            },
             written: Vec::new(),
             deleted: Vec::new(),
             left: if selection.exact {
