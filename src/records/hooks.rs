@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{acquire_lock, create_own_dirs, io_error, write_atomically, LockMode, RecordsError, OWN_STATE_LEVELS};
 
-const HOOKS_DIR: &str = "hooks";
+pub(super) const HOOKS_DIR: &str = "hooks";
 const POSITIONS_FILE: &str = "positions.json";
-const LOCK_FILE: &str = "positions.lock";
+pub(super) const LOCK_FILE: &str = "positions.lock";
 const POSITIONS_FORMAT: &str = "ckpt-hook-positions";
 /// Sessions remembered per workspace; the least recently seen are forgotten first (a forgotten
 /// session that comes back starts again from its transcript or from turn 1).

@@ -316,6 +316,26 @@ fn open_lock_file(path: &Path) -> Result<File, RecordsError> {
     }
 }
 
+/// What is wrong with the lock file at `path`, as [`open_lock_file`] would refuse it; looked at
+/// without opening or creating anything (for `audit`). `None`: absent, or a lone regular file.
+fn unsafe_lock_file(path: &Path) -> Option<RecordsError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::symlink_metadata(path).ok()?;
+    let what = if meta.file_type().is_symlink() {
+        "a symlink"
+    } else if !meta.is_file() {
+        "a FIFO, socket or device"
+    } else if meta.nlink() > 1 {
+        "a hard link to another file"
+    } else {
+        return None;
+    };
+    Some(RecordsError::UnsafeLockFile {
+        path: path.to_path_buf(),
+        what,
+    })
+}
+
 /// An exclusive `flock` on `path` (created if needed) if nobody holds it now; `None` without
 /// waiting otherwise.
 fn try_lock_file(path: &Path) -> Result<Option<File>, RecordsError> {
@@ -378,6 +398,19 @@ impl Registry {
     /// `audit` to report; every write checks the same through [`Self::lock`].
     pub fn check_not_linked(dir: &Path) -> Result<(), RecordsError> {
         refuse_linked_state_dir(dir)
+    }
+
+    /// The lock files of the workspace state at `dir` that every command would refuse to open
+    /// (a symlink, a FIFO, a hard link), found without creating or opening any.
+    pub fn unsafe_lock_files(dir: &Path) -> Vec<RecordsError> {
+        [
+            dir.join(LOCK_FILE),
+            dir.join(watch::WATCH_DIR).join(watch::DAEMON_LOCK_FILE),
+            dir.join(hooks::HOOKS_DIR).join(hooks::LOCK_FILE),
+        ]
+        .iter()
+        .filter_map(|path| unsafe_lock_file(path))
+        .collect()
     }
 
     /// Opens without creating anything; `None` if no state exists yet. A state directory that

@@ -15,7 +15,9 @@ use super::{
     create_own_dirs, io_error, refuse_linked_state_dir, replace_unsynced, try_lock_file, RecordsError, OWN_STATE_LEVELS,
 };
 
-const WATCH_DIR: &str = "watch";
+pub(super) const WATCH_DIR: &str = "watch";
+/// The lock one daemon per workspace holds; it names its pid.
+pub(super) const DAEMON_LOCK_FILE: &str = "daemon.lock";
 const BASE_FILE: &str = "base.json";
 
 /// Where the watch daemon of one workspace keeps its files.
@@ -86,13 +88,13 @@ impl WatchFiles {
     /// first, so a refusal reaches the user with its reason, not as a daemon that exited.
     pub fn check_daemon_lock_file(&self) -> Result<(), RecordsError> {
         self.prepare()?;
-        super::open_lock_file(&self.dir.join("daemon.lock")).map(drop)
+        super::open_lock_file(&self.dir.join(DAEMON_LOCK_FILE)).map(drop)
     }
 
     /// Takes the daemon lock without waiting; `None` when another daemon holds it.
     pub fn try_lock_daemon(&self) -> Result<Option<DaemonLock>, RecordsError> {
         self.prepare()?;
-        let path = self.dir.join("daemon.lock");
+        let path = self.dir.join(DAEMON_LOCK_FILE);
         let Some(file) = try_lock_file(&path)? else {
             return Ok(None);
         };
@@ -129,7 +131,7 @@ impl WatchFiles {
 
     /// The process id the last daemon wrote into its lock file, if any.
     pub fn daemon_pid(&self) -> Option<u32> {
-        fs::read_to_string(self.dir.join("daemon.lock"))
+        fs::read_to_string(self.dir.join(DAEMON_LOCK_FILE))
             .ok()?
             .trim()
             .parse()

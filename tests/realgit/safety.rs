@@ -568,6 +568,20 @@ fn a_lock_file_that_is_a_symlink_or_a_fifo_is_refused_not_followed() {
         run.stdout
     );
     assert!(!missing.exists(), "the lock's link target was created");
+    // `audit` names it too, without opening it (its first review did not).
+    let audit_names = |what: &str| {
+        let audit = repo.ckpt_json(&["audit"], 1);
+        let named = audit.json.iter().any(|problem| {
+            problem["type"] == "audit.problem"
+                && problem["code"] == "unsafe_state_dir"
+                && problem["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("lock") && m.contains(what))
+        });
+        assert!(named, "{what}: {}", audit.stdout);
+    };
+    audit_names("symlink");
+    assert!(!missing.exists(), "audit created the lock's link target");
     std::fs::remove_file(state.join("lock")).expect("rm link");
     rustix::fs::mknodat(
         rustix::fs::CWD,
@@ -579,6 +593,7 @@ fn a_lock_file_that_is_a_symlink_or_a_fifo_is_refused_not_followed() {
     .expect("mkfifo");
     let run = repo.ckpt_json(&["snapshot"], 1);
     assert_eq!(run.one("error")["code"], "unsafe_state_dir", "{}", run.stdout);
+    audit_names("FIFO");
     std::fs::remove_file(state.join("lock")).expect("rm fifo");
     repo.ckpt_json(&["snapshot"], 0);
 
@@ -596,6 +611,7 @@ fn a_lock_file_that_is_a_symlink_or_a_fifo_is_refused_not_followed() {
         run.stderr
     );
     assert_eq!(std::fs::read(&victim).expect("read victim"), b"the user's bytes\n");
+    audit_names("daemon.lock");
     std::fs::remove_file(state.join("watch/daemon.lock")).expect("rm link");
     // A hard link is another name for the victim: refused too.
     std::fs::hard_link(&victim, state.join("watch/daemon.lock")).expect("hard link");

@@ -120,6 +120,12 @@ impl Engine {
                 .push(problem("unsafe_state_dir", error.to_string(), None));
             return Ok(report);
         }
+        for error in crate::records::Registry::unsafe_lock_files(&self.state_dir) {
+            // Every command refuses it; the user removes it (it is never removed for them).
+            report
+                .problems
+                .push(problem("unsafe_state_dir", error.to_string(), None));
+        }
         let stored = match self.stored_records() {
             Ok(records) => records,
             Err(error @ CkptError::Records(RecordsError::UnsupportedVersion { .. })) => {
