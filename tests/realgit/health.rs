@@ -282,3 +282,129 @@ fn a_snapshot_reads_the_newest_pin_before_it_answers_with_that_checkpoint() {
         listed.stdout
     );
 }
+
+/// The newest checkpoint of a tampered state (found by a review): a record whose commit holds
+/// another tree than the record says, or whose commit is gone, is never the answer to an
+/// unchanged worktree, so a restore's guard never stands on it.
+#[test]
+fn a_snapshot_never_stands_on_a_newest_record_its_commit_does_not_back() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"old\n");
+    let old = repo.snapshot(&[]);
+    repo.write("a.txt", b"new\n");
+    let newest = repo.snapshot(&[]);
+    // The record of the newest says the tree of the worktree about to be captured.
+    repo.write("a.txt", b"only here\n");
+    let unique_tree = {
+        let index = repo.root.join(".git/ckpt-test-index");
+        let with_index = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(args)
+                .current_dir(&repo.root)
+                .env("GIT_INDEX_FILE", &index)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        with_index(&["add", "-A", "."]);
+        let tree = with_index(&["write-tree"]).trim().to_owned();
+        std::fs::remove_file(&index).unwrap();
+        tree
+    };
+    let records_path = repo.common_dir().join("ckpt/main/records.json");
+    let original = std::fs::read(&records_path).unwrap();
+    let mut file: serde_json::Value = serde_json::from_slice(&original).unwrap();
+    let last = file["records"].as_array().unwrap().len() - 1;
+    file["records"][last]["tree"] = serde_json::json!(unique_tree);
+    std::fs::write(&records_path, serde_json::to_vec_pretty(&file).unwrap()).unwrap();
+    let snap = repo.ckpt_json(&["snapshot"], 0);
+    let snap = snap.one("snapshot");
+    assert_eq!(snap["created"], true, "answered with the tampered record: {snap}");
+    let guard = snap["id"].as_str().unwrap().to_owned();
+    assert_eq!(repo.git(&["cat-file", "-p", &format!("{guard}:a.txt")]), "only here\n");
+    std::fs::write(&records_path, &original).unwrap();
+
+    // The newest commit object gone, its pin intact.
+    repo.write("a.txt", b"new\n");
+    let third = repo.snapshot(&[]);
+    assert_ne!(third, newest);
+    let object = repo.common_dir().join("objects").join(&third[..2]).join(&third[2..]);
+    assert!(object.exists(), "a loose commit");
+    std::fs::remove_file(&object).unwrap();
+    let run = repo.ckpt_json(&["restore", &old, "--exact", "--yes"], 0);
+    let restore = run.one("restore");
+    assert_eq!(restore["guard_created"], true, "{restore}");
+    let guard = restore["guard"].as_str().unwrap().to_owned();
+    assert_eq!(repo.git(&["cat-file", "-p", &format!("{guard}:a.txt")]), "new\n");
+    assert_eq!(repo.read("a.txt"), b"old\n");
+}
+
+/// `doctor --fix` re-pins a record whose checkpoint is intact when its pin was made to point
+/// elsewhere, instead of dropping it as gone (found by a review: the checkpoint was then left
+/// to git's gc), and a pin that is a FIFO neither hangs a command nor is opened.
+#[test]
+fn a_repointed_or_unreadable_pin_is_repaired_or_refused_never_a_lost_record() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"old\n");
+    let old = repo.snapshot(&[]);
+    repo.write("a.txt", b"new\n");
+    let newest = repo.snapshot(&[]);
+    let pin = format!("refs/ckpt/main/{newest}");
+    for target in [
+        old.clone(),
+        repo.git(&["rev-parse", &format!("{old}^{{tree}}")]).trim().to_owned(),
+    ] {
+        repo.git(&["update-ref", &pin, &target]);
+        let audit = repo.ckpt_json(&["audit"], 1);
+        assert!(audit.stdout.contains("bad_ref"), "{}", audit.stdout);
+        let fixed = repo.ckpt_json(&["doctor", "--fix"], 0);
+        assert!(fixed.stdout.contains("re-pinned"), "{}", fixed.stdout);
+        assert_eq!(repo.git(&["rev-parse", &pin]).trim(), newest);
+        repo.ckpt_json(&["audit"], 0);
+        let listed = repo.ckpt_json(&["list"], 0);
+        assert!(
+            listed.json.iter().any(|l| l["id"] == newest.as_str()),
+            "{}",
+            listed.stdout
+        );
+    }
+
+    // Garbage in the pin file: audit names it instead of giving up.
+    let loose = repo.common_dir().join(&pin);
+    std::fs::write(&loose, b"garbage\n").unwrap();
+    let audit = repo.ckpt_json(&["audit"], 1);
+    assert!(audit.stdout.contains("bad_ref"), "{}", audit.stdout);
+    std::fs::write(&loose, format!("{newest}\n")).unwrap();
+
+    // A FIFO where the pin was: refused with its path, within seconds.
+    std::fs::remove_file(&loose).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        loose.as_path(),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let within = |args: &[&str]| {
+        let mut cmd = std::process::Command::new("timeout");
+        isolate(&mut cmd, &repo.home);
+        cmd.current_dir(&repo.root).arg("30").arg(CKPT).arg("--json").args(args);
+        let run = run_ckpt(cmd);
+        assert_ne!(run.code, 124, "ckpt {args:?} hung on the FIFO");
+        run
+    };
+    let run = within(&["restore", &newest, "--exact", "--yes"]);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(run.stdout.contains("FIFO"), "{}", run.stdout);
+    assert_eq!(repo.read("a.txt"), b"new\n");
+    within(&["snapshot"]);
+    within(&["restore", &old, "--exact", "--yes"]);
+    let audit = within(&["audit"]);
+    assert_eq!(audit.code, 1, "{}", audit.stdout);
+    std::fs::remove_file(&loose).unwrap();
+    let fixed = within(&["doctor", "--fix"]);
+    assert_eq!(fixed.code, 0, "{}", fixed.stdout);
+    assert_eq!(repo.git(&["rev-parse", &pin]).trim(), newest);
+}

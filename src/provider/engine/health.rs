@@ -25,6 +25,16 @@ fn problem(code: &'static str, message: String, id: Option<&str>) -> Problem {
 }
 
 impl Engine {
+    /// Points the pin of checkpoint `id` at it: made if absent, moved (compare-and-swap) from
+    /// whatever it points at now.
+    fn repin(&self, id: &ObjectId) -> Result<(), CkptError> {
+        let pin = PinRef::for_checkpoint(&self.workspace, id);
+        match self.vault.read_pin(&pin)? {
+            Some(current) if current == *id => Ok(()),
+            current => Ok(self.vault.pin(&pin, id, current.as_ref())?),
+        }
+    }
+
     /// Every object a checkpoint needs must be readable and hash to its id: commit, all trees,
     /// every blob. `verified` carries what earlier checkpoints already proved.
     fn check_objects(&self, record: &Record, verified: &mut IdSet) -> Result<(), String> {
@@ -465,22 +475,26 @@ impl Engine {
                     kept.push(record);
                     continue;
                 }
-                let pinned = record
+                let intact = record
                     .object_id()
                     .ok()
-                    .filter(|_| self.check_objects(&record, &mut IdSet::default()).is_ok())
-                    .map(|id| {
-                        let pin = PinRef::for_checkpoint(&self.workspace, &id);
-                        self.vault.pin(&pin, &id, None).is_ok()
-                    });
-                if pinned == Some(true) {
-                    report.actions.push(format!("re-pinned {}", record.short()));
-                    kept.push(record);
-                } else {
+                    .filter(|_| self.check_objects(&record, &mut IdSet::default()).is_ok());
+                let Some(id) = intact else {
                     report
                         .actions
                         .push(format!("dropped record {} (its commit is gone)", record.short()));
+                    continue;
+                };
+                // A record whose checkpoint is intact is never dropped: its pin is made, or
+                // moved back from whatever it was made to point at (a review found such records
+                // dropped as "gone" and their checkpoints left to git's gc).
+                match self.repin(&id) {
+                    Ok(()) => report.actions.push(format!("re-pinned {}", record.short())),
+                    Err(e) => report
+                        .actions
+                        .push(format!("could not re-pin {} ({e}); its record is kept", record.short())),
                 }
+                kept.push(record);
             }
             for id in &reconciled.rebuilt {
                 report

@@ -37,6 +37,20 @@ pub struct Reconciled {
     pub unreadable_pins: Vec<(String, String)>,
     /// Names under refs/ckpt/ that are not valid pins.
     pub foreign_refs: Vec<String>,
+    /// Pinned records that nothing may be built on, newest first, with why: the newest ones
+    /// whose commit is unreadable or holds another tree than the record says (only records
+    /// newer than the newest usable one are looked at).
+    pub unusable: Vec<(String, String)>,
+}
+
+impl Reconciled {
+    /// The newest record a snapshot may build on or answer with: pinned, and not unusable.
+    pub fn newest_usable(&self) -> Option<&Record> {
+        self.records
+            .iter()
+            .rev()
+            .find(|r| !self.unpinned.contains(&r.id) && !self.unusable.iter().any(|(id, _)| *id == r.id))
+    }
 }
 
 /// Where a provider's checkpoints live.
@@ -274,9 +288,15 @@ impl Engine {
 
     /// [`Self::reconcile`], with every pin's target read and checked.
     pub fn reconcile_every_pin(&self, records: Vec<Record>) -> Result<Reconciled, CkptError> {
-        let (pins, foreign) = self.vault.list_pins()?;
+        let (pins, foreign, unreadable) = self.vault.list_pins()?;
         let pins = pins.into_iter().map(|(pin, target)| (pin, Some(target))).collect();
-        self.reconcile_with(records, (pins, foreign))
+        let mut reconciled = self.reconcile_with(records, (pins, foreign))?;
+        reconciled.unreadable_pins.extend(
+            unreadable
+                .into_iter()
+                .map(|why| ("a ref under refs/ckpt/".to_owned(), why)),
+        );
+        Ok(reconciled)
     }
 
     fn reconcile_with(&self, mut records: Vec<Record>, (pins, foreign): PinNames) -> Result<Reconciled, CkptError> {
@@ -300,10 +320,14 @@ impl Engine {
                     unread.insert(id.to_hex());
                     id
                 }
-                None => match self.vault.read_pin(&pin)? {
-                    Some(target) => target,
+                None => match self.vault.read_pin(&pin) {
+                    Ok(Some(target)) => target,
                     // Removed since it was listed.
-                    None => continue,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        out.unreadable_pins.push((pin.as_str().to_owned(), e.to_string()));
+                        continue;
+                    }
                 },
             };
             if id != target {
@@ -324,23 +348,39 @@ impl Engine {
             }
         }
         records.sort_by(|a, b| a.time.cmp(&b.time));
+        // The newest record a snapshot may stand on: pinned at exactly its commit, and that
+        // commit there and holding the record's tree (a review found a tampered `tree` field
+        // answered as "nothing changed", and so a guard that held nothing).
         for record in records.iter().rev() {
             if !pinned.contains(&record.id) {
                 continue;
             }
-            if !unread.contains(&record.id) {
-                break;
+            let Ok(id) = record.object_id() else { continue };
+            if unread.contains(&record.id) {
+                let pin = PinRef::for_checkpoint(&self.workspace, &id);
+                let wrong = match self.vault.read_pin(&pin) {
+                    Ok(Some(target)) if target == id => None,
+                    Ok(Some(target)) => Some(format!("points at {target}, not at {id}")),
+                    Ok(None) => Some("removed while it was read".to_owned()),
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(why) = wrong {
+                    out.unreadable_pins.push((pin.as_str().to_owned(), why));
+                    pinned.remove(&record.id);
+                    continue;
+                }
             }
-            let Ok(id) = record.object_id() else { break };
-            let pin = PinRef::for_checkpoint(&self.workspace, &id);
-            match self.vault.read_pin(&pin)? {
-                Some(target) if target == id => break,
-                Some(target) => out
-                    .unreadable_pins
-                    .push((pin.as_str().to_owned(), format!("points at {target}, not at {id}"))),
-                None => {}
+            match self.vault.read_commit(&id) {
+                Ok(info) if info.tree.to_hex() == record.tree => break,
+                Ok(info) => out.unusable.push((
+                    record.id.clone(),
+                    format!(
+                        "the record says tree {} but its commit has tree {}",
+                        record.tree, info.tree
+                    ),
+                )),
+                Err(e) => out.unusable.push((record.id.clone(), e.to_string())),
             }
-            pinned.remove(&record.id);
         }
         out.unpinned = records
             .iter()

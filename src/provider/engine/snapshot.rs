@@ -88,12 +88,7 @@ impl Engine {
         self.phase_time("registry + refs", t0);
         // The previous checkpoint is the newest one still pinned: an unpinned record's objects
         // may already be collected, so nothing may be built on it.
-        let previous: Option<Record> = reconciled
-            .records
-            .iter()
-            .rev()
-            .find(|r| !reconciled.unpinned.contains(&r.id))
-            .cloned();
+        let previous: Option<Record> = reconciled.newest_usable().cloned();
         let mut records = reconciled.records;
         let head = self.checkpoint_parent()?;
         let started = std::time::Instant::now();

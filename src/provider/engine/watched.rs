@@ -381,13 +381,7 @@ impl Engine {
     /// as reconciled with the pins (what a checkpoint published under this same lock builds on).
     fn unchanged_checkpoint(&self, registry: &Registry, id: &str) -> Result<Option<(Record, Vec<Record>)>, CkptError> {
         let reconciled = self.reconcile(registry.load()?)?;
-        let newest = reconciled
-            .records
-            .iter()
-            .rev()
-            .find(|r| !reconciled.unpinned.contains(&r.id))
-            .filter(|r| r.id == id)
-            .cloned();
+        let newest = reconciled.newest_usable().filter(|r| r.id == id).cloned();
         Ok(newest.map(|record| (record, reconciled.records)))
     }
 }

@@ -9,8 +9,9 @@ use super::Vault;
 use crate::verbs::types::{ObjectId, PinRef};
 use crate::verbs::VerbError;
 
-/// Valid pins with their targets, and names under `refs/ckpt/` that are not valid pins.
-pub type PinListing = (Vec<(PinRef, ObjectId)>, Vec<String>);
+/// Valid pins with their targets, names under `refs/ckpt/` that are not valid pins, and why
+/// refs there could not be read.
+pub type PinListing = (Vec<(PinRef, ObjectId)>, Vec<String>, Vec<String>);
 
 /// [`PinListing`] by name: a loose pin's target is not read (`None`).
 pub type PinNames = (Vec<(PinRef, Option<ObjectId>)>, Vec<String>);
@@ -117,8 +118,17 @@ impl Vault {
             .map_err(|e| VerbError::git("listing refs/ckpt/", e))?;
         let mut pins = Vec::new();
         let mut foreign = Vec::new();
+        let mut unreadable = Vec::new();
         for reference in iter {
-            let reference = reference.map_err(|e| VerbError::git("reading a ref under refs/ckpt/", e))?;
+            // One ref that cannot be decoded (garbage in its file) is reported, not the end of
+            // the listing: `audit` must name it and still judge the rest.
+            let reference = match reference {
+                Ok(reference) => reference,
+                Err(e) => {
+                    unreadable.push(crate::verbs::error_chain(&e));
+                    continue;
+                }
+            };
             let name = reference.name().as_bstr().to_str_lossy().into_owned();
             if PinRef::is_quarantine_name(&name) {
                 continue;
@@ -128,7 +138,7 @@ impl Vault {
                 _ => foreign.push(name),
             }
         }
-        Ok((pins, foreign))
+        Ok((pins, foreign, unreadable))
     }
 
     /// Every ref under `refs/ckpt/` by name, without reading a loose ref's file: loose names
@@ -209,8 +219,26 @@ impl Vault {
         Ok(targets)
     }
 
-    /// The object a pin ref points at now, if it exists.
+    /// The object a pin ref points at now, if it exists. A loose pin that is not a regular
+    /// file is refused before anything opens it: a FIFO there made every command hang (found
+    /// by a review), and a symlink is not a ref ckpt wrote.
     pub fn read_pin(&self, pin: &PinRef) -> Result<Option<ObjectId>, VerbError> {
+        let loose = self.repo.common_dir().join(pin.as_str());
+        if let Ok(meta) = std::fs::symlink_metadata(&loose) {
+            let what = if meta.file_type().is_symlink() {
+                Some("a symlink")
+            } else if !meta.is_file() && !meta.is_dir() {
+                Some("a FIFO, socket or device")
+            } else {
+                None
+            };
+            if let Some(what) = what {
+                return Err(VerbError::git_because(
+                    format!("reading {}", pin.as_str()),
+                    format!("{} is {what}, not a ref file ckpt wrote; remove it (`ckpt doctor --fix` re-pins a checkpoint whose commit is intact)", loose.display()),
+                ));
+            }
+        }
         let found = self
             .repo
             .try_find_reference(pin.as_str())
