@@ -167,6 +167,8 @@ fn working_dir(cli: &Cli) -> Result<PathBuf, CkptError> {
 /// The config file for the workspace at `cwd`: `<git-common-dir>/ckpt/config.toml` inside a
 /// repository, the copy store's `workspaces/<key>/config.toml` otherwise.
 fn load_config(cwd: &Path) -> Result<Config, CkptError> {
+    // Before anything opens the repository (and would block on a FIFO there).
+    crate::verbs::refuse_unreadable_packed_refs(cwd)?;
     let path = match crate::verbs::enclosing_common_dir(cwd) {
         Some(common) => common.join("ckpt").join("config.toml"),
         None => match provider::copy::CopyLayout::for_root(cwd) {

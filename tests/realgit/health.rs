@@ -408,3 +408,104 @@ fn a_repointed_or_unreadable_pin_is_repaired_or_refused_never_a_lost_record() {
     assert_eq!(fixed.code, 0, "{}", fixed.stdout);
     assert_eq!(repo.git(&["rev-parse", &pin]).trim(), newest);
 }
+
+/// A checkpoint's commit that reads as another commit (a `git replace`, or its object file
+/// overwritten with another's) never lends that other commit's tree to a snapshot: the
+/// snapshot holds the worktree, and a restore's guard does too (found by a review).
+#[test]
+fn a_commit_that_reads_as_another_never_gives_a_snapshot_its_tree() {
+    for overwrite in [false, true] {
+        let repo = TestRepo::new();
+        repo.write("f.txt", b"v1\n");
+        let first = repo.snapshot(&[]);
+        repo.write("f.txt", b"v2\n");
+        repo.snapshot(&[]);
+        repo.write("f.txt", b"v3\n");
+        let third = repo.snapshot(&[]);
+        if overwrite {
+            let object = |id: &str| repo.common_dir().join("objects").join(&id[..2]).join(&id[2..]);
+            std::fs::remove_file(object(&third)).unwrap();
+            std::fs::copy(object(&first), object(&third)).unwrap();
+        } else {
+            repo.git(&["replace", &third, &first]);
+        }
+        let snap = repo.ckpt_json(&["snapshot"], 0);
+        let taken = snap.one("snapshot")["id"].as_str().unwrap().to_owned();
+        let show = |id: &str| {
+            let out = std::process::Command::new("git")
+                .args(["--no-replace-objects", "cat-file", "-p", &format!("{id}:f.txt")])
+                .current_dir(&repo.root)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        if overwrite {
+            // The newest is not stood on: a new checkpoint of the worktree.
+            assert_ne!(taken, third, "overwrite: {}", snap.stdout);
+        }
+        assert_eq!(show(&taken), "v3\n", "overwrite {overwrite}: {}", snap.stdout);
+        let run = repo.ckpt_json(&["restore", &first, "--exact", "--yes"], 0);
+        let guard = run.one("restore")["guard"].as_str().unwrap().to_owned();
+        assert_eq!(repo.read("f.txt"), b"v1\n", "overwrite {overwrite}: {}", run.stdout);
+        assert_eq!(
+            show(&guard),
+            "v3\n",
+            "overwrite {overwrite}: the guard holds what was overwritten"
+        );
+        if !overwrite {
+            // ckpt reads objects as stored: the replaced checkpoint is still itself.
+            let run = repo.ckpt_json(&["restore", &third, "--exact", "--yes"], 0);
+            assert_eq!(repo.read("f.txt"), b"v3\n", "{}", run.stdout);
+        }
+    }
+}
+
+/// A pin whose commit object is gone is removed by `doctor --fix` (a ref to nothing keeps
+/// nothing and breaks git's own gc), and a FIFO at `packed-refs` is refused at once instead of
+/// hanging every command (found by a review).
+#[test]
+fn doctor_removes_a_pin_to_nothing_and_a_fifo_packed_refs_is_refused() {
+    let repo = TestRepo::new();
+    repo.write("f.txt", b"v1\n");
+    repo.snapshot(&[]);
+    repo.write("f.txt", b"v2\n");
+    let gone = repo.snapshot(&[]);
+    repo.write("f.txt", b"v3\n");
+    repo.snapshot(&[]);
+    std::fs::remove_file(repo.common_dir().join("objects").join(&gone[..2]).join(&gone[2..])).unwrap();
+    let fixed = repo.ckpt_json(&["doctor", "--fix"], 0);
+    assert!(fixed.stdout.contains("removed"), "{}", fixed.stdout);
+    repo.ckpt_json(&["audit"], 0);
+    assert!(
+        !repo.ckpt_refs().iter().any(|r| r.contains(&gone)),
+        "{:?}",
+        repo.ckpt_refs()
+    );
+    repo.git(&["for-each-ref"]);
+
+    let packed = repo.common_dir().join("packed-refs");
+    std::fs::remove_file(&packed).ok();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        packed.as_path(),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    for args in [vec!["snapshot"], vec!["list"], vec!["audit"]] {
+        let mut cmd = std::process::Command::new("timeout");
+        isolate(&mut cmd, &repo.home);
+        cmd.current_dir(&repo.root)
+            .arg("30")
+            .arg(CKPT)
+            .arg("--json")
+            .args(&args);
+        let run = run_ckpt(cmd);
+        assert_ne!(run.code, 124, "ckpt {args:?} hung on the FIFO");
+        assert_ne!(run.code, 0, "{args:?}: {}", run.stdout);
+        assert!(run.stdout.contains("packed-refs"), "{args:?}: {}", run.stdout);
+    }
+    std::fs::remove_file(&packed).unwrap();
+    repo.ckpt_json(&["snapshot"], 0);
+}

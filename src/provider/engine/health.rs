@@ -438,9 +438,19 @@ impl Engine {
                 if self.vault.read_pin(&pin)? != Some(commit) {
                     continue;
                 }
+                // A ref to an object that is gone keeps nothing and breaks git's own gc and
+                // for-each-ref (found by a review): it is removed, not moved aside.
+                if !self.vault.has_object(&commit) {
+                    self.vault.unpin(&pin, &commit)?;
+                    report.actions.push(format!(
+                        "removed {} (its commit object is gone; the ref kept nothing) and dropped its record",
+                        pin.as_str()
+                    ));
+                    continue;
+                }
                 let aside = self.vault.quarantine(&pin, &commit)?;
                 report.actions.push(format!(
-                    "moved {} aside to {} (nothing deleted; its objects are kept)",
+                    "moved {} aside to {} (nothing deleted; its objects are kept) and dropped its record",
                     pin.as_str(),
                     aside.as_str()
                 ));

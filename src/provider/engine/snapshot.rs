@@ -105,7 +105,7 @@ impl Engine {
         self.capture_time("capture", started, &capture);
         crate::fault::point("snapshot:after-blobs");
         let t1 = std::time::Instant::now();
-        let tree = match self.unchanged_since_cache(&capture, cache.as_ref()) {
+        let tree = match self.unchanged_since_cache(&capture, cache.as_ref(), previous.as_ref()) {
             Some(tree) => tree,
             None => {
                 // The trees of a first snapshot (thousands of them) go into one pack, as the
@@ -286,14 +286,26 @@ impl Engine {
     /// id and kind) and the set of paths is the cache's own, the worktree is exactly that
     /// checkpoint: its tree is reused without hashing a single tree object. Submodule pointers
     /// come from the index, so their presence disables it.
-    pub(super) fn unchanged_since_cache(&self, capture: &Capture, cache: Option<&StatCache>) -> Option<ObjectId> {
+    /// Only when the cache's checkpoint is `previous`, the newest usable one (its commit read
+    /// and found to hold its record's tree): a commit object that reads as another's (a
+    /// `git replace`, an object file overwritten) gave its tree to every snapshot after it.
+    pub(super) fn unchanged_since_cache(
+        &self,
+        capture: &Capture,
+        cache: Option<&StatCache>,
+        previous: Option<&Record>,
+    ) -> Option<ObjectId> {
         let cache = cache?;
+        let previous = previous?;
+        if cache.checkpoint? != previous.object_id().ok()? {
+            return None;
+        }
         // Every file is the checkpoint's own and none of its files is missing.
         let only_cached_files = capture.files.values().all(|f| f.cached) && capture.files.len() == cache.len();
         if !only_cached_files {
             return None;
         }
-        self.vault.read_commit(&cache.checkpoint?).ok().map(|info| info.tree)
+        previous.tree_id().ok()
     }
 
     /// Best effort: a cache that cannot be written only costs speed next time. When every file

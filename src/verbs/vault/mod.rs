@@ -23,7 +23,7 @@ pub use objects::NewTreeEntry;
 pub use pins::PinNames;
 pub use private::{
     enclosing_bare_repository, enclosing_common_dir, enclosing_exclude_files, enclosing_worktree, path_key,
-    PrivateStore,
+    refuse_unreadable_packed_refs, PrivateStore,
 };
 pub use trees::{FileCounts, LevelEntry, TreeChange};
 
@@ -34,11 +34,14 @@ use super::VerbError;
 
 /// Settings applied in memory only (never written to any config file): ckpt refs get no reflog,
 /// and ckpt never needs the user's identity.
-const CONFIG_OVERRIDES: [&str; 4] = [
+const CONFIG_OVERRIDES: [&str; 5] = [
     "core.logAllRefUpdates=false",
     "user.name=ckpt",
     "user.email=ckpt@localhost",
     "gc.auto=0",
+    // Objects are read as they are stored: a `git replace` of a checkpoint's commit made
+    // snapshots build on the replacement's tree (found by a review).
+    "core.useReplaceRefs=false",
 ];
 
 /// The identity every checkpoint commit is written with, so users need no git identity.

@@ -46,6 +46,36 @@ pub fn path_key(path: &Path) -> Result<WorkspaceKey, VerbError> {
     Ok(WorkspaceKey::new(&format!("ws-{}", &id.to_hex().to_string()[..20]))?)
 }
 
+/// Refuses the repository containing `dir` when its `packed-refs` is not a regular file (a
+/// FIFO, socket, device or directory): opening the repository reads it, and a FIFO there made
+/// every command hang, as it hangs git (found by a review). Looked at before anything opens the
+/// repository, with `lstat` only.
+pub fn refuse_unreadable_packed_refs(dir: &Path) -> Result<(), VerbError> {
+    let Ok((found, _trust)) = gix::discover::upwards(dir) else {
+        return Ok(());
+    };
+    let git_dir = found.into_repository_and_work_tree_directories().0;
+    let common_dir = match std::fs::read(git_dir.join("commondir")) {
+        Ok(text) => {
+            let named = PathBuf::from(String::from_utf8_lossy(&text).trim());
+            if named.is_absolute() {
+                named
+            } else {
+                git_dir.join(named)
+            }
+        }
+        Err(_) => git_dir,
+    };
+    let packed_refs = common_dir.join("packed-refs");
+    match std::fs::symlink_metadata(&packed_refs) {
+        Ok(meta) if !meta.is_file() && !meta.file_type().is_symlink() => Err(VerbError::Unsupported(format!(
+            "{} is not a regular file (a FIFO, socket, device or directory), and git cannot read it either; remove it",
+            packed_refs.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The common git directory of the repository containing `dir` (unborn HEAD included), if any.
 pub fn enclosing_common_dir(dir: &Path) -> Option<PathBuf> {
     gix::discover(dir).ok().map(|repo| repo.common_dir().to_path_buf())
