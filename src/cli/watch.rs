@@ -85,10 +85,11 @@ fn daemon_status(files: &WatchFiles) -> Result<Option<watch::StatusAnswer>, Ckpt
 /// Runs the daemon for the workspace `provider` opened, after dropping the provider: the daemon
 /// lives for minutes and must not hold the copy store's lock (`ckpt gc` waits for it).
 pub(super) fn run_daemon(provider: Box<dyn Provider>, idle_seconds: u64) -> Result<Exit, CkptError> {
-    let (root, files, own) = (
+    let (root, files, own, repository) = (
         provider.workdir().to_path_buf(),
         provider.watch_files(),
         provider.own_dirs(),
+        provider.repository_marker(),
     );
     drop(provider);
     // When the worktree is quiet: merge the packs the watched snapshots wrote (opened afresh
@@ -103,6 +104,7 @@ pub(super) fn run_daemon(provider: Box<dyn Provider>, idle_seconds: u64) -> Resu
         &root,
         &files,
         &own,
+        repository.as_deref(),
         Duration::from_secs(idle_seconds),
         &mut housekeeping,
     )?;

@@ -241,6 +241,11 @@ pub trait Provider {
     fn hook_positions(&self) -> crate::records::hooks::HookPositions;
     /// ckpt's own directories inside the worktree (a store kept there), absolute.
     fn own_dirs(&self) -> Vec<PathBuf>;
+    /// A file that exists while this workspace's repository does (its `HEAD`): a watch daemon
+    /// whose repository is gone has nothing to serve, even if its worktree is still there.
+    fn repository_marker(&self) -> Option<PathBuf> {
+        None
+    }
     fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError>;
     /// Merges the packs this workspace's snapshots wrote into the repository once there are more
     /// than `more_than`, and compresses (merges on their own) those written uncompressed (the
@@ -408,6 +413,9 @@ impl Provider for CopyThenGit {
     }
     fn hook_positions(&self) -> crate::records::hooks::HookPositions {
         self.primary.hook_positions()
+    }
+    fn repository_marker(&self) -> Option<PathBuf> {
+        self.primary.repository_marker()
     }
     fn own_dirs(&self) -> Vec<PathBuf> {
         let mut dirs = self.primary.own_dirs();

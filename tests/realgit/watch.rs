@@ -1523,3 +1523,22 @@ fn a_restore_says_why_its_guard_was_a_full_scan() {
     assert!(record.get("guard_fallback").is_none(), "{record}");
     stop(&repo);
 }
+
+/// A daemon whose repository is removed under a worktree that stays ends, even when its own
+/// state directory is still there: what a temp dir removed half way, while a daemon started by
+/// a hook wrote its files, left running until the idle timeout (seen after two CI runs).
+#[test]
+fn a_daemon_whose_repository_is_gone_ends_though_its_state_remains() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"a\n");
+    warm(&repo);
+    let pid = repo.ckpt_json(&["watch", "status"], 0).one("watch.status")["pid"]
+        .as_u64()
+        .unwrap();
+    std::fs::remove_file(repo.common_dir().join("HEAD")).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !gone(pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(gone(pid), "a daemon whose repository is gone ends");
+}

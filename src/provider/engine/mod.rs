@@ -490,6 +490,10 @@ impl Provider for Engine {
         self.vault.reserved_dirs()
     }
 
+    fn repository_marker(&self) -> Option<PathBuf> {
+        Some(self.vault.common_dir().join("HEAD"))
+    }
+
     fn snapshot(&self, request: &SnapshotRequest) -> Result<SnapshotOutcome, CkptError> {
         Engine::snapshot(self, request)
     }

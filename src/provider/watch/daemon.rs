@@ -201,6 +201,7 @@ pub fn run(
     root: &Path,
     files: &WatchFiles,
     own: &[PathBuf],
+    repository: Option<&Path>,
     idle: Duration,
     on_quiet: &mut dyn FnMut(),
 ) -> Result<(), CkptError> {
@@ -301,7 +302,10 @@ pub fn run(
         // Without its socket nobody can reach it, without its cookie directory nobody can sync
         // with it: a daemon that can serve no one ends (the next snapshot starts a fresh one).
         let unreachable = !files.socket().exists() || !cookies.is_dir();
-        if !root.is_dir() || unreachable {
+        // A repository removed under a worktree that is still there (a temp dir half removed
+        // while this daemon wrote its files, seen in the tests): nothing left to serve.
+        let repository_gone = repository.is_some_and(|marker| std::fs::symlink_metadata(marker).is_err());
+        if !root.is_dir() || unreachable || repository_gone {
             quiet_done = true;
             break;
         }
