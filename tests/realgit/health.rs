@@ -3,6 +3,17 @@
 
 use crate::common::*;
 
+/// `ckpt --json ARGS`, killed after 30 s: a test of something that once hung (a FIFO where a
+/// file was expected) fails instead of hanging the suite.
+fn ckpt_json_within_30s(repo: &TestRepo, args: &[&str]) -> Run {
+    let mut cmd = std::process::Command::new("timeout");
+    isolate(&mut cmd, &repo.home);
+    cmd.current_dir(&repo.root).arg("30").arg(CKPT).arg("--json").args(args);
+    let run = run_ckpt(cmd);
+    assert_ne!(run.code, 124, "ckpt {args:?} hung");
+    run
+}
+
 fn problems(run: &Run, kind: &str) -> Vec<String> {
     run.json
         .iter()
@@ -387,14 +398,7 @@ fn a_repointed_or_unreadable_pin_is_repaired_or_refused_never_a_lost_record() {
         0,
     )
     .unwrap();
-    let within = |args: &[&str]| {
-        let mut cmd = std::process::Command::new("timeout");
-        isolate(&mut cmd, &repo.home);
-        cmd.current_dir(&repo.root).arg("30").arg(CKPT).arg("--json").args(args);
-        let run = run_ckpt(cmd);
-        assert_ne!(run.code, 124, "ckpt {args:?} hung on the FIFO");
-        run
-    };
+    let within = |args: &[&str]| ckpt_json_within_30s(&repo, args);
     let run = within(&["restore", &newest, "--exact", "--yes"]);
     assert_ne!(run.code, 0, "{}", run.stdout);
     assert!(run.stdout.contains("FIFO"), "{}", run.stdout);
@@ -494,15 +498,7 @@ fn doctor_removes_a_pin_to_nothing_and_a_fifo_packed_refs_is_refused() {
     )
     .unwrap();
     for args in [vec!["snapshot"], vec!["list"], vec!["audit"]] {
-        let mut cmd = std::process::Command::new("timeout");
-        isolate(&mut cmd, &repo.home);
-        cmd.current_dir(&repo.root)
-            .arg("30")
-            .arg(CKPT)
-            .arg("--json")
-            .args(&args);
-        let run = run_ckpt(cmd);
-        assert_ne!(run.code, 124, "ckpt {args:?} hung on the FIFO");
+        let run = ckpt_json_within_30s(&repo, &args);
         assert_ne!(run.code, 0, "{args:?}: {}", run.stdout);
         assert!(run.stdout.contains("packed-refs"), "{args:?}: {}", run.stdout);
     }
