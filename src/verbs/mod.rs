@@ -16,7 +16,7 @@ pub use vault::{
     absolute_parent_canonical, collect_private_garbage, enclosing_bare_repository, enclosing_common_dir,
     enclosing_exclude_files, enclosing_worktree, path_key, refuse_unreadable_packed_refs, FileCounts, FileRead,
     GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, OpenBatch, PackCompression, ParallelBlobs,
-    PathScope, PinNames, PrivateStore, TreeChange, Vault, READ_ATTEMPTS,
+    PathScope, PinNames, PrivateStore, TreeChange, TreeCheck, Vault, READ_ATTEMPTS,
 };
 pub use worktree::{
     end_watch_daemon, open_lock_no_follow, open_no_follow, process_is_alive, read_settled_file, temp_file_owner,

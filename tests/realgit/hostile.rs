@@ -131,8 +131,38 @@ fn ambiguous_prefix_lists_candidates_and_refuses() {
 
 #[test]
 fn hostile_tree_names_are_refused_before_any_write() {
+    hostile_trees_are_refused(false);
+}
+
+/// With the daemon serving the guard, the target's trees are checked while the guard is
+/// captured: the guard must still store nothing (no pack, no loose object) before the refusal.
+#[test]
+fn hostile_tree_names_are_refused_before_a_watched_guard_writes() {
+    hostile_trees_are_refused(true);
+}
+
+fn hostile_trees_are_refused(watched: bool) {
     let repo = TestRepo::new();
     repo.snapshot(&[]);
+    if watched {
+        for _ in 0..3 {
+            repo.ckpt_json(&["snapshot", "--watch"], 0);
+        }
+    }
+    let objects = || {
+        let mut names = Vec::new();
+        let mut dirs = vec![repo.common_dir().join("objects")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().map(Result::unwrap) {
+                match entry.file_type().unwrap().is_dir() {
+                    true => dirs.push(entry.path()),
+                    false => names.push(entry.path()),
+                }
+            }
+        }
+        names.sort();
+        names
+    };
     let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"pwned\n");
     let raw_id = |hex: &str| -> Vec<u8> {
         (0..20)
@@ -167,7 +197,7 @@ fn hostile_tree_names_are_refused_before_any_write() {
         entry("100644", b"/etc", &blob),
         link_then_dir,
     ];
-    for tree in trees {
+    for (case, tree) in trees.into_iter().enumerate() {
         let tree_id = git_stdin(
             &repo,
             &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
@@ -196,11 +226,23 @@ fn hostile_tree_names_are_refused_before_any_write() {
         records["records"].as_array_mut().unwrap().push(hostile);
         save_records(&repo, &records);
 
-        repo.write("README.md", b"user edit that must survive");
-        let before = everything(&repo);
+        if watched {
+            // The injected record is the newest: the next snapshot walks, the one after is
+            // served by the daemon, as the guard will be.
+            let served =
+                (0..3).any(|_| repo.ckpt_json(&["snapshot", "--watch"], 0).one("snapshot")["scan"]["mode"] == "watch");
+            assert!(served, "the daemon never served a snapshot");
+        }
+        // The guard of a clean worktree would store nothing anyway: give it something to store.
+        repo.write("README.md", format!("user edit that must survive {case}").as_bytes());
+        let before = (everything(&repo), objects());
         let run = repo.ckpt_json(&["restore", &commit, "--yes", "--exact"], 2);
         assert_eq!(run.one("error")["code"], "invalid_input", "{:?}", run.json);
-        assert_eq!(everything(&repo), before, "a hostile tree must not cause any write");
+        assert_eq!(
+            (everything(&repo), objects()),
+            before,
+            "a hostile tree must not cause any write"
+        );
         assert!(!repo.root.parent().unwrap().join("pwned").exists());
         assert!(
             std::fs::read_dir(&outside).unwrap().next().is_none(),
@@ -208,6 +250,9 @@ fn hostile_tree_names_are_refused_before_any_write() {
         );
         let run = repo.ckpt_json(&["preview", &commit], 2);
         assert_eq!(run.one("error")["code"], "invalid_input");
+    }
+    if watched {
+        repo.ckpt_json(&["watch", "stop"], 0);
     }
 }
 

@@ -8,7 +8,7 @@ use crate::provider::plan::{self, PlanInput};
 use crate::provider::scan::{self, BlobSink, Capture};
 use crate::provider::{CkptError, Confirmation, Preview, RestoreReport, ScanMode, Selection, SnapshotRequest};
 use crate::records::{JournalOp, Record, Registry, RestoreJournal};
-use crate::verbs::{EntryKind, PathScope, RepoPath, RestoreOp, TreeChange, TreeItem};
+use crate::verbs::{EntryKind, FileCounts, PathScope, RepoPath, RestoreOp, TreeChange, TreeCheck, TreeItem};
 
 use super::watched::Looked;
 use super::{now_rfc3339, Engine};
@@ -37,6 +37,49 @@ fn journal(
             })
             .collect(),
     })
+}
+
+/// The check of a restore's target tree (every name, every file counted), possibly still
+/// running beside the guard's capture. It is settled before the guard writes anything, so a
+/// hostile target is refused with nothing written, as when it ran first.
+struct TargetCheck {
+    running: std::cell::RefCell<Option<TreeCheck>>,
+    counts: std::cell::RefCell<Option<FileCounts>>,
+}
+
+impl TargetCheck {
+    fn running(check: TreeCheck) -> Self {
+        TargetCheck {
+            running: std::cell::RefCell::new(Some(check)),
+            counts: Default::default(),
+        }
+    }
+
+    fn done(counts: FileCounts) -> Self {
+        TargetCheck {
+            running: Default::default(),
+            counts: std::cell::RefCell::new(Some(counts)),
+        }
+    }
+
+    /// Waits for the check (once); its refusal, if it refused.
+    fn settle(&self) -> Result<(), CkptError> {
+        let running = self.running.borrow_mut().take();
+        if let Some(check) = running {
+            *self.counts.borrow_mut() = Some(check.wait()?);
+        }
+        match &*self.counts.borrow() {
+            Some(_) => Ok(()),
+            None => Err(CkptError::Refused(
+                "the check of the target tree failed earlier; nothing was changed".into(),
+            )),
+        }
+    }
+
+    fn into_counts(self) -> Result<FileCounts, CkptError> {
+        self.settle()?;
+        Ok(self.counts.into_inner().unwrap_or_default())
+    }
 }
 
 /// What a restore knows of the worktree besides the guard's tree.
@@ -249,7 +292,18 @@ impl Engine {
         settles: Option<&RestoreJournal>,
     ) -> Result<RestoreReport, CkptError> {
         let t0 = std::time::Instant::now();
-        let (target_tree, mut file_counts) = self.checkpoint_tree_counted(record)?;
+        // A watched guard writes nothing before the target's check settles
+        // ([`Engine::snapshot_watched_locked`]): the check runs beside its capture. A walking
+        // guard stores blobs as it reads them, and an asked restore previews first: there it
+        // runs before anything else.
+        let aside = request.watch && !matches!(confirmation, Confirmation::Ask(_));
+        let (target_tree, target_check) = if aside {
+            let tree = self.pinned_tree_id(record)?;
+            (tree, TargetCheck::running(self.vault.validate_tree_aside(&tree)))
+        } else {
+            let (tree, counts) = self.checkpoint_tree_counted(record)?;
+            (tree, TargetCheck::done(counts))
+        };
         self.phase_time("check target tree", t0);
         if let Confirmation::Ask(ask) = confirmation {
             let preview = self.preview(record, selection, request.max_file_size)?;
@@ -276,12 +330,13 @@ impl Engine {
 
         let t1 = std::time::Instant::now();
         let (guard, looked) = if request.watch {
-            self.snapshot_watched_locked(&registry, &lock, request)?
+            self.snapshot_watched_locked(&registry, &lock, request, &|| target_check.settle())?
         } else {
             let (guard, capture) = self.snapshot_locked(&registry, &lock, request)?;
             (guard, Looked::Whole(capture))
         };
         self.phase_time("guard snapshot", t1);
+        let mut file_counts = target_check.into_counts()?;
         let t2 = std::time::Instant::now();
         let guard_tree = guard.record.tree_id().map_err(CkptError::CorruptRecord)?;
         let changes = self.vault.diff_trees(Some(&guard_tree), Some(&target_tree))?;

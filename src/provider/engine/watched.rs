@@ -31,6 +31,15 @@ pub(super) enum Looked {
 const MAX_SCOPE: usize = 1000;
 
 /// The daemon's changed paths as a scope; `None` if one is not a valid repository path.
+/// A check a watched snapshot passes before it writes anything; see
+/// [`Engine::snapshot_watched_locked`].
+pub(super) type BeforeWriting<'a> = &'a dyn Fn() -> Result<(), CkptError>;
+
+/// The [`BeforeWriting`] of a snapshot that waits on nothing.
+pub(super) fn nothing_to_check() -> Result<(), CkptError> {
+    Ok(())
+}
+
 fn scope_of(paths: &[WirePath]) -> Option<PathScope> {
     let paths: Option<Vec<RepoPath>> = paths.iter().map(|p| p.to_repo_path().ok()).collect();
     paths.map(PathScope::new)
@@ -56,7 +65,8 @@ impl Engine {
         let registry = self.registry()?;
         let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
         let outcome = if request.watch {
-            self.snapshot_watched_locked(&registry, &lock, request)?.0
+            self.snapshot_watched_locked(&registry, &lock, request, &nothing_to_check)?
+                .0
         } else {
             self.snapshot_locked(&registry, &lock, request)?.0
         };
@@ -130,11 +140,14 @@ impl Engine {
 
     /// The watched snapshot; the caller holds the workspace lock. It also says what it looked
     /// at: the whole worktree when it fell back to a full capture, else its changed paths only.
+    /// `before_writing` runs before the snapshot writes anything (objects, state or pins), and
+    /// its error ends the snapshot there: a restore checks its target tree meanwhile.
     pub(super) fn snapshot_watched_locked(
         &self,
         registry: &Registry,
         lock: &RegistryLock,
         request: &SnapshotRequest,
+        before_writing: BeforeWriting<'_>,
     ) -> Result<(SnapshotOutcome, Looked), CkptError> {
         let files = WatchFiles::new(&self.state_dir);
         let base = files.load_base();
@@ -195,10 +208,11 @@ impl Engine {
                                 // Nothing changed since that checkpoint's capture.
                                 Ok((self.unchanged_outcome(previous), Capture::default()))
                             } else {
-                                self.snapshot_delta(registry, lock, request, (previous, records), &scope)?
+                                self.snapshot_delta(registry, lock, request, (previous, records), &scope, before_writing)?
                             };
                             match delta {
                                 Ok((outcome, within)) => {
+                                before_writing()?;
                                 files.save_base(
                                     &WatchBase {
                                         token,
@@ -222,6 +236,7 @@ impl Engine {
             }
             Changes::Answered { token, unknown, .. } => (Some(token), unknown.unwrap_or_default()),
         };
+        before_writing()?;
         let (mut outcome, capture) = self.snapshot_locked(registry, lock, request)?;
         match token {
             Some(token) => files.save_base(
@@ -265,6 +280,7 @@ impl Engine {
         request: &SnapshotRequest,
         (previous, mut records): (Record, Vec<Record>),
         scope: &PathScope,
+        before_writing: BeforeWriting<'_>,
     ) -> Result<Result<(SnapshotOutcome, Capture), String>, CkptError> {
         // The scoped listing reads the index; on a thread of its own, it overlaps the stat cache.
         self.vault.prefetch_index();
@@ -328,6 +344,7 @@ impl Engine {
             treebuild::edit_trees(&self.vault, base_tree, &edits)?
         };
         self.phase_time("trees (changed directories only)", started);
+        before_writing()?;
         self.finish_batch(batch, "objects written", registry, lock)?;
         if tree == base_tree {
             save_cache(previous_id);

@@ -104,77 +104,131 @@ impl Vault {
         self.read_levels(tree, known)
     }
 
-    /// Reads, validates and counts every tree below `tree` that `counts` does not hold yet.
-    fn read_levels(&self, tree: &ObjectId, counts: &mut FileCounts) -> Result<u64, VerbError> {
-        use rayon::prelude::*;
-        if let Some(total) = counts.0.get(tree) {
-            return Ok(*total);
-        }
-        // Level by level, each level's trees read in parallel, each worker with its own handle.
+    /// [`Self::validate_tree`] on a thread of its own, so the caller can do other work (that
+    /// writes nothing) meanwhile. Where no thread can be started, it runs here and now.
+    pub fn validate_tree_aside(&self, tree: &ObjectId) -> TreeCheck {
         let shared = self.repo.clone().into_sync();
-        let mut levels: crate::verbs::IdMap<(u64, Vec<ObjectId>)> = Default::default();
-        let mut seen = crate::verbs::IdSet::default();
-        seen.insert(*tree);
-        let mut frontier = vec![*tree];
-        while !frontier.is_empty() {
-            let read: Vec<(ObjectId, u64, Vec<ObjectId>)> = frontier
-                .par_iter()
-                .map_init(
-                    || shared.to_thread_local(),
-                    |repo, id| {
-                        let mut files = 0;
-                        let mut subtrees = Vec::new();
-                        for (name, kind, child) in read_level(repo, id)? {
-                            NewTreeEntry::new(&name, kind, child)?;
-                            match kind {
-                                None => subtrees.push(child),
-                                Some(EntryKind::Gitlink) => {}
-                                Some(_) => files += 1,
-                            }
-                        }
-                        Ok((*id, files, subtrees))
-                    },
-                )
-                .collect::<Result<_, VerbError>>()?;
-            frontier = Vec::new();
-            for (id, files, subtrees) in read {
-                frontier.extend(
-                    subtrees
-                        .iter()
-                        .filter(|child| !counts.0.contains_key(*child) && seen.insert(**child)),
-                );
-                levels.insert(id, (files, subtrees));
+        let tree = *tree;
+        let check = move || {
+            let mut counts = FileCounts::default();
+            read_levels_in(&shared, &tree, &mut counts).map(|_| counts)
+        };
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        let spawned = std::thread::Builder::new().name("ckpt-tree-check".into()).spawn({
+            let check = check.clone();
+            move || {
+                // The receiver may be gone (the caller failed first): nothing to tell then.
+                sender.send(check()).ok();
             }
+        });
+        match spawned {
+            Ok(_) => TreeCheck::Running(receiver),
+            Err(_) => TreeCheck::Done(check()),
         }
-        // Totals bottom-up, without recursion (a hostile tree may be nested arbitrarily deep): a
-        // tree is summed once all its subtrees are; one reached twice is summed once.
-        let mut pending = vec![(*tree, false)];
-        while let Some((id, children_done)) = pending.pop() {
-            if counts.0.contains_key(&id) {
-                continue;
-            }
-            let Some((files, subtrees)) = levels.get(&id) else {
-                continue;
-            };
-            if children_done {
-                let below: u64 = subtrees
-                    .iter()
-                    .map(|child| counts.0.get(child).copied().unwrap_or(0))
-                    .sum();
-                counts.0.insert(id, files + below);
-            } else {
-                pending.push((id, true));
-                pending.extend(
-                    subtrees
-                        .iter()
-                        .filter(|c| !counts.0.contains_key(*c))
-                        .map(|c| (*c, false)),
-                );
-            }
-        }
-        Ok(counts.0.get(tree).copied().unwrap_or(0))
     }
 
+    /// Reads, validates and counts every tree below `tree` that `counts` does not hold yet.
+    fn read_levels(&self, tree: &ObjectId, counts: &mut FileCounts) -> Result<u64, VerbError> {
+        read_levels_in(&self.repo.clone().into_sync(), tree, counts)
+    }
+}
+
+/// A [`Vault::validate_tree`] running aside; [`Self::wait`] for its answer.
+pub enum TreeCheck {
+    Running(std::sync::mpsc::Receiver<Result<FileCounts, VerbError>>),
+    Done(Result<FileCounts, VerbError>),
+}
+
+impl TreeCheck {
+    /// The check's answer, once it has one.
+    pub fn wait(self) -> Result<FileCounts, VerbError> {
+        match self {
+            TreeCheck::Done(answer) => answer,
+            TreeCheck::Running(receiver) => receiver.recv().unwrap_or_else(|_| {
+                Err(VerbError::git_because(
+                    "checking the target tree",
+                    "the checking thread ended without an answer",
+                ))
+            }),
+        }
+    }
+}
+
+/// Reads, validates and counts every tree below `tree` that `counts` does not hold yet. Level
+/// by level, each level's trees read in parallel, each worker with its own handle.
+fn read_levels_in(
+    shared: &gix::ThreadSafeRepository,
+    tree: &ObjectId,
+    counts: &mut FileCounts,
+) -> Result<u64, VerbError> {
+    use rayon::prelude::*;
+    if let Some(total) = counts.0.get(tree) {
+        return Ok(*total);
+    }
+    let mut levels: crate::verbs::IdMap<(u64, Vec<ObjectId>)> = Default::default();
+    let mut seen = crate::verbs::IdSet::default();
+    seen.insert(*tree);
+    let mut frontier = vec![*tree];
+    while !frontier.is_empty() {
+        let read: Vec<(ObjectId, u64, Vec<ObjectId>)> = frontier
+            .par_iter()
+            .map_init(
+                || shared.to_thread_local(),
+                |repo, id| {
+                    let mut files = 0;
+                    let mut subtrees = Vec::new();
+                    for (name, kind, child) in read_level(repo, id)? {
+                        NewTreeEntry::new(&name, kind, child)?;
+                        match kind {
+                            None => subtrees.push(child),
+                            Some(EntryKind::Gitlink) => {}
+                            Some(_) => files += 1,
+                        }
+                    }
+                    Ok((*id, files, subtrees))
+                },
+            )
+            .collect::<Result<_, VerbError>>()?;
+        frontier = Vec::new();
+        for (id, files, subtrees) in read {
+            frontier.extend(
+                subtrees
+                    .iter()
+                    .filter(|child| !counts.0.contains_key(*child) && seen.insert(**child)),
+            );
+            levels.insert(id, (files, subtrees));
+        }
+    }
+    // Totals bottom-up, without recursion (a hostile tree may be nested arbitrarily deep): a
+    // tree is summed once all its subtrees are; one reached twice is summed once.
+    let mut pending = vec![(*tree, false)];
+    while let Some((id, children_done)) = pending.pop() {
+        if counts.0.contains_key(&id) {
+            continue;
+        }
+        let Some((files, subtrees)) = levels.get(&id) else {
+            continue;
+        };
+        if children_done {
+            let below: u64 = subtrees
+                .iter()
+                .map(|child| counts.0.get(child).copied().unwrap_or(0))
+                .sum();
+            counts.0.insert(id, files + below);
+        } else {
+            pending.push((id, true));
+            pending.extend(
+                subtrees
+                    .iter()
+                    .filter(|c| !counts.0.contains_key(*c))
+                    .map(|c| (*c, false)),
+            );
+        }
+    }
+    Ok(counts.0.get(tree).copied().unwrap_or(0))
+}
+
+impl Vault {
     /// Every non-tree entry below `tree`, like `ls-tree -r`. A hostile name in the tree (`..`,
     /// `.git`, `/`) is an error, never a path.
     pub fn read_tree(&self, tree: &ObjectId) -> Result<BTreeMap<RepoPath, TreeItem>, VerbError> {
