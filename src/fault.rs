@@ -15,6 +15,19 @@ pub fn point(name: &str) {
     let _ = name;
 }
 
+/// Whether `CKPT_FAULT` names this point, for a fault the caller then makes up (an I/O error
+/// where the disk gives none). Always `false` without `fault-injection`.
+#[inline]
+pub fn failing(name: &str) -> bool {
+    #[cfg(feature = "fault-injection")]
+    return std::env::var("CKPT_FAULT").is_ok_and(|v| v == name);
+    #[cfg(not(feature = "fault-injection"))]
+    {
+        let _ = name;
+        false
+    }
+}
+
 /// With `CKPT_PAUSE=<point>`, stops here until the file named by `CKPT_PAUSE_RESUME` exists
 /// (at most a minute), after saying so on stderr: tests act at exactly this moment, e.g. write
 /// a file between a restore's check and its replace. Only with `fault-injection`.

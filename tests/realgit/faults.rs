@@ -86,3 +86,55 @@ fn an_aborted_restore_can_be_undone_through_its_guard() {
         "the guard undoes a half-finished restore exactly"
     );
 }
+
+/// A restore whose directory sync fails (an I/O error made up by the fault point) names every
+/// path in that directory as failed and is not verified: its renames may not survive a crash.
+#[test]
+fn a_directory_that_cannot_be_synced_fails_the_restore_loudly() {
+    let repo = TestRepo::new();
+    repo.write("docs/a.txt", b"original a\n");
+    repo.write("docs/b.txt", b"original b\n");
+    let id = repo.snapshot(&[]);
+    repo.write("docs/a.txt", b"agent a\n");
+    repo.remove("docs/b.txt");
+    repo.write("docs/new.txt", b"agent new\n");
+    let out = ckpt_with_fault(
+        &repo,
+        "restore:directory-sync",
+        &["--json", "restore", &id, "--yes", "--exact"],
+    );
+    assert!(
+        !out.status.success(),
+        "a restore that may not be durable must not succeed"
+    );
+    let records: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let restore = records
+        .iter()
+        .find(|r| r["type"] == "restore")
+        .unwrap_or_else(|| panic!("no restore record: {records:?}"));
+    assert_eq!(restore["verified"], false, "{restore}");
+    let failed: Vec<(String, String)> = restore["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_owned(),
+                f["error"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let mut paths: Vec<&str> = failed.iter().map(|(p, _)| p.as_str()).collect();
+    paths.sort();
+    assert_eq!(paths, ["docs/a.txt", "docs/b.txt", "docs/new.txt"], "{restore}");
+    for (path, error) in &failed {
+        assert!(error.contains("could not be synced"), "{path}: {error}");
+    }
+    // The content itself was put in place: only its durability is in doubt.
+    assert_eq!(repo.read("docs/a.txt"), b"original a\n");
+    let again = repo.ckpt_json(&["restore", &id, "--yes", "--exact"], 0);
+    assert_eq!(again.one("restore")["verified"], true);
+}

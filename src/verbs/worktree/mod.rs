@@ -4,6 +4,7 @@
 //! is overwritten or removed, what is on disk must still match what the caller has evidence of;
 //! anything else is refused for that path.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -231,6 +232,87 @@ fn staged_writes() -> usize {
     usize::try_from((limit.saturating_sub(RESERVE) / 4).clamp(1, MOST)).unwrap_or(1)
 }
 
+/// The directories that hold a restore's renames and removals, each synced once, as soon as
+/// its last op has landed: not once per file, and beside the other ops' syncs rather than
+/// after all of them (each sync waits on the disk, not on a core). Each file was synced
+/// before its rename.
+struct DirectorySyncs {
+    ops_left: HashMap<Option<RepoPath>, std::sync::atomic::AtomicUsize>,
+    failed: std::sync::Mutex<Vec<(Option<RepoPath>, Errno)>>,
+}
+
+impl DirectorySyncs {
+    fn new(ops: &[RestoreOp]) -> Self {
+        let mut counts: HashMap<Option<RepoPath>, usize> = HashMap::new();
+        for op in ops {
+            *counts.entry(op.path().parent()).or_default() += 1;
+        }
+        DirectorySyncs {
+            ops_left: counts
+                .into_iter()
+                .map(|(dir, n)| (dir, std::sync::atomic::AtomicUsize::new(n)))
+                .collect(),
+            failed: Default::default(),
+        }
+    }
+
+    /// `op` is done (or failed): syncs its directory if no other op in it is left.
+    fn landed(&self, worktree: Worktree<'_>, op: &RestoreOp) {
+        let dir = op.path().parent();
+        let Some(left) = self.ops_left.get(&dir) else {
+            return;
+        };
+        if left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) != 1 {
+            return;
+        }
+        // A directory that is gone (a later op of this restore removed it, or someone else
+        // did) holds nothing of this restore to sync; its removal is its parent's to sync.
+        let fd = match &dir {
+            None => worktree.open_root().ok(),
+            Some(dir) => worktree.open_dir(dir).ok().flatten(),
+        };
+        let Some(fd) = fd else {
+            return;
+        };
+        let synced = if crate::fault::failing("restore:directory-sync") {
+            Err(Errno::IO)
+        } else {
+            rustix::fs::fsync(&fd)
+        };
+        match synced {
+            // Filesystems that cannot sync a directory at all: nothing more can be done there.
+            Ok(()) | Err(Errno::INVAL) | Err(Errno::NOTSUP) => {}
+            Err(e) => self
+                .failed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((dir, e)),
+        }
+    }
+
+    /// An op that succeeded in a directory whose sync failed did not reach the disk for sure:
+    /// it is a failure, and says so.
+    fn report_failures(self, ops: &[RestoreOp], results: &mut [Result<(), VerbError>]) {
+        let failed = self
+            .failed
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (dir, errno) in failed {
+            for (op, result) in ops.iter().zip(results.iter_mut()) {
+                if result.is_ok() && op.path().parent() == dir {
+                    *result = Err(worktree_error(
+                        op.path(),
+                        format!(
+                            "done, but its directory could not be synced to disk ({}); it may not survive a crash",
+                            errno_text(errno)
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+}
+
 /// Threads for a run of worktree writes: each one spends most of its time waiting for an
 /// fsync, so a few per core. `None` if the pool cannot be made (the global pool is used then).
 fn io_pool(ops: usize) -> Option<rayon::ThreadPool> {
@@ -272,7 +354,9 @@ impl Vault {
         let worktree = self.worktree();
         let shared = self.repo_for_threads();
         let done = std::sync::atomic::AtomicUsize::new(0);
-        let finish = |result| {
+        let directories = DirectorySyncs::new(ops);
+        let finish = |op: &RestoreOp, result| {
+            directories.landed(worktree, op);
             after_each(done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1);
             result
         };
@@ -292,7 +376,10 @@ impl Vault {
                     if !matches!(run[0], RestoreOp::Write { .. }) {
                         return run
                             .par_iter()
-                            .map_init(|| shared.to_thread_local(), |repo, op| finish(worktree.apply(op, repo)))
+                            .map_init(
+                                || shared.to_thread_local(),
+                                |repo, op| finish(op, worktree.apply(op, repo)),
+                            )
                             .collect::<Vec<_>>();
                     }
                     // Every temp file of a chunk is written before any is synced (see
@@ -304,10 +391,11 @@ impl Vault {
                             .map_init(|| shared.to_thread_local(), |repo, op| worktree.stage(op, repo))
                             .collect();
                         results.par_extend(chunk.par_iter().zip(staged).map(|(op, staged)| {
-                            finish(staged.and_then(|staged| match staged {
+                            let landed = staged.and_then(|staged| match staged {
                                 Staged::Done => Ok(()),
                                 Staged::Write(write) => worktree.land(op, write),
-                            }))
+                            });
+                            finish(op, landed)
                         }));
                     }
                     results
@@ -319,29 +407,11 @@ impl Vault {
                     None => results.extend(apply_all()),
                 }
             } else {
-                results.extend(run.iter().map(|op| finish(worktree.apply(op, self.repo_handle()))));
+                results.extend(run.iter().map(|op| finish(op, worktree.apply(op, self.repo_handle()))));
             }
             start = end;
         }
-        // Each file was fsynced before its rename; the directories that hold the renames and
-        // removals are synced once each, not once per file, and together: each sync waits on
-        // the disk, not on a core.
-        let mut dirs: Vec<Option<RepoPath>> = ops.iter().map(|op| op.path().parent()).collect();
-        dirs.sort();
-        dirs.dedup();
-        let sync_dir = |dir: &Option<RepoPath>| {
-            let fd = match dir {
-                None => worktree.open_root().ok(),
-                Some(dir) => worktree.open_dir(dir).ok().flatten(),
-            };
-            if let Some(fd) = fd {
-                rustix::fs::fsync(&fd).ok();
-            }
-        };
-        match io_pool(dirs.len()).filter(|_| dirs.len() > 1) {
-            Some(pool) => pool.install(|| dirs.par_iter().for_each(sync_dir)),
-            None => dirs.iter().for_each(sync_dir),
-        }
+        directories.report_failures(ops, &mut results);
         results
     }
 

@@ -39,7 +39,22 @@ impl Worktree<'_> {
                 Ok(fd) => fd,
                 Err(Errno::NOENT) if create => {
                     match rustix::fs::mkdirat(&dir, *component, Mode::from_raw_mode(0o777)) {
-                        Ok(()) | Err(Errno::EXIST) => {}
+                        // The new directory's own entry is synced here: a restore syncs only
+                        // the directories that hold its ops.
+                        Ok(()) => match rustix::fs::fsync(&dir) {
+                            Ok(()) | Err(Errno::INVAL) | Err(Errno::NOTSUP) => {}
+                            Err(e) => {
+                                return Err(worktree_error(
+                                    path,
+                                    format!(
+                                        "created directory {}, but could not sync its parent to disk: {}",
+                                        String::from_utf8_lossy(&walked),
+                                        errno_text(e)
+                                    ),
+                                ))
+                            }
+                        },
+                        Err(Errno::EXIST) => {}
                         Err(e) => {
                             return Err(worktree_error(
                                 path,
