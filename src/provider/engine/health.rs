@@ -64,7 +64,7 @@ impl Engine {
     /// of) what that restore wrote or moved aside there — the target's or the guard's content
     /// of a path in that directory. Anything else that merely looks like a temp file is the
     /// user's and is never listed (so never removed).
-    fn stale_temp_files(&self, journal: Option<&RestoreJournal>) -> Result<Vec<RepoPath>, CkptError> {
+    pub(super) fn stale_temp_files(&self, journal: Option<&RestoreJournal>) -> Result<Vec<RepoPath>, CkptError> {
         let Some(journal) = journal else {
             return Ok(Vec::new());
         };

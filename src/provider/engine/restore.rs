@@ -326,6 +326,16 @@ impl Engine {
                 registry.dir().join("restore-journal.json").display(),
                 stale.guard
             ));
+            // Its journal is about to be replaced by this restore's: the temp files it left are
+            // known for its own only while that journal names them.
+            for path in self.stale_temp_files(Some(&stale))? {
+                if self.vault.remove_stale_temp(&path)? {
+                    self.reporter.warning(&format!(
+                        "removed leftover temp file {} of the interrupted restore",
+                        path.display()
+                    ));
+                }
+            }
         }
 
         let t1 = std::time::Instant::now();

@@ -232,6 +232,17 @@ fn staged_writes() -> usize {
     usize::try_from((limit.saturating_sub(RESERVE) / 4).clamp(1, MOST)).unwrap_or(1)
 }
 
+/// Whether no path of `one` is a path of `other`, or an ancestor of one, or the other way round.
+fn paths_apart(one: &[RestoreOp], other: &[RestoreOp]) -> bool {
+    let clash = |these: &[RestoreOp], those: &[RestoreOp]| {
+        let paths: std::collections::HashSet<&RepoPath> = these.iter().map(RestoreOp::path).collect();
+        those
+            .iter()
+            .any(|op| paths.contains(op.path()) || op.path().ancestors().iter().any(|dir| paths.contains(dir)))
+    };
+    !clash(one, other) && !clash(other, one)
+}
+
 /// The directories that hold a restore's renames and removals, each synced once, as soon as
 /// its last op has landed: not once per file, and beside the other ops' syncs rather than
 /// after all of them (each sync waits on the disk, not on a core). Each file was synced
@@ -364,16 +375,36 @@ impl Vault {
         let mut start = 0;
         while start < ops.len() {
             let parallel = |op: &RestoreOp| matches!(op, RestoreOp::Remove { .. } | RestoreOp::Write { .. });
-            let same_kind = |op: &RestoreOp| std::mem::discriminant(op) == std::mem::discriminant(&ops[start]);
+            let run_from = |from: usize| {
+                let kind = std::mem::discriminant(&ops[from]);
+                from + ops[from..]
+                    .iter()
+                    .take_while(|op| std::mem::discriminant(*op) == kind)
+                    .count()
+            };
             let end = if parallel(&ops[start]) {
-                start + ops[start..].iter().take_while(|op| same_kind(op)).count()
+                let end = run_from(start);
+                // The removals and the writes right after them go in one pass when no path of
+                // one is, holds or lies below a path of the other: no write then needs what a
+                // removal clears out of its way.
+                match (&ops[start], ops.get(end)) {
+                    (RestoreOp::Remove { .. }, Some(RestoreOp::Write { .. })) => {
+                        let writes_end = run_from(end);
+                        if paths_apart(&ops[start..end], &ops[end..writes_end]) {
+                            writes_end
+                        } else {
+                            end
+                        }
+                    }
+                    _ => end,
+                }
             } else {
                 start + 1
             };
             let run = &ops[start..end];
             if run.len() > 1 {
                 let apply_all = || {
-                    if !matches!(run[0], RestoreOp::Write { .. }) {
+                    if !run.iter().any(|op| matches!(op, RestoreOp::Write { .. })) {
                         return run
                             .par_iter()
                             .map_init(
@@ -486,5 +517,33 @@ mod tests {
         ] {
             assert_eq!(temp_file_owner(other), None, "{}", String::from_utf8_lossy(other));
         }
+    }
+
+    #[test]
+    fn removals_and_writes_are_apart_only_when_no_path_holds_another() {
+        let item = TreeItem {
+            kind: EntryKind::File,
+            id: ObjectId(gix::ObjectId::null(gix::hash::Kind::Sha1)),
+        };
+        let path = |p: &str| RepoPath::new(p.as_bytes().to_vec()).unwrap();
+        let remove = |p: &str| RestoreOp::Remove {
+            path: path(p),
+            expect: item,
+        };
+        let write = |p: &str| RestoreOp::Write {
+            path: path(p),
+            item,
+            expect: None,
+        };
+        assert!(paths_apart(
+            &[remove("new/a"), remove("b")],
+            &[write("src/a"), write("new-a")]
+        ));
+        // A file where the target has a directory, a directory where it has a file, the same path.
+        assert!(!paths_apart(&[remove("a")], &[write("a/b")]));
+        assert!(!paths_apart(&[remove("a/b/c")], &[write("a/b")]));
+        assert!(!paths_apart(&[remove("x"), remove("a")], &[write("a")]));
+        // Names that only start alike are apart ("a" and "ab", "a.txt").
+        assert!(paths_apart(&[remove("a")], &[write("ab/c"), write("a.txt")]));
     }
 }
