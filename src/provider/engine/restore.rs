@@ -87,9 +87,9 @@ pub(super) enum Evidence {
     /// The guard's own capture of the whole worktree.
     Whole(Capture),
     /// The guard was a watched snapshot (it looked at changed paths only): a read-only capture
-    /// of the paths the restore may touch and of the path filter, and how many files the guard
+    /// of the paths the restore may touch and of the path filter, and how many files the target
     /// holds.
-    Scoped { capture: Capture, guard_files: u64 },
+    Scoped { capture: Capture, target_files: u64 },
 }
 
 impl Evidence {
@@ -130,13 +130,13 @@ impl Engine {
             exact: selection.exact,
         });
         let in_scope = |p: &RepoPath| selection.paths.is_empty() || selection.paths.iter().any(|f| p.is_within(f));
-        // Paths equal on both sides are exactly the guard's paths the diff did not name. A
+        // Paths equal on both sides are exactly the target's paths the diff did not name. A
         // scoped capture holds every file within the filter, so it counts them too; without a
-        // filter the guard's file count does.
+        // filter the target's file count does.
         plan.unchanged = match evidence {
-            Evidence::Scoped { guard_files, .. } if selection.paths.is_empty() => {
-                let changed = current.values().filter(|item| item.kind != EntryKind::Gitlink).count();
-                guard_files.saturating_sub(changed as u64) as usize
+            Evidence::Scoped { target_files, .. } if selection.paths.is_empty() => {
+                let changed = target.values().filter(|item| item.kind != EntryKind::Gitlink).count();
+                target_files.saturating_sub(changed as u64) as usize
             }
             _ => capture
                 .files
@@ -346,7 +346,7 @@ impl Engine {
             (guard, Looked::Whole(capture))
         };
         self.phase_time("guard snapshot", t1);
-        let mut file_counts = target_check.into_counts()?;
+        let file_counts = target_check.into_counts()?;
         let t2 = std::time::Instant::now();
         let guard_tree = guard.record.tree_id().map_err(CkptError::CorruptRecord)?;
         let changes = self.vault.diff_trees(Some(&guard_tree), Some(&target_tree))?;
@@ -390,8 +390,10 @@ impl Engine {
                     .map(|c| c.path.clone())
                     .collect();
                 if self.vault.repositories_above(&written)?.is_empty() {
-                    let guard_files = self.vault.count_files(&guard_tree, &mut file_counts)?;
-                    Evidence::Scoped { capture, guard_files }
+                    let target_files = file_counts.total(&target_tree).ok_or_else(|| {
+                        CkptError::Refused("the target tree was not counted; nothing was changed".into())
+                    })?;
+                    Evidence::Scoped { capture, target_files }
                 } else {
                     let cache = self.trusted_stat_cache(&registry);
                     Evidence::Whole(scan::capture(

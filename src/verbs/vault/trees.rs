@@ -15,6 +15,13 @@ pub type LevelEntry = (Vec<u8>, Option<EntryKind>, ObjectId);
 #[derive(Debug, Default)]
 pub struct FileCounts(crate::verbs::IdMap<u64>);
 
+impl FileCounts {
+    /// How many files `tree` holds, if it was counted.
+    pub fn total(&self, tree: &ObjectId) -> Option<u64> {
+        self.0.get(tree).copied()
+    }
+}
+
 /// One path whose entry differs between two trees (`None` = absent on that side).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TreeChange {
@@ -95,13 +102,6 @@ impl Vault {
         let mut counts = FileCounts::default();
         self.read_levels(tree, &mut counts)?;
         Ok(counts)
-    }
-
-    /// How many files (every entry but subtrees and submodule pointers) `tree` holds. Subtrees
-    /// `known` already counts are not read again; the ones read are validated like
-    /// [`Self::validate_tree`] does and added to `known`.
-    pub fn count_files(&self, tree: &ObjectId, known: &mut FileCounts) -> Result<u64, VerbError> {
-        self.read_levels(tree, known)
     }
 
     /// [`Self::validate_tree`] on a thread of its own, so the caller can do other work (that
