@@ -339,3 +339,72 @@ fn a_tree_nested_twenty_thousand_levels_deep_does_not_overflow_the_stack() {
     let id = run.one("snapshot")["id"].as_str().unwrap().to_owned();
     assert_eq!(repo.git(&["show", &format!("{id}:in/f.txt")]), "edited\n");
 }
+
+/// A target naming a tree (or any non-blob) as a file, or a blob whose object is garbage, is
+/// refused before the restore changes anything: it used to delete first and fail on that entry.
+#[test]
+fn a_target_whose_content_is_not_a_readable_blob_changes_nothing() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let raw_id = |hex: &str| -> Vec<u8> {
+        (0..20)
+            .map(|i| u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).unwrap())
+            .collect()
+    };
+    let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"evil\n");
+    let mut sub = b"100644 x\0".to_vec();
+    sub.extend(raw_id(&blob));
+    let sub = git_stdin(&repo, &["hash-object", "-t", "tree", "-w", "--stdin"], &sub);
+    // A loose blob whose file holds garbage (it was never packed: written just now).
+    let garbage = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"will be garbage\n");
+    let object = repo
+        .common_dir()
+        .join("objects")
+        .join(&garbage[..2])
+        .join(&garbage[2..]);
+    let mut perms = std::fs::metadata(&object).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&object, perms).unwrap();
+    std::fs::write(&object, b"not zlib at all").unwrap();
+    for (name, entry_id) in [("tree-as-file", &sub), ("garbage-blob", &garbage)] {
+        let mut tree = format!("100644 {name}\0").into_bytes();
+        tree.extend(raw_id(entry_id));
+        let tree_id = git_stdin(
+            &repo,
+            &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
+            &tree,
+        );
+        let commit = git_stdin(
+            &repo,
+            &[
+                "-c",
+                "user.name=x",
+                "-c",
+                "user.email=x@x",
+                "commit-tree",
+                &tree_id,
+                "-m",
+                name,
+            ],
+            b"",
+        );
+        repo.git(&["update-ref", &format!("refs/ckpt/main/{commit}"), &commit]);
+        let mut records = load_records(&repo);
+        let mut record = records["records"][0].clone();
+        record["id"] = json!(commit);
+        record["commit"] = json!(commit);
+        record["tree"] = json!(tree_id);
+        records["records"].as_array_mut().unwrap().insert(0, record);
+        save_records(&repo, &records);
+        for i in 0..20 {
+            repo.write(format!("dirty{i}.txt"), format!("user work {i}").as_bytes());
+        }
+        let before = repo.worktree();
+        let run = repo.ckpt_json(&["restore", &commit, "--yes", "--exact"], 1);
+        let message = run.one("error")["message"].as_str().unwrap().to_owned();
+        assert!(message.contains(name), "{name}: {message}");
+        assert!(message.contains("worktree was not changed"), "{name}: {message}");
+        assert_eq!(repo.worktree(), before, "{name}: nothing may be deleted or written");
+    }
+}

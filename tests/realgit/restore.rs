@@ -363,3 +363,39 @@ fn a_large_restore_works_within_a_low_open_file_limit() {
         assert_eq!(repo.read(spread_path(i, 30)), format!("original {i}\n").as_bytes());
     }
 }
+
+/// Where the checkpoint has a file and the worktree has an empty directory (or a tree of empty
+/// ones, as an interrupted restore leaves), the directory goes: no checkpoint can hold it, and
+/// it holds no data. One holding an ignored file stays, and the path is reported.
+#[test]
+fn an_empty_directory_where_the_checkpoint_has_a_file_is_replaced() {
+    let repo = TestRepo::new();
+    repo.write("x", b"file x\n");
+    repo.write("keep/y", b"file y\n");
+    let id = repo.snapshot(&[]);
+    let expected = repo.worktree();
+    repo.remove("x");
+    std::fs::create_dir_all(repo.path("x/a/b")).unwrap();
+    std::fs::create_dir_all(repo.path("x/c")).unwrap();
+    for exact in [false, true] {
+        let mut args = vec!["restore", id.as_str(), "--yes"];
+        if exact {
+            args.push("--exact");
+        }
+        let run = repo.ckpt_json(&args, 0);
+        let restore = run.one("restore");
+        assert_eq!(restore["verified"], true, "{restore}");
+        assert_eq!(restore["written"], serde_json::json!(["x"]), "{restore}");
+        assert_eq!(repo.worktree(), expected);
+        repo.remove("x");
+        std::fs::create_dir_all(repo.path("x/a/b")).unwrap();
+    }
+    // An ignored file inside: the directory is not empty, so it stays and the path is named.
+    repo.write(".gitignore", b"*.log\n");
+    repo.remove("x");
+    repo.write("x/a/b/debug.log", b"ignored, never captured\n");
+    let run = repo.ckpt_json(&["restore", &id, "--yes"], 3);
+    let failed = run.one("restore")["failed"].to_string();
+    assert!(failed.contains("\"x\""), "{failed}");
+    assert_eq!(repo.read("x/a/b/debug.log"), b"ignored, never captured\n");
+}

@@ -236,15 +236,21 @@ impl Engine {
     pub(super) fn ensure_blobs_present(&self, ops: &[RestoreOp]) -> Result<(), CkptError> {
         for op in ops {
             if let RestoreOp::Write { item, path, .. } = op {
-                if !self.vault.has_object(&item.id) {
-                    return Err(CkptError::Verb(crate::verbs::VerbError::Worktree {
-                        path: path.display(),
-                        message: format!(
-                            "content {} is missing from the object database; the checkpoint cannot be restored and nothing was written",
-                            item.id
-                        ),
-                    }));
-                }
+                // A tree or a commit named as a file, or a blob that cannot be read, would fail
+                // mid-restore, after earlier ops had changed the worktree: refused here.
+                let why = match self.vault.check_blob(&item.id) {
+                    Ok(()) => continue,
+                    Err(crate::verbs::VerbError::MissingObject { .. }) => {
+                        format!("content {} is missing from the object database", item.id)
+                    }
+                    Err(e) => e.to_string(),
+                };
+                return Err(CkptError::Verb(crate::verbs::VerbError::Worktree {
+                    path: path.display(),
+                    message: format!(
+                        "{why}; the checkpoint cannot be restored and the worktree was not changed (the guard checkpoint just taken is kept)"
+                    ),
+                }));
             }
         }
         Ok(())

@@ -191,6 +191,27 @@ impl Vault {
     }
 
     /// The uncompressed size of an object, if it is present.
+    /// Whether `id` is a blob that can be read: present, of kind blob, and with a header that
+    /// decodes (a loose file of garbage fails here). Its content is read only when written.
+    pub fn check_blob(&self, id: &ObjectId) -> Result<(), VerbError> {
+        if !self.repo.has_object(id.0) {
+            return Err(VerbError::MissingObject { id: *id, what: "blob" });
+        }
+        match self.repo.find_header(id.0) {
+            Ok(header) if header.kind() == gix::objs::Kind::Blob => Ok(()),
+            Ok(header) => Err(VerbError::UnusableObject {
+                id: *id,
+                what: "blob",
+                why: format!("it is a {}", header.kind()),
+            }),
+            Err(e) => Err(VerbError::UnusableObject {
+                id: *id,
+                what: "blob",
+                why: crate::verbs::error_chain(&e),
+            }),
+        }
+    }
+
     pub fn object_size(&self, id: &ObjectId) -> Option<u64> {
         self.repo.find_header(id.0).ok().map(|h| h.size())
     }

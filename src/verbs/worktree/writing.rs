@@ -83,6 +83,14 @@ impl Worktree<'_> {
                     Some(expect) => DiskItem::Entry(*expect),
                     None => DiskItem::Missing,
                 };
+                let mut now = now;
+                if expected_now == DiskItem::Missing && now == DiskItem::Directory {
+                    // No checkpoint holds empty directories (git trees cannot), so the guard
+                    // saw nothing here: one that holds only empty directories holds no data,
+                    // and goes (an interrupted restore leaves such directories behind).
+                    remove_empty_directory(&parent, leaf, path)?;
+                    now = DiskItem::Missing;
+                }
                 if now != expected_now {
                     return Err(changed_since_guard(path, &now));
                 }
@@ -394,6 +402,62 @@ fn cannot_move_into_place(path: &RepoPath, errno: Errno) -> VerbError {
         path,
         format!("cannot move the new content into place: {}", errno_text(errno)),
     )
+}
+
+/// Removes the directory `name` in `parent` if it holds nothing but empty directories; any
+/// other entry (or one created meanwhile: `rmdir` refuses a directory that is not empty) leaves
+/// it in place and is an error naming `path`. Never follows a symlink.
+fn remove_empty_directory(parent: &OwnedFd, name: &[u8], path: &RepoPath) -> Result<(), VerbError> {
+    remove_empty_directory_at(parent, name, path, 0)
+}
+
+fn remove_empty_directory_at(parent: &OwnedFd, name: &[u8], path: &RepoPath, depth: usize) -> Result<(), VerbError> {
+    // Deeper than this, a tree of empty directories is someone's doing, not a restore's.
+    const DEPTH_AT_MOST: usize = 64;
+    let holds_data = || {
+        worktree_error(
+            path,
+            "a directory holding files ckpt has no evidence about is where the checkpoint has a file; left in place",
+        )
+    };
+    let failed = |what: &str, e: Errno| {
+        worktree_error(
+            path,
+            format!("cannot {what} the directory in the way: {}", errno_text(e)),
+        )
+    };
+    if depth >= DEPTH_AT_MOST {
+        return Err(holds_data());
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let dir = rustix::fs::openat(parent, name, flags, Mode::empty()).map_err(|e| failed("open", e))?;
+    let mut subdirs = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&dir).map_err(|e| failed("list", e))? {
+        let entry = entry.map_err(|e| failed("list", e))?;
+        let child = entry.file_name().to_bytes();
+        if child == b"." || child == b".." {
+            continue;
+        }
+        let is_dir = match entry.file_type() {
+            FileType::Directory => true,
+            FileType::Unknown => rustix::fs::statat(&dir, child, AtFlags::SYMLINK_NOFOLLOW)
+                .map(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory)
+                .unwrap_or(false),
+            _ => false,
+        };
+        if !is_dir {
+            return Err(holds_data());
+        }
+        subdirs.push(child.to_vec());
+    }
+    for child in subdirs {
+        remove_empty_directory_at(&dir, &child, path, depth + 1)?;
+    }
+    match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
+        Ok(()) => Ok(()),
+        Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => Err(holds_data()),
+        Err(e) => Err(failed("remove", e)),
+    }
 }
 
 fn changed_since_guard(path: &RepoPath, now: &DiskItem) -> VerbError {
