@@ -28,6 +28,19 @@ pub fn failing(name: &str) -> bool {
     }
 }
 
+/// [`failing`], for one subject only: when `CKPT_FAULT_AT` is set, only a subject (a path, say)
+/// containing it fails.
+#[inline]
+pub fn failing_at(name: &str, subject: &str) -> bool {
+    #[cfg(feature = "fault-injection")]
+    return failing(name) && std::env::var("CKPT_FAULT_AT").map_or(true, |at| subject.contains(&at));
+    #[cfg(not(feature = "fault-injection"))]
+    {
+        let _ = (name, subject);
+        false
+    }
+}
+
 /// With `CKPT_PAUSE=<point>`, stops here until the file named by `CKPT_PAUSE_RESUME` exists
 /// (at most a minute), after saying so on stderr: tests act at exactly this moment, e.g. write
 /// a file between a restore's check and its replace. Only with `fault-injection`.

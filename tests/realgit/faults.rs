@@ -147,3 +147,65 @@ fn a_directory_that_cannot_be_synced_fails_the_restore_loudly() {
     let again = repo.ckpt_json(&["restore", &id, "--yes", "--exact"], 0);
     assert_eq!(again.one("restore")["verified"], true);
 }
+
+/// Before a restore changes the worktree, its guard is synced to disk: its pin, its commit, the
+/// content it holds where the restore writes, and the packs. Each of those made to fail (an I/O
+/// error made up by the fault point) refuses the restore with the path named and the worktree
+/// untouched, so each is among what is synced, and synced first.
+#[test]
+fn a_guard_is_on_disk_before_the_restore_changes_anything() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"original a\n");
+    let id = repo.snapshot(&[]);
+    let pack_dir = repo.common_dir().join("objects/pack");
+    if !pack_dir.read_dir().is_ok_and(|mut d| d.next().is_some()) {
+        repo.git(&["repack", "-q"]);
+    }
+    for (round, (subject, what)) in [
+        ("refs/ckpt/", "the guard's pin"),
+        ("objects/pack/", "a pack"),
+        ("@commit", "the guard's commit"),
+        ("@content", "the guard's content of a.txt"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let edit = format!("agent edit {round}\n");
+        repo.write("a.txt", edit.as_bytes());
+        let blob = repo.git(&["hash-object", "a.txt"]).trim().to_owned();
+        let at = match subject {
+            "@content" => format!("objects/{}/{}", &blob[..2], &blob[2..]),
+            // A checkpoint of the edit taken first is the guard the restore stands on (nothing
+            // changed since), so its commit (a loose object) is known beforehand.
+            "@commit" => {
+                let guard = repo.snapshot(&[]);
+                format!("objects/{}/{}", &guard[..2], &guard[2..])
+            }
+            other => other.to_owned(),
+        };
+        let before = repo.worktree();
+        let out = repo
+            .ckpt_command()
+            .env("CKPT_FAULT", "restore:guard-sync")
+            .env("CKPT_FAULT_AT", &at)
+            .args(["--json", "restore", &id, "--yes", "--exact"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{what}: {stdout}");
+        assert!(
+            stdout.contains("must be on disk before the restore"),
+            "{what}: {stdout}"
+        );
+        assert!(stdout.contains(&at), "{what}: the failing path is named: {stdout}");
+        assert_eq!(
+            repo.worktree(),
+            before,
+            "{what}: nothing changed before the guard was on disk"
+        );
+    }
+    // Without the fault, the same restore goes through.
+    let run = repo.ckpt_json(&["restore", &id, "--yes", "--exact"], 0);
+    assert_eq!(run.one("restore")["verified"], true);
+    assert_eq!(repo.read("a.txt"), b"original a\n");
+}

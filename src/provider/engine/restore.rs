@@ -8,7 +8,7 @@ use crate::provider::plan::{self, PlanInput};
 use crate::provider::scan::{self, BlobSink, Capture};
 use crate::provider::{CkptError, Confirmation, Preview, RestoreReport, ScanMode, Selection, SnapshotRequest};
 use crate::records::{JournalOp, Record, Registry, RestoreJournal};
-use crate::verbs::{EntryKind, FileCounts, PathScope, RepoPath, RestoreOp, TreeChange, TreeCheck, TreeItem};
+use crate::verbs::{EntryKind, FileCounts, PathScope, PinRef, RepoPath, RestoreOp, TreeChange, TreeCheck, TreeItem};
 
 use super::watched::Looked;
 use super::{now_rfc3339, Engine};
@@ -355,7 +355,7 @@ impl Engine {
         let file_counts = target_check.into_counts()?;
         let t2 = std::time::Instant::now();
         let guard_tree = guard.record.tree_id().map_err(CkptError::CorruptRecord)?;
-        let changes = self.vault.diff_trees(Some(&guard_tree), Some(&target_tree))?;
+        let (changes, guard_trees) = self.vault.diff_trees_reaching(Some(&guard_tree), Some(&target_tree))?;
         let guard_watched = matches!(looked, Looked::Within(..));
         let evidence = match looked {
             Looked::Whole(capture) => Evidence::Whole(capture),
@@ -418,6 +418,21 @@ impl Engine {
         self.phase_time("plan", t2);
         let t3 = std::time::Instant::now();
 
+        // What the guard holds where the restore changes anything is on disk before the first
+        // change is (each change is synced as it lands).
+        let guard_commit = guard.record.object_id().map_err(CkptError::CorruptRecord)?;
+        let mut guard_objects = guard_trees;
+        guard_objects.push(guard_commit);
+        guard_objects.extend(plan.ops.iter().filter_map(|op| match op {
+            RestoreOp::Remove { expect, .. }
+            | RestoreOp::Write {
+                expect: Some(expect), ..
+            } => Some(expect.id),
+            _ => None,
+        }));
+        self.vault
+            .make_durable(&PinRef::for_checkpoint(&self.workspace, &guard_commit), &guard_objects)?;
+        self.phase_time("guard on disk", t3);
         registry.write_journal(&journal(record, &guard.record, selection, &plan.ops)?, &lock)?;
         crate::fault::point("restore:after-journal");
         let phase = self.reporter.progress().phase("restoring", plan.ops.len() as u64);

@@ -8,6 +8,7 @@
 mod batch;
 mod blobs;
 mod census;
+mod durable;
 mod gc;
 mod listing;
 mod objects;

@@ -251,16 +251,30 @@ impl Vault {
     /// The paths whose entries differ between `old` and `new`, descending only into subtrees
     /// whose ids differ, so the cost follows the size of the change.
     pub fn diff_trees(&self, old: Option<&ObjectId>, new: Option<&ObjectId>) -> Result<Vec<TreeChange>, VerbError> {
+        self.diff_trees_reaching(old, new).map(|(changes, _)| changes)
+    }
+
+    /// [`Self::diff_trees`], with every tree of `old` the changes lie in (the trees that reach
+    /// `old`'s side of each change, its root first).
+    pub fn diff_trees_reaching(
+        &self,
+        old: Option<&ObjectId>,
+        new: Option<&ObjectId>,
+    ) -> Result<(Vec<TreeChange>, Vec<ObjectId>), VerbError> {
         let mut changes = Vec::new();
+        let mut old_trees = Vec::new();
         // A worklist, not recursion: a hostile tree may be nested arbitrarily deep (found by a
         // review: 20,000 levels in HEAD overflowed the stack).
         let mut pending: Vec<(Option<RepoPath>, Option<ObjectId>, Option<ObjectId>)> =
             vec![(None, old.copied(), new.copied())];
         while let Some((prefix, old, new)) = pending.pop() {
+            if let Some(tree) = old.filter(|tree| Some(*tree) != new) {
+                old_trees.push(tree);
+            }
             self.diff_level(prefix.as_ref(), old, new, &mut changes, &mut pending)?;
         }
         changes.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(changes)
+        Ok((changes, old_trees))
     }
 
     /// The differing entries of one level go to `out`; differing subtrees to `pending`.
