@@ -54,7 +54,16 @@ fn restorable(item: &TreeItem) -> bool {
 }
 
 pub fn plan(input: &PlanInput<'_>) -> Plan {
-    let touchable = |path: &RepoPath| !input.untouchable.iter().any(|u| path.is_within(u));
+    // A submodule pointer in the target is never restored: what the worktree has there (or
+    // below it) is left as it is and reported, never deleted as if the target had nothing.
+    let target_links: Vec<&RepoPath> = input
+        .target
+        .iter()
+        .filter(|(_, i)| !restorable(i))
+        .map(|(p, _)| p)
+        .collect();
+    let under_target_link = |path: &RepoPath| target_links.iter().any(|link| path.is_within(link));
+    let touchable = |path: &RepoPath| !input.untouchable.iter().any(|u| path.is_within(u)) && !under_target_link(path);
     let target: BTreeMap<&RepoPath, &TreeItem> = input
         .target
         .iter()
@@ -79,6 +88,17 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             .collect(),
         ..Plan::default()
     };
+
+    for (path, _) in input
+        .current
+        .iter()
+        .filter(|(p, i)| restorable(i) && under_target_link(p) && in_scope(p, input.filter))
+    {
+        out.conflicts.push((
+            path.clone(),
+            "the checkpoint holds a submodule pointer here, and submodules are never restored; left as it is".into(),
+        ));
+    }
 
     let mut removals: BTreeMap<RepoPath, TreeItem> = BTreeMap::new();
     let mut dirs_to_clear: BTreeSet<RepoPath> = BTreeSet::new();
@@ -358,6 +378,34 @@ mod tests {
             exact: true,
         });
         assert!(plan.ops.is_empty(), "{:?}", plan.ops);
+    }
+
+    #[test]
+    fn what_stands_where_the_target_has_a_submodule_pointer_is_left_and_reported() {
+        let mut target = map(&[("a", 1)]);
+        let link = TreeItem {
+            kind: EntryKind::Gitlink,
+            id: item(5).id,
+        };
+        target.insert(p("zz"), link);
+        target.insert(p("dir"), link);
+        let current = map(&[("a", 2), ("zz", 3), ("dir/f", 4), ("zz.txt", 6)]);
+        let plan = plan(&PlanInput {
+            target: &target,
+            current: &current,
+            unprotected: &[],
+            filter: &[],
+            untouchable: &[],
+            exact: true,
+        });
+        assert_eq!(plan.overwrite, vec![p("a")]);
+        assert_eq!(
+            plan.delete,
+            vec![p("zz.txt")],
+            "only what the target has nothing at goes"
+        );
+        let conflicts: Vec<&RepoPath> = plan.conflicts.iter().map(|(p, _)| p).collect();
+        assert_eq!(conflicts, vec![&p("dir/f"), &p("zz")]);
     }
 
     #[test]

@@ -367,7 +367,25 @@ fn a_target_whose_content_is_not_a_readable_blob_changes_nothing() {
     perms.set_readonly(false);
     std::fs::set_permissions(&object, perms).unwrap();
     std::fs::write(&object, b"not zlib at all").unwrap();
-    for (name, entry_id) in [("tree-as-file", &sub), ("garbage-blob", &garbage)] {
+    // A loose blob whose file is valid zlib with a valid header, but of other bytes.
+    let damaged = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"the real content\n");
+    let object = repo
+        .common_dir()
+        .join("objects")
+        .join(&damaged[..2])
+        .join(&damaged[2..]);
+    let mut perms = std::fs::metadata(&object).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&object, perms).unwrap();
+    let decoy = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"the fake content\n");
+    let decoy_file = repo.common_dir().join("objects").join(&decoy[..2]).join(&decoy[2..]);
+    std::fs::copy(&decoy_file, &object).unwrap();
+    for (name, entry_id) in [
+        ("tree-as-file", &sub),
+        ("garbage-blob", &garbage),
+        ("damaged-blob", &damaged),
+    ] {
         let mut tree = format!("100644 {name}\0").into_bytes();
         tree.extend(raw_id(entry_id));
         let tree_id = git_stdin(

@@ -234,24 +234,30 @@ impl Engine {
     }
 
     pub(super) fn ensure_blobs_present(&self, ops: &[RestoreOp]) -> Result<(), CkptError> {
-        for op in ops {
-            if let RestoreOp::Write { item, path, .. } = op {
-                // A tree or a commit named as a file, or a blob that cannot be read, would fail
-                // mid-restore, after earlier ops had changed the worktree: refused here.
-                let why = match self.vault.check_blob(&item.id) {
-                    Ok(()) => continue,
-                    Err(crate::verbs::VerbError::MissingObject { .. }) => {
-                        format!("content {} is missing from the object database", item.id)
-                    }
-                    Err(e) => e.to_string(),
-                };
-                return Err(CkptError::Verb(crate::verbs::VerbError::Worktree {
-                    path: path.display(),
-                    message: format!(
-                        "{why}; the checkpoint cannot be restored and the worktree was not changed (the guard checkpoint just taken is kept)"
-                    ),
-                }));
-            }
+        let writes: Vec<(&RepoPath, &TreeItem)> = ops
+            .iter()
+            .filter_map(|op| match op {
+                RestoreOp::Write { item, path, .. } => Some((path, item)),
+                _ => None,
+            })
+            .collect();
+        let ids: Vec<crate::verbs::ObjectId> = writes.iter().map(|(_, item)| item.id).collect();
+        for ((path, item), checked) in writes.into_iter().zip(self.vault.check_blobs(&ids)) {
+            // A tree or a commit named as a file, or a blob that cannot be read back exactly,
+            // would fail mid-restore, after earlier ops had changed the worktree: refused here.
+            let why = match checked {
+                Ok(()) => continue,
+                Err(crate::verbs::VerbError::MissingObject { .. }) => {
+                    format!("content {} is missing from the object database", item.id)
+                }
+                Err(e) => e.to_string(),
+            };
+            return Err(CkptError::Verb(crate::verbs::VerbError::Worktree {
+                path: path.display(),
+                message: format!(
+                    "{why}; the checkpoint cannot be restored and the worktree was not changed (the guard checkpoint just taken is kept)"
+                ),
+            }));
         }
         Ok(())
     }

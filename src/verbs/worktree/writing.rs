@@ -431,6 +431,15 @@ fn remove_empty_directory_at(parent: &OwnedFd, name: &[u8], path: &RepoPath, dep
     }
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let dir = rustix::fs::openat(parent, name, flags, Mode::empty()).map_err(|e| failed("open", e))?;
+    // A mount point is another filesystem's root, not an empty directory of this worktree.
+    let device = |fd: &OwnedFd| {
+        rustix::fs::fstat(fd)
+            .map(|st| st.st_dev)
+            .map_err(|e| failed("inspect", e))
+    };
+    if device(&dir)? != device(parent)? {
+        return Err(holds_data());
+    }
     let mut subdirs = Vec::new();
     for entry in rustix::fs::Dir::read_from(&dir).map_err(|e| failed("list", e))? {
         let entry = entry.map_err(|e| failed("list", e))?;
