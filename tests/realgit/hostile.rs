@@ -17,6 +17,51 @@ fn save_records(repo: &TestRepo, value: &Value) {
     std::fs::write(records_path(repo), serde_json::to_vec_pretty(value).unwrap()).unwrap();
 }
 
+/// The 20 raw bytes of a hex object id, as a tree entry holds them.
+fn raw_id(hex: &str) -> Vec<u8> {
+    (0..20)
+        .map(|i| u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).unwrap())
+        .collect()
+}
+
+/// Writes `tree` (raw tree bytes, stored as they are) and a commit of it, pins the commit as a
+/// checkpoint and gives it a record copied from the first one, at the front of the registry or
+/// at its end: a checkpoint an attacker planted. Returns the commit's id.
+fn plant_checkpoint(repo: &TestRepo, tree: &[u8], message: &str, at_front: bool) -> String {
+    let tree_id = git_stdin(
+        repo,
+        &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
+        tree,
+    );
+    let commit = git_stdin(
+        repo,
+        &[
+            "-c",
+            "user.name=x",
+            "-c",
+            "user.email=x@x",
+            "commit-tree",
+            &tree_id,
+            "-m",
+            message,
+        ],
+        b"",
+    );
+    repo.git(&["update-ref", &format!("refs/ckpt/main/{commit}"), &commit]);
+    let mut records = load_records(repo);
+    let mut record = records["records"][0].clone();
+    record["id"] = json!(commit);
+    record["commit"] = json!(commit);
+    record["tree"] = json!(tree_id);
+    let list = records["records"].as_array_mut().unwrap();
+    match at_front {
+        true => list.insert(0, record),
+        false => list.push(record),
+    }
+    save_records(repo, &records);
+    commit
+}
+
 /// State that must not change when ckpt refuses something.
 fn everything(
     repo: &TestRepo,
@@ -164,11 +209,6 @@ fn hostile_trees_are_refused(watched: bool) {
         names
     };
     let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"pwned\n");
-    let raw_id = |hex: &str| -> Vec<u8> {
-        (0..20)
-            .map(|i| u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).unwrap())
-            .collect()
-    };
     let entry = |mode: &str, name: &[u8], id: &str| -> Vec<u8> {
         let mut e = format!("{mode} ").into_bytes();
         e.extend_from_slice(name);
@@ -198,34 +238,7 @@ fn hostile_trees_are_refused(watched: bool) {
         link_then_dir,
     ];
     for (case, tree) in trees.into_iter().enumerate() {
-        let tree_id = git_stdin(
-            &repo,
-            &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
-            &tree,
-        );
-        let commit = git_stdin(
-            &repo,
-            &[
-                "-c",
-                "user.name=x",
-                "-c",
-                "user.email=x@x",
-                "commit-tree",
-                &tree_id,
-                "-m",
-                "hostile",
-            ],
-            b"",
-        );
-        repo.git(&["update-ref", &format!("refs/ckpt/main/{commit}"), &commit]);
-        let mut records = load_records(&repo);
-        let mut hostile = records["records"][0].clone();
-        hostile["id"] = json!(commit);
-        hostile["commit"] = json!(commit);
-        hostile["tree"] = json!(tree_id);
-        records["records"].as_array_mut().unwrap().push(hostile);
-        save_records(&repo, &records);
-
+        let commit = plant_checkpoint(&repo, &tree, "hostile", false);
         if watched {
             // The injected record is the newest: the next snapshot walks, the one after is
             // served by the daemon, as the guard will be.
@@ -346,11 +359,6 @@ fn a_tree_nested_twenty_thousand_levels_deep_does_not_overflow_the_stack() {
 fn a_target_whose_content_is_not_a_readable_blob_changes_nothing() {
     let repo = TestRepo::new();
     repo.snapshot(&[]);
-    let raw_id = |hex: &str| -> Vec<u8> {
-        (0..20)
-            .map(|i| u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).unwrap())
-            .collect()
-    };
     let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"evil\n");
     let mut sub = b"100644 x\0".to_vec();
     sub.extend(raw_id(&blob));
@@ -388,33 +396,7 @@ fn a_target_whose_content_is_not_a_readable_blob_changes_nothing() {
     ] {
         let mut tree = format!("100644 {name}\0").into_bytes();
         tree.extend(raw_id(entry_id));
-        let tree_id = git_stdin(
-            &repo,
-            &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
-            &tree,
-        );
-        let commit = git_stdin(
-            &repo,
-            &[
-                "-c",
-                "user.name=x",
-                "-c",
-                "user.email=x@x",
-                "commit-tree",
-                &tree_id,
-                "-m",
-                name,
-            ],
-            b"",
-        );
-        repo.git(&["update-ref", &format!("refs/ckpt/main/{commit}"), &commit]);
-        let mut records = load_records(&repo);
-        let mut record = records["records"][0].clone();
-        record["id"] = json!(commit);
-        record["commit"] = json!(commit);
-        record["tree"] = json!(tree_id);
-        records["records"].as_array_mut().unwrap().insert(0, record);
-        save_records(&repo, &records);
+        let commit = plant_checkpoint(&repo, &tree, name, true);
         for i in 0..20 {
             repo.write(format!("dirty{i}.txt"), format!("user work {i}").as_bytes());
         }
