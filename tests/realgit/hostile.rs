@@ -408,3 +408,34 @@ fn a_target_whose_content_is_not_a_readable_blob_changes_nothing() {
         assert_eq!(repo.worktree(), before, "{name}: nothing may be deleted or written");
     }
 }
+
+/// A target holding a submodule pointer where the worktree has a file (or a directory of
+/// files): ckpt never restores submodule pointers, so what stands there is left and reported,
+/// even with `--exact`. It used to be deleted, as if the target had nothing there.
+#[test]
+fn a_submodule_pointer_in_the_target_never_deletes_what_stands_there() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    repo.write("zz", b"precious\n");
+    repo.write("dir/f", b"also precious\n");
+    let head = repo.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    let readme = repo.git(&["rev-parse", "HEAD:README.md"]).trim().to_owned();
+    let mut tree = Vec::new();
+    for (mode, name, id) in [
+        ("100644", "README.md", &readme),
+        ("160000", "dir", &head),
+        ("160000", "zz", &head),
+    ] {
+        tree.extend(format!("{mode} {name}\0").into_bytes());
+        tree.extend(raw_id(id));
+    }
+    let commit = plant_checkpoint(&repo, &tree, "submodule pointers", true);
+    let run = repo.ckpt_json(&["restore", &commit, "--yes", "--exact"], 3);
+    let restore = run.one("restore");
+    assert_eq!(restore["verified"], false, "{restore}");
+    let failed = restore["failed"].to_string();
+    assert!(failed.contains("\"zz\"") && failed.contains("dir/f"), "{failed}");
+    assert!(failed.contains("submodule"), "{failed}");
+    assert_eq!(repo.read("zz"), b"precious\n");
+    assert_eq!(repo.read("dir/f"), b"also precious\n");
+}
