@@ -439,3 +439,35 @@ fn a_submodule_pointer_in_the_target_never_deletes_what_stands_there() {
     assert_eq!(repo.read("zz"), b"precious\n");
     assert_eq!(repo.read("dir/f"), b"also precious\n");
 }
+
+/// Tree entries of a mode git never writes are refused by a restore with nothing changed:
+/// read by their type bits alone, `000000` would pass for a submodule pointer (never restored,
+/// yet reported verified) and `123456` for a symlink.
+#[test]
+fn tree_entries_of_modes_git_never_writes_are_refused() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"/etc\n");
+    for mode in ["000000", "123456", "100600", "100777"] {
+        let mut tree = format!("{mode} odd\0").into_bytes();
+        tree.extend(raw_id(&blob));
+        let commit = plant_checkpoint(&repo, &tree, mode, true);
+        repo.write("odd", b"the user's file\n");
+        let before = (repo.worktree(), repo.ckpt_refs());
+        let run = repo.ckpt_json(&["restore", &commit, "--yes", "--exact"], 2);
+        let error = run.one("error");
+        assert_eq!(error["code"], "invalid_input", "{mode}: {error}");
+        assert!(
+            error["message"].as_str().unwrap().contains("file mode"),
+            "{mode}: {error}"
+        );
+        assert_eq!((repo.worktree(), repo.ckpt_refs()), before, "{mode}: nothing written");
+    }
+    // What git itself writes, and the `100664` early git wrote, restore as git reads them.
+    let mut tree = b"100664 old-style\0".to_vec();
+    tree.extend(raw_id(&blob));
+    let commit = plant_checkpoint(&repo, &tree, "100664", true);
+    let run = repo.ckpt_json(&["restore", &commit, "--yes", "--exact"], 0);
+    assert_eq!(run.one("restore")["verified"], true);
+    assert_eq!(repo.read("old-style"), b"/etc\n");
+}

@@ -44,10 +44,32 @@ fn entry_kind(mode: gix::objs::tree::EntryMode) -> Option<EntryKind> {
 /// One level of a tree: `(name, kind, id)` with `kind: None` for subtrees. A name twice in the
 /// level is an error.
 pub(super) fn read_level(repo: &gix::Repository, id: &ObjectId) -> Result<Vec<LevelEntry>, VerbError> {
+    decode_level(repo, id, false)
+}
+
+/// The file modes git writes (and `100664`, which early git wrote and git still reads as a
+/// regular file). Any other mode is read by its type bits alone, as git does: `000000` as a
+/// submodule pointer, `123456` as a symlink; no tree ckpt or git made holds one.
+fn canonical_mode(mode: u16) -> bool {
+    matches!(mode, 0o040000 | 0o100644 | 0o100755 | 0o100664 | 0o120000 | 0o160000)
+}
+
+/// [`read_level`]; with `strict_modes`, an entry of a mode git never writes is an error too
+/// (for the trees a restore would write from; a user's own history is read as git reads it).
+fn decode_level(repo: &gix::Repository, id: &ObjectId, strict_modes: bool) -> Result<Vec<LevelEntry>, VerbError> {
     let tree = repo.find_tree(id.0).map_err(|e| lookup_error(repo, id, "tree", e))?;
     let decoded = tree
         .decode()
         .map_err(|e| VerbError::git(format!("decoding tree {id}"), e))?;
+    if strict_modes {
+        if let Some(odd) = decoded.entries.iter().find(|e| !canonical_mode(e.mode.value())) {
+            return Err(InvalidInput::TreeName {
+                name: odd.filename.to_string(),
+                why: "its file mode is none git writes (a corrupt or hand-made tree)",
+            }
+            .into());
+        }
+    }
     let entries: Vec<LevelEntry> = decoded
         .entries
         .iter()
@@ -177,7 +199,7 @@ fn read_levels_in(
                 |repo, id| {
                     let mut files = 0;
                     let mut subtrees = Vec::new();
-                    for (name, kind, child) in read_level(repo, id)? {
+                    for (name, kind, child) in decode_level(repo, id, true)? {
                         NewTreeEntry::new(&name, kind, child)?;
                         match kind {
                             None => subtrees.push(child),
