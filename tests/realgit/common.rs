@@ -48,7 +48,38 @@ impl Drop for TestRepo {
                 .stderr(std::process::Stdio::null());
             let _ = cmd.status();
         }
+        // A daemon a hook started on demand just before the test ended may not have its socket
+        // yet: found by its command line (`ckpt -C <this worktree> watch run`), it is ended
+        // too (seen after a CI run: the removal failed half way, HEAD stayed, and the daemon
+        // ran on until its idle timeout).
+        for pid in daemons_in(&self.root) {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+            let started = std::time::Instant::now();
+            while !process_ended(pid) && started.elapsed() < std::time::Duration::from_secs(5) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
     }
+}
+
+/// The watch daemons running for the worktree at `root`, by their command lines.
+fn daemons_in(root: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let root = root.as_os_str().as_bytes();
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.windows(2).any(|w| w[0] == b"-C" && w[1] == root)
+                && args.windows(2).any(|w| w[0] == b"watch" && w[1] == b"run")
+        })
+        .collect()
 }
 
 pub struct Run {
