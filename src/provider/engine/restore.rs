@@ -339,14 +339,26 @@ impl Engine {
                 stale.guard
             ));
             // Its journal is about to be replaced by this restore's: the temp files it left are
-            // known for its own only while that journal names them.
-            for path in self.stale_temp_files(Some(&stale))? {
-                if self.vault.remove_stale_temp(&path)? {
-                    self.reporter.warning(&format!(
-                        "removed leftover temp file {} of the interrupted restore",
-                        path.display()
-                    ));
+            // known for its own only while that journal names them. Cleaning them is a courtesy:
+            // one that cannot be judged or removed is reported, and the restore goes on.
+            match self.stale_temp_files(Some(&stale)) {
+                Ok(paths) => {
+                    for path in paths {
+                        match self.vault.remove_stale_temp(&path) {
+                            Ok(true) => self.reporter.warning(&format!(
+                                "removed leftover temp file {} of the interrupted restore",
+                                path.display()
+                            )),
+                            Ok(false) => {}
+                            Err(e) => self
+                                .reporter
+                                .warning(&format!("could not remove leftover temp file {}: {e}", path.display())),
+                        }
+                    }
                 }
+                Err(e) => self.reporter.warning(&format!(
+                    "could not look for the interrupted restore's temp files ({e}); `ckpt doctor --fix` removes them"
+                )),
             }
         }
 

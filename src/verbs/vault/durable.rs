@@ -38,12 +38,11 @@ impl Vault {
                     .filter(is_file),
             );
         }
+        // The pin is a loose ref when ckpt made it, else a line of `packed-refs` (a `git
+        // pack-refs` ran since).
         let loose_pin = self.repo.common_dir().join(pin.as_str());
-        if is_file(&loose_pin) {
-            files.push(loose_pin);
-        } else {
-            files.push(self.repo.common_dir().join("packed-refs"));
-        }
+        let packed_refs = self.repo.common_dir().join("packed-refs");
+        files.extend([loose_pin, packed_refs].into_iter().filter(is_file).take(1));
         let mut dirs: Vec<PathBuf> = files.iter().filter_map(|f| f.parent().map(PathBuf::from)).collect();
         dirs.sort();
         dirs.dedup();

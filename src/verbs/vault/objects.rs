@@ -190,7 +190,6 @@ impl Vault {
         })
     }
 
-    /// The uncompressed size of an object, if it is present.
     /// Whether each of `ids` is a blob that can be read back exactly: present, of kind blob,
     /// and with content that inflates and hashes to its id (a damaged object fails here, not
     /// half way through a restore). Read on every core; one answer per id, in order.
@@ -202,6 +201,7 @@ impl Vault {
             .collect()
     }
 
+    /// The uncompressed size of an object, if it is present.
     pub fn object_size(&self, id: &ObjectId) -> Option<u64> {
         self.repo.find_header(id.0).ok().map(|h| h.size())
     }

@@ -438,7 +438,10 @@ fn remove_empty_directory_at(parent: &OwnedFd, name: &[u8], path: &RepoPath, dep
             .map_err(|e| failed("inspect", e))
     };
     if device(&dir)? != device(parent)? {
-        return Err(holds_data());
+        return Err(worktree_error(
+            path,
+            "a mount point is in the directory where the checkpoint has a file; left in place",
+        ));
     }
     let mut subdirs = Vec::new();
     for entry in rustix::fs::Dir::read_from(&dir).map_err(|e| failed("list", e))? {
