@@ -153,6 +153,7 @@ impl Engine {
         let mut sources = crate::verbs::enclosing_exclude_files(&root);
         sources.push(root.join(".ckptignore"));
         for source_path in sources {
+            crate::verbs::refuse_blocking_rule_file(&source_path, source_path.display().to_string(), "ignore")?;
             match std::fs::read(&source_path) {
                 Ok(text) => {
                     excludes.push_str(&String::from_utf8_lossy(&text));

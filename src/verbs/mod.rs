@@ -14,9 +14,9 @@ mod worktree;
 pub use types::{EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PinRef, RepoPath, TreeItem, WorkspaceKey};
 pub use vault::{
     absolute_parent_canonical, collect_private_garbage, enclosing_bare_repository, enclosing_common_dir,
-    enclosing_exclude_files, enclosing_worktree, path_key, refuse_unreadable_packed_refs, FileCounts, FileRead,
-    GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, OpenBatch, PackCompression, ParallelBlobs,
-    PathScope, PinNames, PrivateStore, TreeChange, TreeCheck, Vault, READ_ATTEMPTS,
+    enclosing_exclude_files, enclosing_worktree, path_key, refuse_blocking_rule_file, refuse_unreadable_packed_refs,
+    FileCounts, FileRead, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, OpenBatch, PackCompression,
+    ParallelBlobs, PathScope, PinNames, PrivateStore, TreeChange, TreeCheck, Vault, READ_ATTEMPTS,
 };
 pub use worktree::{
     end_watch_daemon, open_lock_no_follow, open_no_follow, process_is_alive, read_settled_file, temp_file_owner,

@@ -131,6 +131,17 @@ pub fn run_ckpt(mut cmd: Command) -> Run {
     }
 }
 
+/// `ckpt --json ARGS`, killed after 30 s: a test of something that once hung (a FIFO where a
+/// file was expected) fails instead of hanging the suite.
+pub fn ckpt_json_within_30s(repo: &TestRepo, args: &[&str]) -> Run {
+    let mut cmd = std::process::Command::new("timeout");
+    isolate(&mut cmd, &repo.home);
+    cmd.current_dir(&repo.root).arg("30").arg(CKPT).arg("--json").args(args);
+    let run = run_ckpt(cmd);
+    assert_ne!(run.code, 124, "ckpt {args:?} hung");
+    run
+}
+
 /// Moves the mtime of every file under `root` (`.git` aside) written in the last 5 s to 10 s in
 /// the past (older files are left alone: their stat, ctime included, stays what a cache saw), then lets git record
 /// the new stat data in the index (`git PRE... update-index -q --refresh`), so nothing shares the

@@ -3,17 +3,6 @@
 
 use crate::common::*;
 
-/// `ckpt --json ARGS`, killed after 30 s: a test of something that once hung (a FIFO where a
-/// file was expected) fails instead of hanging the suite.
-fn ckpt_json_within_30s(repo: &TestRepo, args: &[&str]) -> Run {
-    let mut cmd = std::process::Command::new("timeout");
-    isolate(&mut cmd, &repo.home);
-    cmd.current_dir(&repo.root).arg("30").arg(CKPT).arg("--json").args(args);
-    let run = run_ckpt(cmd);
-    assert_ne!(run.code, 124, "ckpt {args:?} hung");
-    run
-}
-
 fn problems(run: &Run, kind: &str) -> Vec<String> {
     run.json
         .iter()

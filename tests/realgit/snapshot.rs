@@ -438,3 +438,126 @@ fn completions_and_man_page_come_from_the_same_definitions() {
     );
     assert!(repo.ckpt(&["completions", "no-such-shell"]).code == 2);
 }
+
+fn mkfifo(path: &std::path::Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
+}
+
+/// A snapshot refused because of the FIFO at `fifo` (removed afterwards, and what stood there
+/// put back): it names `shown`, stores nothing and changes nothing.
+fn refused_for_fifo(repo: &TestRepo, fifo: &std::path::Path, shown: &str, args: &[&str]) {
+    let before = repo.fingerprint();
+    let refs = repo.ckpt_refs();
+    let saved = std::fs::read(fifo).ok();
+    let _ = std::fs::remove_file(fifo);
+    mkfifo(fifo);
+    let run = ckpt_json_within_30s(repo, args);
+    std::fs::remove_file(fifo).expect("remove the FIFO");
+    if let Some(saved) = saved {
+        std::fs::write(fifo, saved).expect("put back what was there");
+    }
+    assert_ne!(run.code, 0, "{shown}: {}", run.stdout);
+    let message = run.one("error")["message"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        message.contains(shown) && message.contains("FIFO"),
+        "{shown}: {message}"
+    );
+    assert_eq!(repo.ckpt_refs(), refs, "{shown}: nothing is pinned");
+    assert_eq!(repo.fingerprint(), before, "{shown}");
+}
+
+/// A FIFO where git reads ignore rules made a snapshot wait forever for a writer while it held
+/// the workspace lock (`git status` waits too). Each such place is refused at once, with its
+/// path: the root's `.gitignore`, a nested one, one in an untracked directory, one below a
+/// directory whose files are all ignored, `info/exclude`, the global excludes file, and one a
+/// watch daemon saw appear. A FIFO at a tracked `.gitattributes` is only skipped.
+#[test]
+fn a_fifo_where_git_reads_ignore_rules_is_refused_not_waited_on() {
+    let repo = TestRepo::new();
+    repo.write("newdir/file.txt", b"new\n");
+    repo.write("logs/a.log", b"log\n");
+    repo.write("logs/deeper/b.log", b"log\n");
+    repo.write(".git/info/exclude", b"*.log\n");
+    repo.snapshot(&[]);
+    let global = repo.home.join(".config/git/ignore");
+    std::fs::create_dir_all(global.parent().unwrap()).unwrap();
+    for (fifo, shown) in [
+        (repo.path(".gitignore"), ".gitignore".to_owned()),
+        (repo.path("src/util/.gitignore"), "src/util/.gitignore".to_owned()),
+        (repo.path("newdir/.gitignore"), "newdir/.gitignore".to_owned()),
+        (repo.path("logs/deeper/.gitignore"), "logs/deeper/.gitignore".to_owned()),
+        (repo.git_dir().join("info/exclude"), "info/exclude".to_owned()),
+        (global.clone(), global.display().to_string()),
+    ] {
+        refused_for_fifo(&repo, &fifo, &shown, &["snapshot"]);
+    }
+    assert_eq!(repo.ckpt_json(&["snapshot"], 0).one("snapshot")["created"], false);
+
+    // Watched: the daemon reports the new ignore file, and the full scan it asks for refuses.
+    repo.ckpt_json(&["snapshot", "--watch"], 0);
+    repo.ckpt_json(&["snapshot", "--watch"], 0);
+    refused_for_fifo(
+        &repo,
+        &repo.path("src/.gitignore"),
+        "src/.gitignore",
+        &["snapshot", "--watch"],
+    );
+    repo.ckpt_json(&["watch", "stop"], 0);
+
+    // A tracked `.gitattributes` that converts nothing here, then a FIFO in its place.
+    repo.write(".gitattributes", b"*.txt text\n");
+    repo.commit_all("attributes");
+    std::fs::remove_file(repo.path(".gitattributes")).unwrap();
+    mkfifo(&repo.path(".gitattributes"));
+    let run = ckpt_json_within_30s(&repo, &["snapshot"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let skipped = run.one("snapshot")["skipped"].as_array().cloned().unwrap_or_default();
+    assert!(
+        skipped
+            .iter()
+            .any(|s| s["path"] == ".gitattributes" && s["reason"] == "special_file"),
+        "{skipped:?}"
+    );
+}
+
+/// The copy provider reads `.ckptignore` at the workspace root: a FIFO there is refused too.
+#[test]
+fn a_fifo_ckptignore_is_refused_by_the_copy_provider() {
+    let repo = TestRepo::bare_dir();
+    repo.write("a.txt", b"a\n");
+    mkfifo(&repo.path(".ckptignore"));
+    let run = ckpt_json_within_30s(&repo, &["snapshot"]);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    let message = run.one("error")["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains(".ckptignore") && message.contains("FIFO"), "{message}");
+    std::fs::remove_file(repo.path(".ckptignore")).unwrap();
+    repo.write(".ckptignore", b"*.tmp\n");
+    repo.write("sub/b.txt", b"b\n");
+    mkfifo(&repo.path("sub/.gitignore"));
+    let run = ckpt_json_within_30s(&repo, &["snapshot"]);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(run.stdout.contains("sub/.gitignore"), "{}", run.stdout);
+}
+
+/// A first snapshot seeds ids from the index and, when some attributes file converts content,
+/// reads every directory's `.gitattributes` to learn which paths it converts: an untracked FIFO
+/// named `.gitattributes` made it wait forever. Such a file now only stops the seeding.
+#[test]
+fn a_fifo_gitattributes_only_stops_seeding_from_the_index() {
+    let repo = TestRepo::new();
+    repo.write(".gitattributes", b"*.txt text\n");
+    repo.commit_all("attributes");
+    mkfifo(&repo.path("src/.gitattributes"));
+    let run = ckpt_json_within_30s(&repo, &["snapshot"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let snapshot = run.one("snapshot");
+    assert_eq!(snapshot["scan"]["from_index"], 0, "{snapshot}");
+    std::fs::remove_file(repo.path("src/.gitattributes")).unwrap();
+}

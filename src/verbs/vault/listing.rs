@@ -122,6 +122,138 @@ impl PathScope {
     }
 }
 
+/// Where git reads ignore rules, looked at before anything opens them: an ignore file that is a
+/// FIFO, socket or device is refused with its path. gix, like git, opens an ignore file with a
+/// blocking `open`, so a FIFO named `.gitignore` made a snapshot wait for a writer forever
+/// while it held the workspace lock (`git status` waits too). `lstat` only; each directory is
+/// looked at once.
+pub(crate) struct IgnoreFiles<'a> {
+    root: &'a Path,
+    checked: std::collections::HashSet<Vec<u8>>,
+}
+
+impl<'a> IgnoreFiles<'a> {
+    /// Looks at the exclude files outside the worktree (`info/exclude`, the global one) and the
+    /// worktree root's `.gitignore`.
+    pub(crate) fn new(repo: &gix::Repository, root: &'a Path) -> Result<Self, VerbError> {
+        let mut outside = vec![repo.common_dir().join("info/exclude")];
+        if let Ok(Some(configured)) = repo.config_snapshot().trusted_path("core.excludesFile") {
+            outside.push(configured);
+        }
+        if let Some(config_home) = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))
+        {
+            outside.push(config_home.join("git/ignore"));
+        }
+        for file in outside {
+            refuse_blocking_rule_file(&file, file.display().to_string(), "ignore")?;
+        }
+        let mut files = IgnoreFiles {
+            root,
+            checked: std::collections::HashSet::new(),
+        };
+        files.in_dir(b"")?;
+        Ok(files)
+    }
+
+    /// Looks at the `.gitignore` of the worktree directory `dir` (`b""`: the root).
+    pub(crate) fn in_dir(&mut self, dir: &[u8]) -> Result<(), VerbError> {
+        if self.checked.contains(dir) {
+            return Ok(());
+        }
+        let shown = if dir.is_empty() {
+            ".gitignore".to_owned()
+        } else {
+            format!("{}/.gitignore", String::from_utf8_lossy(dir))
+        };
+        let full = match RepoPath::new(dir.to_vec()) {
+            Ok(dir) => self.root.join(dir.to_os_path()).join(".gitignore"),
+            Err(_) => self.root.join(".gitignore"),
+        };
+        refuse_blocking_rule_file(&full, shown, "ignore")?;
+        self.checked.insert(dir.to_vec());
+        Ok(())
+    }
+
+    /// Looks at the `.gitignore` of every directory above `path`: what git's ignore rules for
+    /// `path` are read from.
+    pub(crate) fn above(&mut self, path: &RepoPath) -> Result<(), VerbError> {
+        for dir in path.ancestors() {
+            self.in_dir(dir.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+/// Refuses `path` when it is a FIFO, socket or device, with `shown` as its name; anything else
+/// (absent, a file, a directory, a symlink, which gix does not follow) is left to the reader.
+pub fn refuse_blocking_rule_file(path: &Path, shown: String, rules: &str) -> Result<(), VerbError> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let kind = meta.file_type();
+    let what = if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device"
+    } else {
+        return Ok(());
+    };
+    Err(VerbError::Worktree {
+        path: shown,
+        message: format!(
+            "is {what} where git reads {rules} rules; reading it would wait forever (`git status` waits too), so ckpt refuses to snapshot. Remove it, or make it a regular file"
+        ),
+    })
+}
+
+/// gix's walk delegate, with each directory's `.gitignore` looked at ([`IgnoreFiles`]) before
+/// the walk enters the directory and reads it. A refusal ends the walk.
+struct CheckingIgnoreFiles<'d, 'f, 'r> {
+    inner: &'d mut dyn gix::dir::walk::Delegate,
+    files: &'f mut IgnoreFiles<'r>,
+    refused: Option<VerbError>,
+}
+
+impl gix::dir::walk::Delegate for CheckingIgnoreFiles<'_, '_, '_> {
+    fn emit(
+        &mut self,
+        entry: gix::dir::EntryRef<'_>,
+        collapsed_directory_status: Option<gix::dir::entry::Status>,
+    ) -> gix::dir::walk::Action {
+        if self.refused.is_some() {
+            return std::ops::ControlFlow::Break(());
+        }
+        self.inner.emit(entry, collapsed_directory_status)
+    }
+
+    fn can_recurse(
+        &mut self,
+        entry: gix::dir::EntryRef<'_>,
+        for_deletion: Option<gix::dir::walk::ForDeletionMode>,
+        worktree_root_is_repository: bool,
+    ) -> bool {
+        if self.refused.is_some()
+            || !self
+                .inner
+                .can_recurse(entry.clone(), for_deletion, worktree_root_is_repository)
+        {
+            return false;
+        }
+        match self.files.in_dir(&entry.rela_path) {
+            Ok(()) => true,
+            Err(refusal) => {
+                self.refused = Some(refusal);
+                false
+            }
+        }
+    }
+}
+
 /// How many times the walk for untracked paths is taken when the worktree changes under it.
 const WALK_ATTEMPTS: u32 = 8;
 
@@ -145,11 +277,28 @@ fn walk_untracked(
     let mut collect = gix::dir::walk::delegate::Collect::default();
     let interrupt = std::sync::atomic::AtomicBool::new(false);
     let patterns: Vec<gix::bstr::BString> = scope.map(PathScope::pathspecs).unwrap_or_default();
+    let root = repo.workdir().unwrap_or_else(|| Path::new("."));
+    let mut ignore_files = IgnoreFiles::new(repo, root)?;
+    if let Some(scope) = scope {
+        // A scoped walk starts below the root, where gix reads the rules of the directories above.
+        for path in scope.paths() {
+            ignore_files.above(&path)?;
+        }
+    }
     // A directory removed while the walk is inside it fails gix's walk; git treats such a path
     // as absent, so the walk is simply taken again (a bounded number of times).
     let mut attempt = 1;
     loop {
-        match dirwalk_as_git_does(repo, index, &patterns, &interrupt, options, &mut collect) {
+        let mut checking = CheckingIgnoreFiles {
+            inner: &mut collect,
+            files: &mut ignore_files,
+            refused: None,
+        };
+        let walked = dirwalk_as_git_does(repo, index, &patterns, &interrupt, options, &mut checking);
+        if let Some(refusal) = checking.refused {
+            return Err(refusal);
+        }
+        match walked {
             Ok(()) => break,
             Err(_) if attempt < WALK_ATTEMPTS => {
                 attempt += 1;
@@ -188,10 +337,9 @@ fn walk_untracked(
         }
     }
     if !collapsed.is_empty() {
-        let root = repo.workdir().unwrap_or_else(|| Path::new("."));
         let mut excludes = exclude_stack(repo, index)?;
         for dir in collapsed {
-            ignored_below(&mut excludes, root, dir, &mut listing.ignored)?;
+            ignored_below(&mut excludes, &mut ignore_files, dir, &mut listing.ignored)?;
         }
         listing.ignored.sort();
     }
@@ -333,17 +481,23 @@ fn exclude_stack<'repo>(
 /// files) each entry below it, so a restore may still write a file there that is not ignored.
 fn ignored_below(
     excludes: &mut gix::AttributeStack<'_>,
-    root: &Path,
+    ignore_files: &mut IgnoreFiles<'_>,
     dir: RepoPath,
     out: &mut Vec<(RepoPath, bool)>,
 ) -> Result<(), VerbError> {
     use gix::index::entry::Mode;
+    let root = ignore_files.root;
+    ignore_files.above(&dir)?;
     let named = excludes
         .at_entry(BStr::new(dir.as_bytes()), Some(Mode::DIR))
         .map_err(|e| VerbError::git(format!("reading the ignore rules for {}", dir.display()), e))?
         .is_excluded();
     let entries = match std::fs::read_dir(root.join(dir.to_os_path())) {
-        Ok(entries) if !named => entries,
+        Ok(entries) if !named => {
+            // Rules for what is below are read from here.
+            ignore_files.in_dir(dir.as_bytes())?;
+            entries
+        }
         // Named by a rule, or no longer readable as a directory: the directory as a whole.
         _ => {
             out.push((dir, true));
@@ -355,7 +509,7 @@ fn ignored_below(
             continue;
         };
         match entry.file_type() {
-            Ok(kind) if kind.is_dir() => ignored_below(excludes, root, path, out)?,
+            Ok(kind) if kind.is_dir() => ignored_below(excludes, ignore_files, path, out)?,
             _ => out.push((path, false)),
         }
     }
@@ -381,6 +535,7 @@ fn walk_scope(
         return Ok(None);
     }
     let mut excludes = exclude_stack(repo, index)?;
+    let mut ignore_files = IgnoreFiles::new(repo, root)?;
     let mut sorted: Vec<&Vec<u8>> = scope.paths.iter().collect();
     sorted.sort();
     let has_entries_below = |dir: &[u8]| {
@@ -422,6 +577,7 @@ fn walk_scope(
                     return Ok(None);
                 }
             }
+            ignore_files.above(&dir)?;
             let excluded = excludes
                 .at_entry(BStr::new(dir.as_bytes()), Some(Mode::DIR))
                 .map_err(|e| VerbError::git(format!("reading the ignore rules for {}", dir.display()), e))?
@@ -460,6 +616,7 @@ fn walk_scope(
         } else {
             Mode::FILE
         };
+        ignore_files.above(&path)?;
         let excluded = excludes
             .at_entry(BStr::new(raw.as_slice()), Some(mode))
             .map_err(|e| VerbError::git(format!("reading the ignore rules for {}", path.display()), e))?
@@ -709,7 +866,9 @@ impl Vault {
         use gix::index::entry::Mode;
         let index = self.read_index(true)?;
         let mut excludes = exclude_stack(&self.repo, &index)?;
+        let mut ignore_files = IgnoreFiles::new(&self.repo, &self.workdir)?;
         let mut excluded = |path: &RepoPath, mode: Mode| -> Result<bool, VerbError> {
+            ignore_files.above(path)?;
             Ok(excludes
                 .at_entry(BStr::new(path.as_bytes()), Some(mode))
                 .map_err(|e| VerbError::git(format!("reading the ignore rules for {}", path.display()), e))?
@@ -934,7 +1093,26 @@ impl Vault {
             .map_err(|e| VerbError::git("reading the attributes", e))?;
         let mut outcome = stack.selected_attribute_matches(CONVERTING_ATTRIBUTES);
         let mut converted = std::collections::HashSet::new();
+        // Every directory's `.gitattributes`, tracked or not, is read for the paths in it: one
+        // that is a FIFO would block the read (see [`IgnoreFiles`]), and fails the seeding.
+        let attributes_in = |dir: Option<&RepoPath>| {
+            let (full, shown) = match dir {
+                Some(dir) => (
+                    self.workdir.join(dir.to_os_path()),
+                    format!("{}/.gitattributes", dir.display()),
+                ),
+                None => (self.workdir.clone(), ".gitattributes".to_owned()),
+            };
+            refuse_blocking_rule_file(&full.join(".gitattributes"), shown, "attribute")
+        };
+        attributes_in(None)?;
+        let mut looked_at: std::collections::HashSet<RepoPath> = std::collections::HashSet::new();
         for entry in tracked {
+            for dir in entry.path.ancestors() {
+                if looked_at.insert(dir.clone()) {
+                    attributes_in(Some(&dir))?;
+                }
+            }
             let mode = match entry.item.kind {
                 EntryKind::Symlink => Mode::SYMLINK,
                 EntryKind::Gitlink => continue,
@@ -991,6 +1169,14 @@ impl Vault {
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
         {
             attribute_files.push(home.join("git/attributes"));
+        }
+        // An attributes file git could not read without waiting for a writer (a FIFO) leaves no
+        // way to know what it converts: no index id stands for the bytes on disk.
+        if attribute_files
+            .iter()
+            .any(|file| refuse_blocking_rule_file(file, file.display().to_string(), "attribute").is_err())
+        {
+            return IdsRaw::No;
         }
         let attributes_raw = attribute_files.iter().all(|file| match std::fs::read(file) {
             Ok(text) => attributes_are_raw(&text),
