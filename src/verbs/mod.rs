@@ -52,12 +52,15 @@ pub enum VerbError {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("object {id} is missing from the object database ({what})")]
-    MissingObject { id: ObjectId, what: &'static str },
+    MissingObject {
+        id: ObjectId,
+        what: std::borrow::Cow<'static, str>,
+    },
     /// Present, but not the kind of object wanted, or not readable as one (corrupt).
     #[error("object {id} is in the object database but is not a usable {what}: {why}")]
     UnusableObject {
         id: ObjectId,
-        what: &'static str,
+        what: std::borrow::Cow<'static, str>,
         why: String,
     },
     #[error("ref {name} changed concurrently: {message}")]
@@ -70,6 +73,32 @@ pub enum VerbError {
 }
 
 impl VerbError {
+    /// This error of reading the tree at `dir` of a checkpoint's tree (`None`: its root), with
+    /// that directory named: a hostile or corrupt tree is refused at a place a person can find.
+    pub(crate) fn in_tree_dir(self, dir: Option<&RepoPath>) -> VerbError {
+        let Some(dir) = dir else {
+            return self;
+        };
+        let at = |what: std::borrow::Cow<'static, str>| format!("{what} at `{}`", dir.display()).into();
+        match self {
+            VerbError::Invalid(InvalidInput::TreeName { name, why }) => VerbError::Invalid(InvalidInput::TreeName {
+                name: format!("{}/{name}", dir.display()),
+                why,
+            }),
+            VerbError::MissingObject { id, what } => VerbError::MissingObject { id, what: at(what) },
+            VerbError::UnusableObject { id, what, why } => VerbError::UnusableObject {
+                id,
+                what: at(what),
+                why,
+            },
+            VerbError::Git { action, source } => VerbError::Git {
+                action: format!("{action} (at `{}`)", dir.display()),
+                source,
+            },
+            other => other,
+        }
+    }
+
     /// A gix failure, with every cause in its chain: the one that matters ("No space left on
     /// device", "Permission denied") is often only in the innermost source.
     fn git(action: impl Into<String>, error: impl std::error::Error + Send + Sync + 'static) -> Self {

@@ -409,6 +409,56 @@ fn a_target_whose_content_is_not_a_readable_blob_changes_nothing() {
     }
 }
 
+/// A target whose directory entry names a blob, or whose hostile name sits deep in the tree:
+/// the refusal names the place in the tree (`a/dir`, `a/b/..`), not only an object id, and
+/// every command that reads the tree (restore, preview, diff) refuses it without a write.
+#[test]
+fn a_broken_or_hostile_tree_is_refused_naming_where_in_the_tree() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let tree_of = |entries: &[(&str, &[u8], &str)]| -> String {
+        let mut raw = Vec::new();
+        for (mode, name, id) in entries {
+            raw.extend(format!("{mode} ").into_bytes());
+            raw.extend_from_slice(name);
+            raw.push(0);
+            raw.extend(raw_id(id));
+        }
+        git_stdin(
+            &repo,
+            &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
+            &raw,
+        )
+    };
+    let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"evil\n");
+    let blob_as_dir = tree_of(&[("40000", b"dir", &blob), ("100644", b"ok.txt", &blob)]);
+    let dot_dot = tree_of(&[("100644", b"..", &blob)]);
+    let deep_dot_dot = tree_of(&[("40000", b"b", &dot_dot)]);
+    for (a, named, code) in [
+        (&blob_as_dir, "`a/dir`", "unusable_object"),
+        (&deep_dot_dot, "a/b/..", "invalid_input"),
+    ] {
+        let mut root = b"40000 a\0".to_vec();
+        root.extend(raw_id(a));
+        let commit = plant_checkpoint(&repo, &root, named, true);
+        repo.write("README.md", format!("user work before {named}").as_bytes());
+        let before = everything(&repo);
+        for args in [
+            &["restore", &commit, "--yes", "--exact"][..],
+            &["preview", &commit],
+            &["diff", &commit],
+        ] {
+            let run = repo.ckpt(&[&["--json"][..], args].concat());
+            assert_ne!(run.code, 0, "{named}: {args:?}");
+            let error = run.one("error");
+            assert_eq!(error["code"], code, "{named}: {args:?}: {error}");
+            let message = error["message"].as_str().unwrap_or_default();
+            assert!(message.contains(named), "{args:?}: {message}");
+            assert_eq!(everything(&repo), before, "{named}: {args:?} wrote something");
+        }
+    }
+}
+
 /// A target holding a submodule pointer where the worktree has a file (or a directory of
 /// files): ckpt never restores submodule pointers, so what stands there is left and reported,
 /// even with `--exact`. It used to be deleted, as if the target had nothing there.

@@ -161,15 +161,18 @@ pub(super) fn lookup_error(
     error: impl std::fmt::Display,
 ) -> VerbError {
     match repo.find_header(id.0) {
-        Err(_) if !repo.has_object(id.0) => VerbError::MissingObject { id: *id, what },
+        Err(_) if !repo.has_object(id.0) => VerbError::MissingObject {
+            id: *id,
+            what: what.into(),
+        },
         Ok(header) if header.kind().as_bytes() != what.as_bytes() => VerbError::UnusableObject {
             id: *id,
-            what,
+            what: what.into(),
             why: format!("it is a {}", header.kind()),
         },
         _ => VerbError::UnusableObject {
             id: *id,
-            what,
+            what: what.into(),
             why: error.to_string(),
         },
     }

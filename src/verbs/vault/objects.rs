@@ -268,7 +268,7 @@ impl Vault {
         if object.kind != kind {
             return Err(VerbError::UnusableObject {
                 id: *id,
-                what,
+                what: what.into(),
                 why: format!("it is a {}", object.kind),
             });
         }
@@ -277,7 +277,7 @@ impl Vault {
         if actual != id.0 {
             return Err(VerbError::UnusableObject {
                 id: *id,
-                what,
+                what: what.into(),
                 why: format!("its content hashes to {actual}: the stored object is corrupt"),
             });
         }
@@ -289,11 +289,14 @@ impl Vault {
 fn check_blob(repo: &gix::Repository, id: &ObjectId) -> Result<(), VerbError> {
     let unusable = |why: String| VerbError::UnusableObject {
         id: *id,
-        what: "blob",
+        what: "blob".into(),
         why,
     };
     if !repo.has_object(id.0) {
-        return Err(VerbError::MissingObject { id: *id, what: "blob" });
+        return Err(VerbError::MissingObject {
+            id: *id,
+            what: "blob".into(),
+        });
     }
     let object = repo
         .find_object(id.0)

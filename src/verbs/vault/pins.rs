@@ -24,7 +24,7 @@ impl Vault {
             .find_header(commit.0)
             .map_err(|_| VerbError::MissingObject {
                 id: *commit,
-                what: "commit to pin",
+                what: "commit to pin".into(),
             })?
             .kind();
         if kind != gix::objs::Kind::Commit {

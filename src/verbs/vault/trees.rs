@@ -199,18 +199,28 @@ fn read_levels_in(
                 |repo, id| {
                     let mut files = 0;
                     let mut subtrees = Vec::new();
-                    for (name, kind, child) in decode_level(repo, id, true)? {
-                        NewTreeEntry::new(&name, kind, child)?;
-                        match kind {
-                            None => subtrees.push(child),
-                            Some(EntryKind::Gitlink) => {}
-                            Some(_) => files += 1,
+                    let mut level = || -> Result<(), VerbError> {
+                        for (name, kind, child) in decode_level(repo, id, true)? {
+                            NewTreeEntry::new(&name, kind, child)?;
+                            match kind {
+                                None => subtrees.push(child),
+                                Some(EntryKind::Gitlink) => {}
+                                Some(_) => files += 1,
+                            }
                         }
-                    }
+                        Ok(())
+                    };
+                    level().map_err(|e| (*id, Box::new(e)))?;
                     Ok((*id, files, subtrees))
                 },
             )
-            .collect::<Result<_, VerbError>>()?;
+            .collect::<Result<_, (ObjectId, Box<VerbError>)>>()
+            .map_err(|(failed, e)| {
+                // Paths are not built on the way down (a tree reached twice is read once);
+                // the failing tree's place is looked up only now, to name it.
+                let repo = shared.to_thread_local();
+                e.in_tree_dir(directory_of(&repo, tree, &failed).as_ref())
+            })?;
         frontier = Vec::new();
         for (id, files, subtrees) in read {
             frontier.extend(
@@ -250,6 +260,33 @@ fn read_levels_in(
     Ok(counts.0.get(tree).copied().unwrap_or(0))
 }
 
+/// The first directory of `root`'s tree (breadth first) whose tree is `target`; `None` for the
+/// root itself or when none is found. Levels that cannot be read are passed over.
+fn directory_of(repo: &gix::Repository, root: &ObjectId, target: &ObjectId) -> Option<RepoPath> {
+    let mut seen = crate::verbs::IdSet::default();
+    let mut frontier: std::collections::VecDeque<(Option<RepoPath>, ObjectId)> = [(None, *root)].into();
+    while let Some((dir, id)) = frontier.pop_front() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let Ok(level) = read_level(repo, &id) else {
+            continue;
+        };
+        for (name, kind, child) in level {
+            let Ok(path) = Vault::child_path(dir.as_ref(), &name) else {
+                continue;
+            };
+            if kind.is_none() {
+                if child == *target {
+                    return Some(path);
+                }
+                frontier.push_back((Some(path), child));
+            }
+        }
+    }
+    None
+}
+
 impl Vault {
     /// Every non-tree entry below `tree`, like `ls-tree -r`. A hostile name in the tree (`..`,
     /// `.git`, `/`) is an error, never a path.
@@ -257,8 +294,9 @@ impl Vault {
         let mut out = BTreeMap::new();
         let mut pending: Vec<(Option<RepoPath>, ObjectId)> = vec![(None, *tree)];
         while let Some((prefix, id)) = pending.pop() {
-            for (name, kind, child) in self.tree_level(&id)? {
-                let path = Self::child_path(prefix.as_ref(), &name)?;
+            let in_dir = |e: VerbError| e.in_tree_dir(prefix.as_ref());
+            for (name, kind, child) in self.tree_level(&id).map_err(in_dir)? {
+                let path = Self::child_path(prefix.as_ref(), &name).map_err(in_dir)?;
                 match kind {
                     Some(kind) => {
                         out.insert(path, TreeItem { kind, id: child });
@@ -313,13 +351,14 @@ impl Vault {
         }
         type Side = (Option<EntryKind>, ObjectId);
         let mut merged: BTreeMap<Vec<u8>, (Option<Side>, Option<Side>)> = BTreeMap::new();
+        let in_dir = |e: VerbError| e.in_tree_dir(prefix);
         if let Some(old) = old {
-            for (name, kind, id) in self.tree_level(&old)? {
+            for (name, kind, id) in self.tree_level(&old).map_err(in_dir)? {
                 merged.entry(name).or_default().0 = Some((kind, id));
             }
         }
         if let Some(new) = new {
-            for (name, kind, id) in self.tree_level(&new)? {
+            for (name, kind, id) in self.tree_level(&new).map_err(in_dir)? {
                 merged.entry(name).or_default().1 = Some((kind, id));
             }
         }
@@ -327,7 +366,7 @@ impl Vault {
             if a == b {
                 continue;
             }
-            let path = Self::child_path(prefix, &name)?;
+            let path = Self::child_path(prefix, &name).map_err(in_dir)?;
             let (a_item, a_tree) = split_side(a);
             let (b_item, b_tree) = split_side(b);
             if a_item != b_item {
