@@ -342,7 +342,8 @@ fn a_snapshot_never_stands_on_a_newest_record_its_commit_does_not_back() {
 
 /// `doctor --fix` re-pins a record whose checkpoint is intact when its pin was made to point
 /// elsewhere, instead of dropping it as gone (found by a review: the checkpoint was then left
-/// to git's gc), and a pin that is a FIFO neither hangs a command nor is opened.
+/// to git's gc), and a pin file holding garbage or a FIFO neither hangs a command nor is
+/// opened; `doctor --fix` moves either aside and re-pins.
 #[test]
 fn a_repointed_or_unreadable_pin_is_repaired_or_refused_never_a_lost_record() {
     let repo = TestRepo::new();
@@ -370,12 +371,30 @@ fn a_repointed_or_unreadable_pin_is_repaired_or_refused_never_a_lost_record() {
         );
     }
 
-    // Garbage in the pin file: audit names it instead of giving up.
+    // Garbage in the pin file: audit names it instead of giving up, and `doctor --fix` moves
+    // it into the state directory (kept, never deleted) and re-pins (it could not, before).
     let loose = repo.common_dir().join(&pin);
+    let set_aside = || -> Vec<Vec<u8>> {
+        let mut found: Vec<Vec<u8>> = std::fs::read_dir(repo.common_dir().join("ckpt/main"))
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("unreadable-pin-"))
+            .map(|e| match e.file_type().unwrap().is_file() {
+                true => std::fs::read(e.path()).unwrap(),
+                false => b"(not a file)".to_vec(),
+            })
+            .collect();
+        found.sort();
+        found
+    };
     std::fs::write(&loose, b"garbage\n").unwrap();
     let audit = repo.ckpt_json(&["audit"], 1);
     assert!(audit.stdout.contains("bad_ref"), "{}", audit.stdout);
-    std::fs::write(&loose, format!("{newest}\n")).unwrap();
+    let fixed = repo.ckpt_json(&["doctor", "--fix"], 0);
+    assert!(fixed.stdout.contains("re-pinned"), "{}", fixed.stdout);
+    assert_eq!(repo.git(&["rev-parse", &pin]).trim(), newest);
+    assert_eq!(set_aside(), vec![b"garbage\n".to_vec()]);
+    repo.ckpt_json(&["audit"], 0);
 
     // A FIFO where the pin was: refused with its path, within seconds.
     std::fs::remove_file(&loose).unwrap();
@@ -396,10 +415,12 @@ fn a_repointed_or_unreadable_pin_is_repaired_or_refused_never_a_lost_record() {
     within(&["restore", &old, "--exact", "--yes"]);
     let audit = within(&["audit"]);
     assert_eq!(audit.code, 1, "{}", audit.stdout);
-    std::fs::remove_file(&loose).unwrap();
+    // `doctor --fix` moves the FIFO aside without opening it, and re-pins.
     let fixed = within(&["doctor", "--fix"]);
     assert_eq!(fixed.code, 0, "{}", fixed.stdout);
     assert_eq!(repo.git(&["rev-parse", &pin]).trim(), newest);
+    assert_eq!(set_aside().len(), 2, "the garbage and the FIFO are both kept");
+    within(&["audit"]);
 }
 
 /// A checkpoint's commit that reads as another commit (a `git replace`, or its object file

@@ -27,12 +27,23 @@ fn problem(code: &'static str, message: String, id: Option<&str>) -> Problem {
 impl Engine {
     /// Points the pin of checkpoint `id` at it: made if absent, moved (compare-and-swap) from
     /// whatever it points at now.
-    fn repin(&self, id: &ObjectId) -> Result<(), CkptError> {
+    /// Makes `id`'s pin point at it again. Whatever stands at the pin and reads as no ref
+    /// (garbage, a link, a FIFO) is first moved into the state directory, never deleted; where it
+    /// went is returned.
+    fn repin(&self, id: &ObjectId) -> Result<Option<std::path::PathBuf>, CkptError> {
         let pin = PinRef::for_checkpoint(&self.workspace, id);
-        match self.vault.read_pin(&pin)? {
-            Some(current) if current == *id => Ok(()),
-            current => Ok(self.vault.pin(&pin, id, current.as_ref())?),
+        let (current, aside) = match self.vault.read_pin(&pin) {
+            Ok(current) => (current, None),
+            Err(unreadable) => match self.vault.set_aside_unreadable_pin(&pin, &self.state_dir)? {
+                Some(aside) => (self.vault.read_pin(&pin)?, Some(aside)),
+                None => return Err(unreadable.into()),
+            },
+        };
+        match current {
+            Some(current) if current == *id => {}
+            current => self.vault.pin(&pin, id, current.as_ref())?,
         }
+        Ok(aside)
     }
 
     /// Every object a checkpoint needs must be readable and hash to its id: commit, all trees,
@@ -499,7 +510,12 @@ impl Engine {
                 // moved back from whatever it was made to point at (a review found such records
                 // dropped as "gone" and their checkpoints left to git's gc).
                 match self.repin(&id) {
-                    Ok(()) => report.actions.push(format!("re-pinned {}", record.short())),
+                    Ok(None) => report.actions.push(format!("re-pinned {}", record.short())),
+                    Ok(Some(aside)) => report.actions.push(format!(
+                        "re-pinned {} (what stood at its pin held no ref; moved to {})",
+                        record.short(),
+                        aside.display()
+                    )),
                     Err(e) => report
                         .actions
                         .push(format!("could not re-pin {} ({e}); its record is kept", record.short())),

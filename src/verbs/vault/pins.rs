@@ -219,6 +219,38 @@ impl Vault {
         Ok(targets)
     }
 
+    /// Moves what stands at `pin`'s loose ref file into `into_dir` when no ref can be read from
+    /// it (garbage, a symlink, a FIFO, a socket or a device), renamed, never opened or deleted,
+    /// so the pin can be made again. Returns where it went; `None` when nothing stands there or
+    /// it reads as a ref (that one is [`Self::pin`]'s to compare and swap).
+    pub fn set_aside_unreadable_pin(
+        &self,
+        pin: &PinRef,
+        into_dir: &std::path::Path,
+    ) -> Result<Option<std::path::PathBuf>, VerbError> {
+        let loose = self.repo.common_dir().join(pin.as_str());
+        let Ok(meta) = std::fs::symlink_metadata(&loose) else {
+            return Ok(None);
+        };
+        if meta.is_dir() || (meta.is_file() && self.read_pin(pin).is_ok()) {
+            return Ok(None);
+        }
+        let name = pin.as_str().rsplit('/').next().unwrap_or("pin");
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let aside = into_dir.join(format!("unreadable-pin-{name}-{stamp}"));
+        // A hard link would open nothing either, but a rename also frees the name at once.
+        std::fs::rename(&loose, &aside).map_err(|e| {
+            VerbError::git(
+                format!("moving the unreadable {} aside to {}", loose.display(), aside.display()),
+                e,
+            )
+        })?;
+        Ok(Some(aside))
+    }
+
     /// The object a pin ref points at now, if it exists. A loose pin that is not a regular
     /// file is refused before anything opens it: a FIFO there made every command hang (found
     /// by a review), and a symlink is not a ref ckpt wrote.
