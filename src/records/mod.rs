@@ -442,6 +442,48 @@ impl Registry {
         Ok(RegistryLock { _file: file })
     }
 
+    /// Temp files of ckpt's own state writes (`.<name>.<pid>.tmp`, see [`write_state_file`])
+    /// that a process which is gone left here (killed mid-write; the file it was replacing is
+    /// whole, old or new). Regular files only, found with `lstat`; a live pid's are never listed.
+    pub fn abandoned_temp_files(&self) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        for dir in [
+            self.dir.clone(),
+            self.dir.join(watch::WATCH_DIR),
+            self.dir.join(hooks::HOOKS_DIR),
+        ] {
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let Some(pid) = state_temp_pid(&name.to_string_lossy()) else {
+                    continue;
+                };
+                let is_file = entry.file_type().is_ok_and(|kind| kind.is_file());
+                if is_file && !crate::verbs::process_is_alive(pid) {
+                    found.push(entry.path());
+                }
+            }
+        }
+        found.sort();
+        found
+    }
+
+    /// Removes [`Self::abandoned_temp_files`], under the workspace lock (so no write of this
+    /// workspace's state is under way), and returns what went.
+    pub fn remove_abandoned_temp_files(&self, _lock: &RegistryLock) -> Result<Vec<PathBuf>, RecordsError> {
+        let mut removed = Vec::new();
+        for path in self.abandoned_temp_files() {
+            match fs::remove_file(&path) {
+                Ok(()) => removed.push(path),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error(&path)(e)),
+            }
+        }
+        Ok(removed)
+    }
+
     /// Moves an unreadable registry aside (never deletes it) so it can be rebuilt from refs.
     pub fn set_aside_corrupt(&self, _lock: &RegistryLock) -> Result<Option<PathBuf>, RecordsError> {
         let path = self.records_path();
@@ -632,6 +674,16 @@ fn replace_file(path: &Path, content: &[u8], durable: bool) -> Result<(), Record
     result.map_err(io_error(path))
 }
 
+/// The pid in a state write's temp name (`.<name>.<pid>.tmp`), if `name` is one.
+fn state_temp_pid(name: &str) -> Option<u32> {
+    let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (stem, pid) = inner.rsplit_once('.')?;
+    if stem.is_empty() || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
 /// Writes a file of ckpt's own state (outside any worktree) atomically, creating its directory;
 /// unchanged content is left alone.
 pub fn write_state_file(path: &Path, content: &[u8]) -> Result<(), RecordsError> {
@@ -815,6 +867,22 @@ mod tests {
         fs::write(&temp, b"left by a crash").unwrap();
         write_state_file(&state, b"newer state").unwrap();
         assert_eq!(fs::read(&state).unwrap(), b"newer state");
+    }
+
+    #[test]
+    fn state_temp_names_are_recognised_by_their_pid() {
+        assert_eq!(state_temp_pid(".restore-journal.json.4242.tmp"), Some(4242));
+        assert_eq!(state_temp_pid(".records.json.1.tmp"), Some(1));
+        for other in [
+            "restore-journal.json.4242.tmp",
+            ".records.json.tmp",
+            "..4242.tmp",
+            ".records.json.42a.tmp",
+            ".records.json.4242.tmp.x",
+            ".x.99999999999999999999.tmp",
+        ] {
+            assert_eq!(state_temp_pid(other), None, "{other}");
+        }
     }
 
     #[test]

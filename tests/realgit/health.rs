@@ -515,3 +515,45 @@ fn doctor_removes_a_pin_to_nothing_and_a_fifo_packed_refs_is_refused() {
     std::fs::remove_file(&packed).unwrap();
     repo.ckpt_json(&["snapshot"], 0);
 }
+
+/// A state write killed between its temp file and its rename (`kill -9`) left
+/// `.<name>.<pid>.tmp` in the state directory for good. `audit` names such a file when its
+/// process is gone, and `doctor --fix` removes it; a live process's temp file, and anything
+/// else that only looks like one, is left alone.
+#[test]
+fn a_killed_state_writes_temp_file_is_named_and_removed_never_a_live_ones() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let state = repo.common_dir().join("ckpt/main");
+    let gone = {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        child.id()
+    };
+    let abandoned = state.join(format!(".restore-journal.json.{gone}.tmp"));
+    std::fs::write(&abandoned, b"{\"half\":").unwrap();
+    let live = state.join(format!(".records.json.{}.tmp", std::process::id()));
+    std::fs::write(&live, b"being written").unwrap();
+    let lookalike = state.join(format!(".notes.{gone}.tmp.bak"));
+    std::fs::write(&lookalike, b"user's").unwrap();
+    let audit = repo.ckpt_json(&["audit"], 1);
+    let named: Vec<&str> = audit
+        .json
+        .iter()
+        .filter(|l| l["code"] == "state_temp_file")
+        .filter_map(|l| l["message"].as_str())
+        .collect();
+    assert_eq!(named.len(), 1, "{}", audit.stdout);
+    assert!(
+        named[0].contains(&format!(".restore-journal.json.{gone}.tmp")),
+        "{}",
+        named[0]
+    );
+    let fixed = repo.ckpt_json(&["doctor", "--fix"], 0);
+    assert!(fixed.stdout.contains("leftover temp file"), "{}", fixed.stdout);
+    assert!(!abandoned.exists());
+    assert_eq!(std::fs::read(&live).unwrap(), b"being written");
+    assert_eq!(std::fs::read(&lookalike).unwrap(), b"user's");
+    std::fs::remove_file(&live).unwrap();
+    repo.ckpt_json(&["audit"], 0);
+}

@@ -241,6 +241,18 @@ impl Engine {
                 None,
             ));
         }
+        if let Ok(Some(registry)) = crate::records::Registry::open_existing(&self.state_dir) {
+            for temp in registry.abandoned_temp_files() {
+                report.problems.push(problem(
+                    "state_temp_file",
+                    format!(
+                        "temp file {} of a state write whose process is gone (killed mid-write; the file it replaced is whole): clutter only (doctor --fix removes it)",
+                        temp.display()
+                    ),
+                    None,
+                ));
+            }
+        }
         if let Some(journal) = journal {
             let guard = &journal.guard;
             if crate::verbs::process_is_alive(journal.pid) {
@@ -393,6 +405,7 @@ impl Engine {
                     "pending_journal" => "roll the interrupted restore back to its guard (or --complete it)".into(),
                     "temp_file" => format!("remove the {}", p.message),
                     "pack_temp_file" => "remove the pack writer's leftover temp file".into(),
+                    "state_temp_file" => "remove the state write's leftover temp file".into(),
                     _ => format!("nothing automatic for: {}", p.message),
                 });
             }
@@ -414,6 +427,16 @@ impl Engine {
                 report
                     .actions
                     .push(format!("removed leftover temp file {}", path.display()));
+            }
+        }
+        if has("state_temp_file") {
+            let registry = self.registry()?;
+            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
+            for temp in registry.remove_abandoned_temp_files(&lock)? {
+                report.actions.push(format!(
+                    "removed the state write's leftover temp file {}",
+                    temp.display()
+                ));
             }
         }
         for temp in self.vault.stale_pack_temps(STALE_PACK_TEMP_AGE) {
