@@ -153,7 +153,12 @@ impl Engine {
         let mut sources = crate::verbs::enclosing_exclude_files(&root);
         sources.push(root.join(".ckptignore"));
         for source_path in sources {
-            crate::verbs::refuse_blocking_rule_file(&source_path, source_path.display().to_string(), "ignore")?;
+            let shown = source_path.display().to_string();
+            crate::verbs::refuse_blocking_rule_file(&source_path, shown, crate::verbs::Follow::Links)?;
+            // A directory there holds no rules, as git reads a directory named `.gitignore`.
+            if source_path.is_dir() {
+                continue;
+            }
             match std::fs::read(&source_path) {
                 Ok(text) => {
                     excludes.push_str(&String::from_utf8_lossy(&text));

@@ -74,6 +74,14 @@ impl Config {
 
     /// Loads `path`; a missing file is the default config.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        // Looked at before it is opened: reading a FIFO there waited forever for a writer, in
+        // every command (found by a review).
+        if std::fs::metadata(path).is_ok_and(|meta| !meta.is_file()) {
+            return Err(ConfigError {
+                path: path.to_path_buf(),
+                message: "not a regular file (a directory, FIFO, socket or device); ckpt reads its config only from a file. Remove it".into(),
+            });
+        }
         match std::fs::read_to_string(path) {
             Ok(text) => Config::parse(&text, path),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
@@ -91,6 +99,18 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, String> {
         Config::parse(text, Path::new("config.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_config_that_is_not_a_file_is_refused_without_being_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        // A socket stands in for a FIFO here (tests/realgit covers the FIFO itself).
+        let _socket = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let error = Config::load(&path).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("not a regular file"), "{error}");
+        std::fs::remove_file(&path).unwrap();
+        assert!(Config::load(&path).is_ok(), "an absent config is the default one");
     }
 
     #[test]

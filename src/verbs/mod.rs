@@ -15,8 +15,8 @@ pub use types::{EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PinRef, R
 pub use vault::{
     absolute_parent_canonical, collect_private_garbage, enclosing_bare_repository, enclosing_common_dir,
     enclosing_exclude_files, enclosing_worktree, path_key, refuse_blocking_rule_file, refuse_unreadable_packed_refs,
-    FileCounts, FileRead, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, OpenBatch, PackCompression,
-    ParallelBlobs, PathScope, PinNames, PrivateStore, TreeChange, TreeCheck, Vault, READ_ATTEMPTS,
+    FileCounts, FileRead, Follow, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, OpenBatch,
+    PackCompression, ParallelBlobs, PathScope, PinNames, PrivateStore, TreeChange, TreeCheck, Vault, READ_ATTEMPTS,
 };
 pub use worktree::{
     end_watch_daemon, open_lock_no_follow, open_no_follow, process_is_alive, read_settled_file, temp_file_owner,
@@ -73,9 +73,10 @@ pub enum VerbError {
 }
 
 impl VerbError {
-    /// This error of reading the tree at `dir` of a checkpoint's tree (`None`: its root), with
-    /// that directory named: a hostile or corrupt tree is refused at a place a person can find.
-    pub(crate) fn in_tree_dir(self, dir: Option<&RepoPath>) -> VerbError {
+    /// This error of reading the object at `dir` of a checkpoint's tree (`None`: its root; for
+    /// a tree, a bad name is one of its entries), with that place named: a hostile or corrupt
+    /// tree is refused at a place a person can find.
+    pub(crate) fn at_tree_path(self, dir: Option<&RepoPath>) -> VerbError {
         let Some(dir) = dir else {
             return self;
         };

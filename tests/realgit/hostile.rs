@@ -457,6 +457,27 @@ fn a_broken_or_hostile_tree_is_refused_naming_where_in_the_tree() {
             assert_eq!(everything(&repo), before, "{named}: {args:?} wrote something");
         }
     }
+
+    // Content that is missing: every command names the file, the diff of two checkpoints too,
+    // and a preview says the restore would fail instead of listing what it would do.
+    let good = repo.snapshot(&[]);
+    let missing = "1111111111111111111111111111111111111111";
+    let mut root = b"40000 a\0".to_vec();
+    root.extend(raw_id(&tree_of(&[("100644", b"f", missing)])));
+    let bad = plant_checkpoint(&repo, &root, "missing content", true);
+    let before = everything(&repo);
+    for args in [
+        &["restore", &bad, "--yes", "--exact"][..],
+        &["preview", &bad],
+        &["diff", &bad],
+        &["diff", &good, &bad],
+    ] {
+        let run = repo.ckpt(&[&["--json"][..], args].concat());
+        assert_ne!(run.code, 0, "{args:?}: {}", run.stdout);
+        let message = run.one("error")["message"].as_str().unwrap_or_default().to_owned();
+        assert!(message.contains("a/f"), "{args:?}: {message}");
+        assert_eq!(everything(&repo), before, "missing content: {args:?} wrote something");
+    }
 }
 
 /// A target holding a submodule pointer where the worktree has a file (or a directory of

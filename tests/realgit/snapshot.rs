@@ -561,3 +561,100 @@ fn a_fifo_gitattributes_only_stops_seeding_from_the_index() {
     assert_eq!(snapshot["scan"]["from_index"], 0, "{snapshot}");
     std::fs::remove_file(repo.path("src/.gitattributes")).unwrap();
 }
+
+/// Found by a review of the refusal above: a symlink to a FIFO where git follows links (the
+/// exclude files outside the worktree, `.ckptignore`) still hung; a FIFO at the XDG ignore file
+/// was refused though `core.excludesFile` means git never reads it; and a FIFO `.gitignore`
+/// inside an ignored directory that holds tracked files was refused though git never reads it.
+#[test]
+fn ignore_files_are_judged_where_git_reads_them_links_followed_or_not() {
+    let repo = TestRepo::new();
+    repo.write("ign/tracked.txt", b"tracked\n");
+    repo.commit_all("a tracked file in a directory about to be ignored");
+    repo.write(".gitignore", b"ign/\n");
+    repo.snapshot(&[]);
+    let pipe = repo.home.join("pipe");
+    mkfifo(&pipe);
+    let global = repo.home.join(".config/git/ignore");
+    std::fs::create_dir_all(global.parent().unwrap()).unwrap();
+    let exclude = repo.git_dir().join("info/exclude");
+    let linked = repo.home.join("linked-excludes");
+    for (link, shown, config) in [
+        (exclude.clone(), "info/exclude".to_owned(), None),
+        (global.clone(), global.display().to_string(), None),
+        (linked.clone(), linked.display().to_string(), Some(linked.clone())),
+    ] {
+        if let Some(file) = &config {
+            repo.git(&["config", "core.excludesFile", file.to_str().unwrap()]);
+        }
+        let saved = std::fs::read(&link).ok();
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&pipe, &link).unwrap();
+        let run = ckpt_json_within_30s(&repo, &["snapshot"]);
+        std::fs::remove_file(&link).unwrap();
+        if let Some(saved) = saved {
+            std::fs::write(&link, saved).unwrap();
+        }
+        assert_ne!(run.code, 0, "{shown}: {}", run.stdout);
+        assert!(
+            run.stdout.contains(&shown) && run.stdout.contains("FIFO"),
+            "{}",
+            run.stdout
+        );
+    }
+
+    // `core.excludesFile` is set: the XDG file is never read, FIFO or not.
+    mkfifo(&global);
+    let run = ckpt_json_within_30s(&repo, &["snapshot"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    repo.git(&["config", "--unset", "core.excludesFile"]);
+    std::fs::remove_file(&global).unwrap();
+
+    // Inside an ignored directory: git reads no rules there, and its tracked file is kept.
+    mkfifo(&repo.path("ign/.gitignore"));
+    repo.write("ign/tracked.txt", b"edited\n");
+    let run = ckpt_json_within_30s(&repo, &["snapshot"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let id = run.one("snapshot")["id"].as_str().unwrap().to_owned();
+    assert_eq!(repo.git(&["show", &format!("{id}:ign/tracked.txt")]), "edited\n");
+    std::fs::remove_file(repo.path("ign/.gitignore")).unwrap();
+}
+
+/// The copy provider follows a `.ckptignore` symlink, so one to a FIFO is refused; a directory
+/// named `.ckptignore` holds no rules, as a directory named `.gitignore` holds none for git.
+#[test]
+fn a_ckptignore_that_links_to_a_fifo_is_refused_and_a_directory_there_holds_no_rules() {
+    let repo = TestRepo::bare_dir();
+    repo.write("a.txt", b"a\n");
+    let pipe = repo.home.join("pipe");
+    mkfifo(&pipe);
+    std::os::unix::fs::symlink(&pipe, repo.path(".ckptignore")).unwrap();
+    let run = ckpt_json_within_30s(&repo, &["snapshot"]);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(".ckptignore") && run.stdout.contains("FIFO"),
+        "{}",
+        run.stdout
+    );
+    std::fs::remove_file(repo.path(".ckptignore")).unwrap();
+    repo.write(".ckptignore/inside.txt", b"i\n");
+    let run = ckpt_json_within_30s(&repo, &["snapshot"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+}
+
+/// ckpt's own `config.toml` that is a FIFO hung every command (found by a review): it is
+/// refused, naming it, without being opened.
+#[test]
+fn a_fifo_config_is_refused_by_every_command_without_waiting() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let config = repo.common_dir().join("ckpt/config.toml");
+    mkfifo(&config);
+    for args in [&["list"][..], &["snapshot"], &["status"], &["diff", "latest"]] {
+        let run = ckpt_json_within_30s(&repo, args);
+        assert_ne!(run.code, 0, "{args:?}: {}", run.stdout);
+        assert!(run.stdout.contains("config.toml"), "{args:?}: {}", run.stdout);
+    }
+    std::fs::remove_file(&config).unwrap();
+    repo.ckpt_json(&["list"], 0);
+}

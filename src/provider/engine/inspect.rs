@@ -68,13 +68,14 @@ impl Engine {
         };
         let mut out = Vec::new();
         for change in changes {
+            let blob_at = |id: &ObjectId| self.vault.read_blob(id).map_err(|e| e.at_tree_path(Some(&change.path)));
             let old_bytes = match change.old {
-                Some(item) if item.kind != EntryKind::Gitlink => Some(self.vault.read_blob(&item.id)?),
+                Some(item) if item.kind != EntryKind::Gitlink => Some(blob_at(&item.id)?),
                 _ => None,
             };
             let new_bytes = match change.new {
                 Some(item) if item.kind == EntryKind::Gitlink => None,
-                Some(item) if to.is_some() => Some(self.vault.read_blob(&item.id)?),
+                Some(item) if to.is_some() => Some(blob_at(&item.id)?),
                 Some(item) => Some(self.read_worktree_bytes(&change.path, item.kind)?),
                 None => None,
             };

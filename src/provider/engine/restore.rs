@@ -233,7 +233,9 @@ impl Engine {
         }
     }
 
-    pub(super) fn ensure_blobs_present(&self, ops: &[RestoreOp]) -> Result<(), CkptError> {
+    /// The first write of `ops` whose content could not be written (missing, not a blob, or not
+    /// readable back exactly), with why; read-only.
+    fn unwritable_content(&self, ops: &[RestoreOp]) -> Option<(RepoPath, String)> {
         let writes: Vec<(&RepoPath, &TreeItem)> = ops
             .iter()
             .filter_map(|op| match op {
@@ -252,14 +254,23 @@ impl Engine {
                 }
                 Err(e) => e.to_string(),
             };
-            return Err(CkptError::Verb(crate::verbs::VerbError::Worktree {
+            return Some((path.clone(), why));
+        }
+        None
+    }
+
+    /// Refuses a restore whose plan writes content that could not be written, before anything
+    /// in the worktree changes.
+    pub(super) fn ensure_blobs_present(&self, ops: &[RestoreOp]) -> Result<(), CkptError> {
+        match self.unwritable_content(ops) {
+            None => Ok(()),
+            Some((path, why)) => Err(CkptError::Verb(crate::verbs::VerbError::Worktree {
                 path: path.display(),
                 message: format!(
                     "{why}; the checkpoint cannot be restored and the worktree was not changed (the guard checkpoint just taken is kept)"
                 ),
-            }));
+            })),
         }
-        Ok(())
     }
 
     pub(super) fn preview(
@@ -278,6 +289,13 @@ impl Engine {
             self.reporter.progress(),
         )?;
         let plan = Self::make_plan(&target, record, &capture, selection)?;
+        // A preview of a restore that would fail says so, rather than listing what it would do.
+        if let Some((path, why)) = self.unwritable_content(&plan.ops) {
+            return Err(CkptError::Verb(crate::verbs::VerbError::Worktree {
+                path: path.display(),
+                message: format!("{why}; this checkpoint cannot be restored (nothing was changed)"),
+            }));
+        }
         let not_protected = Self::not_protected(record, &capture, selection);
         Ok(Self::preview_from(record, &plan, not_protected, selection.exact))
     }

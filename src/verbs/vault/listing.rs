@@ -137,17 +137,23 @@ impl<'a> IgnoreFiles<'a> {
     /// worktree root's `.gitignore`.
     pub(crate) fn new(repo: &gix::Repository, root: &'a Path) -> Result<Self, VerbError> {
         let mut outside = vec![repo.common_dir().join("info/exclude")];
-        if let Ok(Some(configured)) = repo.config_snapshot().trusted_path("core.excludesFile") {
-            outside.push(configured);
-        }
-        if let Some(config_home) = std::env::var_os("XDG_CONFIG_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))
-        {
-            outside.push(config_home.join("git/ignore"));
+        // The global file as git and gix pick it: `core.excludesFile` when it is set at all
+        // (even empty), else the XDG default.
+        match repo.config_snapshot().trusted_path("core.excludesFile") {
+            Ok(Some(configured)) => outside.push(configured),
+            Ok(None) => {
+                if let Some(config_home) = std::env::var_os("XDG_CONFIG_HOME")
+                    .map(PathBuf::from)
+                    .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))
+                {
+                    outside.push(config_home.join("git/ignore"));
+                }
+            }
+            Err(_) => {}
         }
         for file in outside {
-            refuse_blocking_rule_file(&file, file.display().to_string(), "ignore")?;
+            // Read through symlinks (only a worktree's own `.gitignore` is not followed).
+            refuse_blocking_rule_file(&file, file.display().to_string(), Follow::Links)?;
         }
         let mut files = IgnoreFiles {
             root,
@@ -171,7 +177,7 @@ impl<'a> IgnoreFiles<'a> {
             Ok(dir) => self.root.join(dir.to_os_path()).join(".gitignore"),
             Err(_) => self.root.join(".gitignore"),
         };
-        refuse_blocking_rule_file(&full, shown, "ignore")?;
+        refuse_blocking_rule_file(&full, shown, Follow::NotLinks)?;
         self.checked.insert(dir.to_vec());
         Ok(())
     }
@@ -186,11 +192,25 @@ impl<'a> IgnoreFiles<'a> {
     }
 }
 
-/// Refuses `path` when it is a FIFO, socket or device, with `shown` as its name; anything else
-/// (absent, a file, a directory, a symlink, which gix does not follow) is left to the reader.
-pub fn refuse_blocking_rule_file(path: &Path, shown: String, rules: &str) -> Result<(), VerbError> {
+/// Whether the reader of a rules file follows a symlink there: git and gix read a worktree's
+/// own `.gitignore` and `.gitattributes` without following one, every other rules file through
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Follow {
+    Links,
+    NotLinks,
+}
+
+/// Refuses `path` when it is (or, with [`Follow::Links`], leads to) a FIFO, socket or device,
+/// with `shown` as its name; anything else (absent, a file, a directory, a dangling link) is
+/// left to the reader.
+pub fn refuse_blocking_rule_file(path: &Path, shown: String, follow: Follow) -> Result<(), VerbError> {
     use std::os::unix::fs::FileTypeExt;
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
+    let meta = match follow {
+        Follow::Links => std::fs::metadata(path),
+        Follow::NotLinks => std::fs::symlink_metadata(path),
+    };
+    let Ok(meta) = meta else {
         return Ok(());
     };
     let kind = meta.file_type();
@@ -206,20 +226,37 @@ pub fn refuse_blocking_rule_file(path: &Path, shown: String, rules: &str) -> Res
     Err(VerbError::Worktree {
         path: shown,
         message: format!(
-            "is {what} where git reads {rules} rules; reading it would wait forever (`git status` waits too), so ckpt refuses to snapshot. Remove it, or make it a regular file"
+            "is {what} where rules are read from a file; a FIFO there makes the read wait forever for a writer (`git status` waits too), so ckpt refuses it instead. Remove it, or make it a regular file"
         ),
     })
 }
 
 /// gix's walk delegate, with each directory's `.gitignore` looked at ([`IgnoreFiles`]) before
 /// the walk enters the directory and reads it. A refusal ends the walk.
-struct CheckingIgnoreFiles<'d, 'f, 'r> {
+struct CheckingIgnoreFiles<'d, 'f, 'r, 'g> {
     inner: &'d mut dyn gix::dir::walk::Delegate,
     files: &'f mut IgnoreFiles<'r>,
+    repo: &'g gix::Repository,
+    index: &'g gix::index::File,
     refused: Option<VerbError>,
+    /// Directories ignored by a rule whose own `.gitignore` would block a read: git never reads
+    /// rules inside an ignored directory, while gix, entering one for its tracked files, would.
+    /// They are left unentered and listed as ignored as a whole.
+    ignored_unentered: Vec<RepoPath>,
 }
 
-impl gix::dir::walk::Delegate for CheckingIgnoreFiles<'_, '_, '_> {
+impl CheckingIgnoreFiles<'_, '_, '_, '_> {
+    /// Whether git's rules (read from the directories above, already looked at) ignore `dir`.
+    fn is_ignored_dir(&self, dir: &BStr) -> Result<bool, VerbError> {
+        let mut excludes = exclude_stack(self.repo, self.index)?;
+        let platform = excludes
+            .at_entry(dir, Some(gix::index::entry::Mode::DIR))
+            .map_err(|e| VerbError::git(format!("reading the ignore rules for {dir}"), e))?;
+        Ok(platform.is_excluded())
+    }
+}
+
+impl gix::dir::walk::Delegate for CheckingIgnoreFiles<'_, '_, '_, '_> {
     fn emit(
         &mut self,
         entry: gix::dir::EntryRef<'_>,
@@ -244,10 +281,31 @@ impl gix::dir::walk::Delegate for CheckingIgnoreFiles<'_, '_, '_> {
         {
             return false;
         }
-        match self.files.in_dir(&entry.rela_path) {
-            Ok(()) => true,
-            Err(refusal) => {
+        let refusal = match self.files.in_dir(&entry.rela_path) {
+            Ok(()) => return true,
+            Err(refusal) => refusal,
+        };
+        if matches!(entry.status, gix::dir::entry::Status::Ignored(_)) {
+            // Left unentered, the walk reports it as ignored as a whole, which it is.
+            return false;
+        }
+        match self.is_ignored_dir(entry.rela_path.as_ref()) {
+            Ok(true) => match RepoPath::new(entry.rela_path.to_vec()) {
+                Ok(dir) => {
+                    self.ignored_unentered.push(dir);
+                    false
+                }
+                Err(_) => {
+                    self.refused = Some(refusal);
+                    false
+                }
+            },
+            Ok(false) => {
                 self.refused = Some(refusal);
+                false
+            }
+            Err(e) => {
+                self.refused = Some(e);
                 false
             }
         }
@@ -288,16 +346,21 @@ fn walk_untracked(
     // A directory removed while the walk is inside it fails gix's walk; git treats such a path
     // as absent, so the walk is simply taken again (a bounded number of times).
     let mut attempt = 1;
+    let mut ignored_unentered;
     loop {
         let mut checking = CheckingIgnoreFiles {
             inner: &mut collect,
             files: &mut ignore_files,
+            repo,
+            index,
             refused: None,
+            ignored_unentered: Vec::new(),
         };
         let walked = dirwalk_as_git_does(repo, index, &patterns, &interrupt, options, &mut checking);
         if let Some(refusal) = checking.refused {
             return Err(refusal);
         }
+        ignored_unentered = checking.ignored_unentered;
         match walked {
             Ok(()) => break,
             Err(_) if attempt < WALK_ATTEMPTS => {
@@ -313,6 +376,9 @@ fn walk_untracked(
         }
     }
     let mut listing = WorktreeListing::default();
+    listing
+        .ignored
+        .extend(ignored_unentered.into_iter().map(|dir| (dir, true)));
     let mut collapsed: Vec<RepoPath> = Vec::new();
     for (entry, _) in collect.into_entries_by_path() {
         use gix::dir::entry::{Kind, Status};
@@ -341,8 +407,8 @@ fn walk_untracked(
         for dir in collapsed {
             ignored_below(&mut excludes, &mut ignore_files, dir, &mut listing.ignored)?;
         }
-        listing.ignored.sort();
     }
+    listing.ignored.sort();
     Ok(listing)
 }
 
@@ -1103,7 +1169,7 @@ impl Vault {
                 ),
                 None => (self.workdir.clone(), ".gitattributes".to_owned()),
             };
-            refuse_blocking_rule_file(&full.join(".gitattributes"), shown, "attribute")
+            refuse_blocking_rule_file(&full.join(".gitattributes"), shown, Follow::NotLinks)
         };
         attributes_in(None)?;
         let mut looked_at: std::collections::HashSet<RepoPath> = std::collections::HashSet::new();
@@ -1174,7 +1240,7 @@ impl Vault {
         // way to know what it converts: no index id stands for the bytes on disk.
         if attribute_files
             .iter()
-            .any(|file| refuse_blocking_rule_file(file, file.display().to_string(), "attribute").is_err())
+            .any(|file| refuse_blocking_rule_file(file, file.display().to_string(), Follow::Links).is_err())
         {
             return IdsRaw::No;
         }

@@ -19,7 +19,7 @@ mod trees;
 pub use batch::{OpenBatch, PackCompression};
 pub use blobs::{FileRead, LocalBlobs, ParallelBlobs, READ_ATTEMPTS};
 pub use gc::{collect_private_garbage, GarbageReport};
-pub use listing::{refuse_blocking_rule_file, IndexStat, PathScope};
+pub use listing::{refuse_blocking_rule_file, Follow, IndexStat, PathScope};
 pub use objects::NewTreeEntry;
 pub use pins::PinNames;
 pub use private::{

@@ -219,7 +219,7 @@ fn read_levels_in(
                 // Paths are not built on the way down (a tree reached twice is read once);
                 // the failing tree's place is looked up only now, to name it.
                 let repo = shared.to_thread_local();
-                e.in_tree_dir(directory_of(&repo, tree, &failed).as_ref())
+                e.at_tree_path(directory_of(&repo, tree, &failed).as_ref())
             })?;
         frontier = Vec::new();
         for (id, files, subtrees) in read {
@@ -294,7 +294,7 @@ impl Vault {
         let mut out = BTreeMap::new();
         let mut pending: Vec<(Option<RepoPath>, ObjectId)> = vec![(None, *tree)];
         while let Some((prefix, id)) = pending.pop() {
-            let in_dir = |e: VerbError| e.in_tree_dir(prefix.as_ref());
+            let in_dir = |e: VerbError| e.at_tree_path(prefix.as_ref());
             for (name, kind, child) in self.tree_level(&id).map_err(in_dir)? {
                 let path = Self::child_path(prefix.as_ref(), &name).map_err(in_dir)?;
                 match kind {
@@ -351,7 +351,7 @@ impl Vault {
         }
         type Side = (Option<EntryKind>, ObjectId);
         let mut merged: BTreeMap<Vec<u8>, (Option<Side>, Option<Side>)> = BTreeMap::new();
-        let in_dir = |e: VerbError| e.in_tree_dir(prefix);
+        let in_dir = |e: VerbError| e.at_tree_path(prefix);
         if let Some(old) = old {
             for (name, kind, id) in self.tree_level(&old).map_err(in_dir)? {
                 merged.entry(name).or_default().0 = Some((kind, id));
