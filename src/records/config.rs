@@ -74,16 +74,14 @@ impl Config {
 
     /// Loads `path`; a missing file is the default config.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        // Looked at before it is opened: reading a FIFO there waited forever for a writer, in
-        // every command (found by a review).
-        if std::fs::metadata(path).is_ok_and(|meta| !meta.is_file()) {
-            return Err(ConfigError {
+        // Opened without waiting: a FIFO there made every command wait for a writer (found by
+        // a review); anything but a regular file is refused.
+        match crate::verbs::read_regular_file(path).map(String::from_utf8) {
+            Ok(Ok(text)) => Config::parse(&text, path),
+            Ok(Err(_)) => Err(ConfigError {
                 path: path.to_path_buf(),
-                message: "not a regular file (a directory, FIFO, socket or device); ckpt reads its config only from a file. Remove it".into(),
-            });
-        }
-        match std::fs::read_to_string(path) {
-            Ok(text) => Config::parse(&text, path),
+                message: "not UTF-8 text".into(),
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
             Err(e) => Err(ConfigError {
                 path: path.to_path_buf(),

@@ -4,7 +4,6 @@
 //! each get a step of their own. Owns only that file and its lock; never touches the worktree.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -117,7 +116,7 @@ impl HookPositions {
         create_own_dirs(&self.dir, OWN_STATE_LEVELS + 1, 0o777)?;
         let _lock = acquire_lock(&self.dir.join(LOCK_FILE), LockMode::Exclusive, &|_| {})?;
         let path = self.file();
-        let mut file = match fs::read(&path) {
+        let mut file = match crate::verbs::read_regular_file(&path) {
             Ok(bytes) => parse(&bytes).unwrap_or_default(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => PositionsFile::default(),
             Err(e) => return Err(io_error(&path)(e)),
@@ -217,6 +216,7 @@ fn forget_oldest(sessions: &mut BTreeMap<String, Position>, keep: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn event<'a>(
         agent: &'a str,

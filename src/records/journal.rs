@@ -4,7 +4,6 @@
 //! back fully validated (a tampered journal is refused, never half-trusted), and never touches
 //! the worktree.
 
-use std::fs;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -89,9 +88,11 @@ impl RestoreJournal {
 
     /// The journal at `path`, if one is there; anything malformed is `Corrupt`, naming why.
     pub(super) fn read(path: &Path) -> Result<Option<Self>, RecordsError> {
-        let text = match fs::read(path) {
+        let text = match crate::verbs::read_regular_file(path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            // Not a regular file: set aside like any unreadable journal (`doctor --fix`).
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return Err(corrupt(path, e.to_string())),
             Err(e) => return Err(io_error(path)(e)),
         };
         let file: JournalFile = serde_json::from_slice(&text).map_err(|e| corrupt(path, e.to_string()))?;
@@ -135,6 +136,7 @@ fn corrupt(path: &Path, why: String) -> RecordsError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn journal() -> RestoreJournal {
         let id = |c: char| ObjectId::from_hex(&c.to_string().repeat(40)).ok();

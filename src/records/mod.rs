@@ -452,16 +452,24 @@ impl Registry {
             self.dir.join(watch::WATCH_DIR),
             self.dir.join(hooks::HOOKS_DIR),
         ] {
+            // A subdirectory that is a link is never followed (found by a review: a linked
+            // `watch/` sent the removal outside the state directory).
+            if !fs::symlink_metadata(&dir).is_ok_and(|meta| meta.is_dir()) {
+                continue;
+            }
             let Ok(entries) = fs::read_dir(&dir) else {
                 continue;
             };
             for entry in entries.flatten() {
+                use std::os::unix::fs::MetadataExt;
                 let name = entry.file_name();
                 let Some(pid) = state_temp_pid(&name.to_string_lossy()) else {
                     continue;
                 };
-                let is_file = entry.file_type().is_ok_and(|kind| kind.is_file());
-                if is_file && !crate::verbs::process_is_alive(pid) {
+                // Exactly what a state write leaves: a regular file with one name.
+                let single_file =
+                    fs::symlink_metadata(entry.path()).is_ok_and(|meta| meta.is_file() && meta.nlink() == 1);
+                if single_file && !crate::verbs::process_is_alive(pid) {
                     found.push(entry.path());
                 }
             }
@@ -501,7 +509,7 @@ impl Registry {
     /// malformed one is an error, never silently reset.
     pub fn load(&self) -> Result<Vec<Record>, RecordsError> {
         let path = self.records_path();
-        let text = match fs::read(&path) {
+        let text = match crate::verbs::read_regular_file(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(io_error(&path)(e)),
@@ -560,7 +568,10 @@ impl Registry {
     /// oldest first. A missing or unreadable list is empty: the packs it named stay where they
     /// are, as safe as any other pack (git's own repack merges them then).
     pub fn ckpt_packs(&self) -> Vec<CkptPack> {
-        let Ok(text) = fs::read_to_string(self.dir.join(PACKS_FILE)) else {
+        let Ok(text) = crate::verbs::read_regular_file(&self.dir.join(PACKS_FILE)).map(String::from_utf8) else {
+            return Vec::new();
+        };
+        let Ok(text) = text else {
             return Vec::new();
         };
         text.lines().filter_map(CkptPack::parse).collect()
@@ -678,7 +689,11 @@ fn replace_file(path: &Path, content: &[u8], durable: bool) -> Result<(), Record
 fn state_temp_pid(name: &str) -> Option<u32> {
     let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;
     let (stem, pid) = inner.rsplit_once('.')?;
-    if stem.is_empty() || pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+    // The names ckpt gives its state files, and a pid as the kernel gives it (no leading zero).
+    let stem_ok = stem.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && stem.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    let pid_ok = !pid.is_empty() && !pid.starts_with('0') && pid.bytes().all(|b| b.is_ascii_digit());
+    if !stem_ok || !pid_ok {
         return None;
     }
     pid.parse().ok()
@@ -687,7 +702,7 @@ fn state_temp_pid(name: &str) -> Option<u32> {
 /// Writes a file of ckpt's own state (outside any worktree) atomically, creating its directory;
 /// unchanged content is left alone.
 pub fn write_state_file(path: &Path, content: &[u8]) -> Result<(), RecordsError> {
-    if fs::read(path).is_ok_and(|old| old == content) {
+    if crate::verbs::read_regular_file(path).is_ok_and(|old| old == content) {
         return Ok(());
     }
     if let Some(dir) = path.parent() {
@@ -880,6 +895,10 @@ mod tests {
             ".records.json.42a.tmp",
             ".records.json.4242.tmp.x",
             ".x.99999999999999999999.tmp",
+            ".records.json.0.tmp",
+            ".records.json.0999994.tmp",
+            ". .999993.tmp",
+            ".../x.5.tmp",
         ] {
             assert_eq!(state_temp_pid(other), None, "{other}");
         }

@@ -408,11 +408,7 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
 /// Reads one session log (`.zstd` frames or plain JSON Lines), streaming the file once.
 pub fn read_log(path: &Path) -> Result<SessionLog, super::RecordsError> {
     // A fifo or a device would block the read or never end: only a regular file is a log.
-    let meta = std::fs::metadata(path).map_err(super::io_error(path))?;
-    if !meta.is_file() {
-        return Err(super::io_error(path)(std::io::Error::other("not a regular file")));
-    }
-    let file = std::fs::File::open(path).map_err(super::io_error(path))?;
+    let file = crate::verbs::open_regular_file(path).map_err(super::io_error(path))?;
     let mut raw = Vec::new();
     std::io::BufReader::new(file)
         .take(MAX_LOG_BYTES + 1)

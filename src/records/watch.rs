@@ -131,7 +131,7 @@ impl WatchFiles {
 
     /// The process id the last daemon wrote into its lock file, if any.
     pub fn daemon_pid(&self) -> Option<u32> {
-        fs::read_to_string(self.dir.join(DAEMON_LOCK_FILE))
+        String::from_utf8(crate::verbs::read_regular_file(&self.dir.join(DAEMON_LOCK_FILE)).ok()?)
             .ok()?
             .trim()
             .parse()
@@ -158,7 +158,7 @@ impl WatchFiles {
     /// The base of the last watched snapshot, if any (an unreadable one counts as none: the
     /// next snapshot then scans in full, which is always correct).
     pub fn load_base(&self) -> Option<WatchBase> {
-        let text = fs::read(self.dir.join(BASE_FILE)).ok()?;
+        let text = crate::verbs::read_regular_file(&self.dir.join(BASE_FILE)).ok()?;
         serde_json::from_slice(&text).ok()
     }
 

@@ -557,3 +557,117 @@ fn a_killed_state_writes_temp_file_is_named_and_removed_never_a_live_ones() {
     std::fs::remove_file(&live).unwrap();
     repo.ckpt_json(&["audit"], 0);
 }
+
+fn make_fifo(path: &std::path::Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
+}
+
+/// A FIFO at one of ckpt's own state files made commands wait forever for a writer (found by
+/// a review): the registry, the stat cache, the restore journal, the hooks' positions. Each is
+/// now opened without waiting and refused or passed over, and nothing hangs.
+#[test]
+fn a_fifo_at_a_state_file_never_hangs_a_command() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"a\n");
+    repo.snapshot(&[]);
+    let state = repo.common_dir().join("ckpt/main");
+    for (file, args) in [
+        ("records.json", &["list"][..]),
+        ("records.json", &["audit"]),
+        ("statcache.bin", &["snapshot"]),
+        ("restore-journal.json", &["audit"]),
+        ("restore-journal.json", &["doctor", "--fix"]),
+    ] {
+        let path = state.join(file);
+        let saved = std::fs::read(&path).ok();
+        let _ = std::fs::remove_file(&path);
+        make_fifo(&path);
+        repo.write("a.txt", format!("edit under {file}").as_bytes());
+        let run = ckpt_json_within_30s(&repo, args);
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file()) {
+            std::fs::remove_file(&path).unwrap();
+        }
+        if let Some(saved) = saved {
+            if !path.exists() {
+                std::fs::write(&path, saved).unwrap();
+            }
+        }
+        assert!(
+            run.code == 0 || run.stdout.contains(file),
+            "{file} {args:?}: {}",
+            run.stdout
+        );
+    }
+    repo.ckpt_json(&["snapshot"], 0);
+}
+
+/// A loose pin file that is a FIFO or a symlink, shadowing the pin's `packed-refs` line, was
+/// invisible to audit and doctor while every use of the checkpoint refused it (found by a
+/// review). audit names it, and `doctor --fix` moves it aside, after which the checkpoint can
+/// be used again.
+#[test]
+fn a_shadowing_loose_pin_that_is_no_file_is_found_and_moved_aside() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"old\n");
+    let old = repo.snapshot(&[]);
+    repo.write("a.txt", b"new\n");
+    repo.snapshot(&[]);
+    repo.git(&["pack-refs", "--all"]);
+    let loose = repo.common_dir().join(format!("refs/ckpt/main/{old}"));
+    std::fs::create_dir_all(loose.parent().unwrap()).unwrap();
+    make_fifo(&loose);
+    let audit = ckpt_json_within_30s(&repo, &["audit"]);
+    assert_eq!(audit.code, 1, "{}", audit.stdout);
+    assert!(audit.stdout.contains("unreadable_pin"), "{}", audit.stdout);
+    let fixed = ckpt_json_within_30s(&repo, &["doctor", "--fix"]);
+    assert_eq!(fixed.code, 0, "{}", fixed.stdout);
+    assert!(std::fs::symlink_metadata(&loose).is_err(), "the FIFO was moved aside");
+    ckpt_json_within_30s(&repo, &["audit"]);
+    let restored = ckpt_json_within_30s(&repo, &["restore", &old, "--exact", "--yes"]);
+    assert_eq!(restored.code, 0, "{}", restored.stdout);
+    assert_eq!(repo.read("a.txt"), b"old\n");
+
+    // A pin directory that is a link is named, and nothing is moved through it.
+    let outside = repo.home.join("outrefs");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join(&old), b"garbage\n").unwrap();
+    let pins = repo.common_dir().join("refs/ckpt/main");
+    std::fs::rename(&pins, repo.home.join("real-pins")).unwrap();
+    std::os::unix::fs::symlink(&outside, &pins).unwrap();
+    let audit = ckpt_json_within_30s(&repo, &["audit"]);
+    assert!(audit.stdout.contains("a symlink to a directory"), "{}", audit.stdout);
+    ckpt_json_within_30s(&repo, &["doctor", "--fix"]);
+    assert_eq!(std::fs::read(outside.join(&old)).unwrap(), b"garbage\n");
+    std::fs::remove_file(&pins).unwrap();
+    std::fs::rename(repo.home.join("real-pins"), &pins).unwrap();
+}
+
+/// `doctor --fix` followed a `watch/` directory that was a link and removed a temp-looking
+/// file outside the state directory (found by a review); a linked subdirectory is not looked in.
+#[test]
+fn a_linked_state_subdirectory_is_never_cleaned_through() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let victim = repo.home.join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    let gone = {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        child.id()
+    };
+    let outside = victim.join(format!(".important.{gone}.tmp"));
+    std::fs::write(&outside, b"not ckpt's").unwrap();
+    let watch = repo.common_dir().join("ckpt/main/watch");
+    let _ = std::fs::remove_dir_all(&watch);
+    std::os::unix::fs::symlink(&victim, &watch).unwrap();
+    ckpt_json_within_30s(&repo, &["doctor", "--fix"]);
+    assert_eq!(std::fs::read(&outside).unwrap(), b"not ckpt's");
+    std::fs::remove_file(&watch).unwrap();
+}

@@ -186,6 +186,17 @@ impl Engine {
         for (name, why) in &reconciled.unreadable_pins {
             report.problems.push(problem("bad_ref", format!("{name}: {why}"), None));
         }
+        for (name, what) in self.vault.unreadable_loose_pins(&self.workspace) {
+            let id = name.rsplit('/').next().filter(|id| ObjectId::from_hex(id).is_ok());
+            report.problems.push(problem(
+                "unreadable_pin",
+                match id {
+                    Some(_) => format!("{name} is {what}, not a ref file ckpt wrote; every use of its checkpoint refuses it (doctor --fix moves it into the state directory and re-pins)"),
+                    None => format!("{name} is {what}; ckpt does not follow it (replace the link with the directory itself)"),
+                },
+                id,
+            ));
+        }
         for name in &reconciled.foreign_refs {
             report
                 .problems
@@ -406,6 +417,9 @@ impl Engine {
                     "temp_file" => format!("remove the {}", p.message),
                     "pack_temp_file" => "remove the pack writer's leftover temp file".into(),
                     "state_temp_file" => "remove the state write's leftover temp file".into(),
+                    "unreadable_pin" if p.id.is_some() => {
+                        "move the unreadable pin file into the state directory and re-pin".into()
+                    }
                     _ => format!("nothing automatic for: {}", p.message),
                 });
             }
@@ -428,6 +442,20 @@ impl Engine {
                     .actions
                     .push(format!("removed leftover temp file {}", path.display()));
             }
+        }
+        for problem in audit.problems.iter().filter(|p| p.code == "unreadable_pin") {
+            let Some(id) = problem.id.as_deref().and_then(|id| ObjectId::from_hex(id).ok()) else {
+                continue;
+            };
+            let short = &problem.id.as_deref().unwrap_or_default()[..8];
+            report.actions.push(match self.repin(&id) {
+                Ok(Some(aside)) => format!(
+                    "moved the unreadable pin of {short} to {} and re-pinned it",
+                    aside.display()
+                ),
+                Ok(None) => format!("re-pinned {short}"),
+                Err(e) => format!("could not repair the pin of {short} ({e})"),
+            });
         }
         if has("state_temp_file") {
             let registry = self.registry()?;

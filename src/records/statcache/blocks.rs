@@ -208,7 +208,7 @@ pub(super) fn decode(data: &[u8]) -> Option<BlockIndex> {
 
 /// Reads the index in `dir`; `None` if there is none or it is not well formed.
 pub(super) fn load(dir: &Path) -> Option<BlockIndex> {
-    decode(&std::fs::read(dir.join(BLOCKS_FILE_NAME)).ok()?)
+    decode(&crate::verbs::read_regular_file(&dir.join(BLOCKS_FILE_NAME)).ok()?)
 }
 
 /// Writes the index for the main file just written (temp + rename, no fsync: a torn index fails

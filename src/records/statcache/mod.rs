@@ -299,7 +299,7 @@ impl StatCache {
     fn load_runs(dir: &Path, scope: &PathScope) -> Option<StatCache> {
         use std::os::unix::fs::FileExt;
         let index = blocks::load(dir)?;
-        let file = std::fs::File::open(dir.join(FILE_NAME)).ok()?;
+        let file = crate::verbs::open_regular_file(&dir.join(FILE_NAME)).ok()?;
         if file.metadata().ok()?.len() != index.main_len {
             return None;
         }
@@ -359,7 +359,7 @@ impl StatCache {
             delta: Vec::new(),
             partial: true,
         };
-        if let Some((checkpoint, delta)) = std::fs::read(dir.join(DELTA_FILE_NAME))
+        if let Some((checkpoint, delta)) = crate::verbs::read_regular_file(&dir.join(DELTA_FILE_NAME))
             .ok()
             .and_then(|bytes| decode_delta(&bytes, cache.main_identity))
         {
@@ -374,9 +374,9 @@ impl StatCache {
     pub fn load(dir: &Path) -> Option<StatCache> {
         // Read, not mapped: a mapping faults (SIGBUS) when another program shortens the file
         // while it is read, and a hostile review made that happen.
-        let data = std::fs::read(dir.join(FILE_NAME)).ok()?;
+        let data = crate::verbs::read_regular_file(&dir.join(FILE_NAME)).ok()?;
         let mut cache = StatCache::decode(data)?;
-        if let Some((checkpoint, delta)) = std::fs::read(dir.join(DELTA_FILE_NAME))
+        if let Some((checkpoint, delta)) = crate::verbs::read_regular_file(&dir.join(DELTA_FILE_NAME))
             .ok()
             .and_then(|bytes| decode_delta(&bytes, cache.main_identity))
         {

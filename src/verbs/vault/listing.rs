@@ -137,8 +137,9 @@ impl<'a> IgnoreFiles<'a> {
     /// worktree root's `.gitignore`.
     pub(crate) fn new(repo: &gix::Repository, root: &'a Path) -> Result<Self, VerbError> {
         let mut outside = vec![repo.common_dir().join("info/exclude")];
-        // The global file as git and gix pick it: `core.excludesFile` when it is set at all
-        // (even empty), else the XDG default.
+        // The global file as gix picks it: `core.excludesFile` when it names a file, else the
+        // XDG default (also when the setting is empty, where git reads neither: gix would
+        // still wait on a FIFO there, so it is refused then too).
         match repo.config_snapshot().trusted_path("core.excludesFile") {
             Ok(Some(configured)) => outside.push(configured),
             Ok(None) => {
@@ -214,19 +215,19 @@ pub fn refuse_blocking_rule_file(path: &Path, shown: String, follow: Follow) -> 
         return Ok(());
     };
     let kind = meta.file_type();
-    let what = if kind.is_fifo() {
-        "a FIFO"
+    let (what, why) = if kind.is_fifo() {
+        ("a FIFO", "reading it waits forever for a writer, as `git status` does")
     } else if kind.is_socket() {
-        "a socket"
+        ("a socket", "it holds no rules to read")
     } else if kind.is_block_device() || kind.is_char_device() {
-        "a device"
+        ("a device", "reading it may never end")
     } else {
         return Ok(());
     };
     Err(VerbError::Worktree {
         path: shown,
         message: format!(
-            "is {what} where rules are read from a file; a FIFO there makes the read wait forever for a writer (`git status` waits too), so ckpt refuses it instead. Remove it, or make it a regular file"
+            "is {what} where rules are read from a file ({why}), so ckpt refuses it. Remove it, or make it a regular file"
         ),
     })
 }

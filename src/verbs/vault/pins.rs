@@ -6,7 +6,7 @@ use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
 use gix::refs::Target;
 
 use super::Vault;
-use crate::verbs::types::{ObjectId, PinRef};
+use crate::verbs::types::{ObjectId, PinRef, WorkspaceKey};
 use crate::verbs::VerbError;
 
 /// Valid pins with their targets, names under `refs/ckpt/` that are not valid pins, and why
@@ -229,6 +229,21 @@ impl Vault {
         into_dir: &std::path::Path,
     ) -> Result<Option<std::path::PathBuf>, VerbError> {
         let loose = self.repo.common_dir().join(pin.as_str());
+        // Never through a linked directory: what it leads to is not the repository's (found
+        // by a review: a file outside was moved).
+        let mut dir = loose.parent();
+        while let Some(at) = dir.filter(|at| *at != self.repo.common_dir()) {
+            if std::fs::symlink_metadata(at).is_ok_and(|meta| meta.file_type().is_symlink()) {
+                return Err(VerbError::git_because(
+                    format!("repairing {}", pin.as_str()),
+                    format!(
+                        "{} is a symlink; ckpt does not follow it. Replace it with the directory itself",
+                        at.display()
+                    ),
+                ));
+            }
+            dir = at.parent();
+        }
         let Ok(meta) = std::fs::symlink_metadata(&loose) else {
             return Ok(None);
         };
@@ -249,6 +264,55 @@ impl Vault {
             )
         })?;
         Ok(Some(aside))
+    }
+
+    /// The loose pin files of `workspace` that are not regular files (a symlink, FIFO, socket
+    /// or device), with what each is: every use of such a checkpoint refuses the file, even
+    /// where git still lists the pin from `packed-refs`. Found with `lstat` only. A pin
+    /// directory that is itself a link is named too, with an empty list of its files.
+    pub fn unreadable_loose_pins(&self, workspace: &WorkspaceKey) -> Vec<(String, &'static str)> {
+        let dir = self
+            .repo
+            .common_dir()
+            .join(crate::verbs::types::PIN_NAMESPACE)
+            .join(workspace.as_str());
+        let mut found = Vec::new();
+        for at in [dir.parent().map(std::path::Path::to_path_buf), Some(dir.clone())]
+            .into_iter()
+            .flatten()
+        {
+            if std::fs::symlink_metadata(&at).is_ok_and(|meta| meta.file_type().is_symlink()) {
+                found.push((at.display().to_string(), "a symlink to a directory"));
+                return found;
+            }
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return found;
+        };
+        for entry in entries.flatten() {
+            let Ok(kind) = entry.file_type() else { continue };
+            let what = if kind.is_symlink() {
+                "a symlink"
+            } else if kind.is_file() || kind.is_dir() {
+                continue;
+            } else {
+                "a FIFO, socket or device"
+            };
+            let name = entry.file_name();
+            if ObjectId::from_hex(&name.to_string_lossy()).is_ok() {
+                found.push((
+                    format!(
+                        "{}{}/{}",
+                        crate::verbs::types::PIN_NAMESPACE,
+                        workspace.as_str(),
+                        name.to_string_lossy()
+                    ),
+                    what,
+                ));
+            }
+        }
+        found.sort();
+        found
     }
 
     /// The object a pin ref points at now, if it exists. A loose pin that is not a regular

@@ -69,6 +69,37 @@ pub fn open_no_follow(path: &std::path::Path) -> std::io::Result<std::fs::File> 
     Ok(std::fs::File::from(fd))
 }
 
+/// Opens the regular file at `path` for reading (following a symlink), never blocking: it is
+/// opened without waiting for a FIFO's writer and refused unless it is a regular file. For
+/// ckpt's own state files and logs it reads, where a FIFO made every command wait for a
+/// writer (found by a review). Read-only.
+pub fn open_regular_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let not_regular = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a regular file (a FIFO, socket, device or directory); ckpt does not read it",
+        )
+    };
+    let fd = match rustix::fs::open(path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => fd,
+        // A socket cannot be opened at all.
+        Err(Errno::NXIO) => return Err(not_regular()),
+        Err(e) => return Err(e.into()),
+    };
+    let file = std::fs::File::from(fd);
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    Ok(file)
+}
+
+/// The whole content of the regular file at `path` ([`open_regular_file`]).
+pub fn read_regular_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    let mut content = Vec::new();
+    std::io::Read::read_to_end(&mut open_regular_file(path)?, &mut content)?;
+    Ok(content)
+}
+
 /// Opens ckpt's own lock file at `path` for writing, created if missing and never truncated,
 /// without following a symlink at its last component and without blocking on a FIFO (the
 /// registry refuses both; this only opens).
