@@ -131,6 +131,18 @@ pub fn run_ckpt(mut cmd: Command) -> Run {
     }
 }
 
+/// Makes a FIFO at `path` (no reader, no writer: anything that opens it to read waits).
+pub fn mkfifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
+}
+
 /// `ckpt --json ARGS`, killed after 30 s: a test of something that once hung (a FIFO where a
 /// file was expected) fails instead of hanging the suite.
 pub fn ckpt_json_within_30s(repo: &TestRepo, args: &[&str]) -> Run {

@@ -398,14 +398,7 @@ fn a_repointed_or_unreadable_pin_is_repaired_or_refused_never_a_lost_record() {
 
     // A FIFO where the pin was: refused with its path, within seconds.
     std::fs::remove_file(&loose).unwrap();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        loose.as_path(),
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
+    mkfifo(loose.as_path());
     let within = |args: &[&str]| ckpt_json_within_30s(&repo, args);
     let run = within(&["restore", &newest, "--exact", "--yes"]);
     assert_ne!(run.code, 0, "{}", run.stdout);
@@ -499,14 +492,7 @@ fn doctor_removes_a_pin_to_nothing_and_a_fifo_packed_refs_is_refused() {
 
     let packed = repo.common_dir().join("packed-refs");
     std::fs::remove_file(&packed).ok();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        packed.as_path(),
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
+    mkfifo(packed.as_path());
     for args in [vec!["snapshot"], vec!["list"], vec!["audit"]] {
         let run = ckpt_json_within_30s(&repo, &args);
         assert_ne!(run.code, 0, "{args:?}: {}", run.stdout);
@@ -558,17 +544,6 @@ fn a_killed_state_writes_temp_file_is_named_and_removed_never_a_live_ones() {
     repo.ckpt_json(&["audit"], 0);
 }
 
-fn make_fifo(path: &std::path::Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
-}
-
 /// A FIFO at one of ckpt's own state files made commands wait forever for a writer (found by
 /// a review): the registry, the stat cache, the restore journal, the hooks' positions. Each is
 /// now opened without waiting and refused or passed over, and nothing hangs.
@@ -588,7 +563,7 @@ fn a_fifo_at_a_state_file_never_hangs_a_command() {
         let path = state.join(file);
         let saved = std::fs::read(&path).ok();
         let _ = std::fs::remove_file(&path);
-        make_fifo(&path);
+        mkfifo(&path);
         repo.write("a.txt", format!("edit under {file}").as_bytes());
         let run = ckpt_json_within_30s(&repo, args);
         if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file()) {
@@ -622,7 +597,7 @@ fn a_shadowing_loose_pin_that_is_no_file_is_found_and_moved_aside() {
     repo.git(&["pack-refs", "--all"]);
     let loose = repo.common_dir().join(format!("refs/ckpt/main/{old}"));
     std::fs::create_dir_all(loose.parent().unwrap()).unwrap();
-    make_fifo(&loose);
+    mkfifo(&loose);
     let audit = ckpt_json_within_30s(&repo, &["audit"]);
     assert_eq!(audit.code, 1, "{}", audit.stdout);
     assert!(audit.stdout.contains("unreadable_pin"), "{}", audit.stdout);

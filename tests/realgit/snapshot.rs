@@ -439,17 +439,6 @@ fn completions_and_man_page_come_from_the_same_definitions() {
     assert!(repo.ckpt(&["completions", "no-such-shell"]).code == 2);
 }
 
-fn mkfifo(path: &std::path::Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap_or_else(|e| panic!("mkfifo {}: {e}", path.display()));
-}
-
 /// A snapshot refused because of the FIFO at `fifo` (removed afterwards, and what stood there
 /// put back): it names `shown`, stores nothing and changes nothing.
 fn refused_for_fifo(repo: &TestRepo, fifo: &std::path::Path, shown: &str, args: &[&str]) {
