@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::{acquire_lock, create_own_dirs, io_error, write_atomically, LockMode, RecordsError, OWN_STATE_LEVELS};
 
 pub(super) const HOOKS_DIR: &str = "hooks";
-const POSITIONS_FILE: &str = "positions.json";
+pub(super) const POSITIONS_FILE: &str = "positions.json";
 pub(super) const LOCK_FILE: &str = "positions.lock";
 const POSITIONS_FORMAT: &str = "ckpt-hook-positions";
 /// Sessions remembered per workspace; the least recently seen are forgotten first (a forgotten

@@ -18,7 +18,7 @@ use super::{
 pub(super) const WATCH_DIR: &str = "watch";
 /// The lock one daemon per workspace holds; it names its pid.
 pub(super) const DAEMON_LOCK_FILE: &str = "daemon.lock";
-const BASE_FILE: &str = "base.json";
+pub(super) const BASE_FILE: &str = "base.json";
 
 /// Where the watch daemon of one workspace keeps its files.
 #[derive(Debug, Clone)]

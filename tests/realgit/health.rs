@@ -646,3 +646,55 @@ fn a_linked_state_subdirectory_is_never_cleaned_through() {
     assert_eq!(std::fs::read(&outside).unwrap(), b"not ckpt's");
     std::fs::remove_file(&watch).unwrap();
 }
+
+/// Found by a third review: a FIFO at the copy store's private `HEAD` hung every command of a
+/// non-git workspace (ckpt itself blocked opening the store); a FIFO at the hooks' positions
+/// left every later tool call unprotected while audit called the state consistent; a directory
+/// at `records.json` could never be set aside. Each is now refused, reported or repaired.
+#[test]
+fn blocking_or_misplaced_state_is_refused_reported_and_repaired() {
+    let plain = TestRepo::bare_dir();
+    plain.write("a.txt", b"a\n");
+    plain.ckpt_json(&["snapshot"], 0);
+    let workspaces = plain.home.join(".local/share/ckpt/workspaces");
+    let ws = std::fs::read_dir(&workspaces).unwrap().next().unwrap().unwrap().path();
+    let head = ws.join("git/HEAD");
+    let saved = std::fs::read(&head).unwrap();
+    std::fs::remove_file(&head).unwrap();
+    mkfifo(&head);
+    for args in [&["list"][..], &["snapshot"], &["audit"], &["gc"]] {
+        let run = ckpt_json_within_30s(&plain, args);
+        assert_ne!(run.code, 0, "{args:?}: {}", run.stdout);
+        assert!(run.stdout.contains("HEAD"), "{args:?}: {}", run.stdout);
+    }
+    std::fs::remove_file(&head).unwrap();
+    std::fs::write(&head, saved).unwrap();
+    plain.ckpt_json(&["list"], 0);
+
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let state = repo.common_dir().join("ckpt/main");
+    std::fs::create_dir_all(state.join("hooks")).unwrap();
+    let positions = state.join("hooks/positions.json");
+    mkfifo(&positions);
+    let audit = ckpt_json_within_30s(&repo, &["audit"]);
+    assert!(audit.stdout.contains("unusable_state_file"), "{}", audit.stdout);
+    let fixed = ckpt_json_within_30s(&repo, &["doctor", "--fix"]);
+    assert_eq!(fixed.code, 0, "{}", fixed.stdout);
+    assert!(std::fs::symlink_metadata(&positions).is_err());
+    ckpt_json_within_30s(&repo, &["audit"]);
+
+    let records = state.join("records.json");
+    std::fs::remove_file(&records).unwrap();
+    std::fs::create_dir(&records).unwrap();
+    let fixed = ckpt_json_within_30s(&repo, &["doctor", "--fix"]);
+    assert_eq!(fixed.code, 0, "{}", fixed.stdout);
+    assert!(
+        std::fs::symlink_metadata(&records).is_ok_and(|m| m.is_file()),
+        "rebuilt from the pins"
+    );
+    let again = ckpt_json_within_30s(&repo, &["doctor", "--fix"]);
+    assert_eq!(again.code, 0, "{}", again.stdout);
+    ckpt_json_within_30s(&repo, &["audit"]);
+    repo.ckpt_json(&["list"], 0);
+}

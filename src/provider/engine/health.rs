@@ -253,6 +253,16 @@ impl Engine {
             ));
         }
         if let Ok(Some(registry)) = crate::records::Registry::open_existing(&self.state_dir) {
+            for path in registry.unusable_state_files() {
+                report.problems.push(problem(
+                    "unusable_state_file",
+                    format!(
+                        "{} is not a regular file, so ckpt cannot read the state it holds (doctor --fix sets it aside; that state starts afresh)",
+                        path.display()
+                    ),
+                    None,
+                ));
+            }
             for temp in registry.abandoned_temp_files() {
                 report.problems.push(problem(
                     "state_temp_file",
@@ -417,6 +427,7 @@ impl Engine {
                     "temp_file" => format!("remove the {}", p.message),
                     "pack_temp_file" => "remove the pack writer's leftover temp file".into(),
                     "state_temp_file" => "remove the state write's leftover temp file".into(),
+                    "unusable_state_file" => "set the state file that is not a regular file aside".into(),
                     "unreadable_pin" if p.id.is_some() => {
                         "move the unreadable pin file into the state directory and re-pin".into()
                     }
@@ -456,6 +467,18 @@ impl Engine {
                 Ok(None) => format!("re-pinned {short}"),
                 Err(e) => format!("could not repair the pin of {short} ({e})"),
             });
+        }
+        if has("unusable_state_file") {
+            let registry = self.registry()?;
+            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
+            for path in registry.unusable_state_files() {
+                let aside = registry.set_aside_state_file(&path, &lock)?;
+                report.actions.push(format!(
+                    "moved {}, which was not a regular file, to {}",
+                    path.display(),
+                    aside.display()
+                ));
+            }
         }
         if has("state_temp_file") {
             let registry = self.registry()?;

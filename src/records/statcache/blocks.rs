@@ -12,7 +12,7 @@ use std::path::Path;
 
 use crate::verbs::PathScope;
 
-pub(super) const BLOCKS_FILE_NAME: &str = "statcache.blocks";
+pub const BLOCKS_FILE_NAME: &str = "statcache.blocks";
 const BLOCKS_MAGIC: &[u8; 8] = b"CKPTSBLK";
 const BLOCKS_VERSION: u32 = 1;
 /// A run is closed once it holds at least this many bytes.

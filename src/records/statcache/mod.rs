@@ -22,6 +22,7 @@ pub use crate::verbs::FileStat;
 use crate::verbs::{ObjectId, PathScope, RepoPath};
 
 mod blocks;
+pub use blocks::BLOCKS_FILE_NAME;
 
 const MAGIC: &[u8; 8] = b"CKPTSTAT";
 const VERSION: u32 = 2;

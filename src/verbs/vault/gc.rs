@@ -30,6 +30,7 @@ pub fn collect_private_garbage(
 ) -> Result<GarbageReport, VerbError> {
     let mut live: std::collections::HashSet<gix::ObjectId> = std::collections::HashSet::new();
     for git_dir in git_dirs {
+        super::private::refuse_blocking_git_files(git_dir)?;
         let repo = gix::open_opts(
             git_dir,
             gix::open::Options::default().config_overrides(CONFIG_OVERRIDES),

@@ -66,14 +66,37 @@ pub fn refuse_unreadable_packed_refs(dir: &Path) -> Result<(), VerbError> {
         }
         Err(_) => git_dir,
     };
-    let packed_refs = common_dir.join("packed-refs");
-    match std::fs::symlink_metadata(&packed_refs) {
-        Ok(meta) if !meta.is_file() && !meta.file_type().is_symlink() => Err(VerbError::Unsupported(format!(
+    refuse_blocking_file(&common_dir.join("packed-refs"))
+}
+
+/// Refuses `path` when it is there but is not a regular file, or leads to one that is not (a
+/// FIFO, socket, device or directory): opening a repository reads it, and a FIFO there makes
+/// the read wait for a writer forever, as it makes git wait.
+fn refuse_blocking_file(path: &Path) -> Result<(), VerbError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => Err(VerbError::Unsupported(format!(
             "{} is not a regular file (a FIFO, socket, device or directory), and git cannot read it either; remove it",
-            packed_refs.display()
+            path.display()
         ))),
         _ => Ok(()),
     }
+}
+
+/// Refuses a private git directory (the copy provider's) whose files that opening it reads are
+/// not regular files: a FIFO at its `HEAD` made every command of the workspace hang (found by a
+/// review). Looked at before it is opened.
+pub(super) fn refuse_blocking_git_files(git_dir: &Path) -> Result<(), VerbError> {
+    for name in [
+        "HEAD",
+        "config",
+        "packed-refs",
+        "commondir",
+        "index",
+        "objects/info/alternates",
+    ] {
+        refuse_blocking_file(&git_dir.join(name))?;
+    }
+    Ok(())
 }
 
 /// The common git directory of the repository containing `dir` (unborn HEAD included), if any.
@@ -172,6 +195,7 @@ impl Vault {
         excludes.extend_from_slice(store.excludes_file.as_os_str().as_encoded_bytes());
         overrides.push(excludes);
         let options = gix::open::Options::default().config_overrides(overrides);
+        refuse_blocking_git_files(store.git_dir)?;
         let repo = gix::open_opts(store.git_dir, options).map_err(|e| fail("opening", &e))?;
         let workdir = repo.workdir().map(Path::to_path_buf).ok_or_else(|| {
             VerbError::git_because(
