@@ -55,8 +55,35 @@ pub fn collect_copy_store_garbage(
     if let Ok(entries) = std::fs::read_dir(home.join("workspaces")) {
         for entry in entries.flatten() {
             let dir = entry.path();
-            if WorkspaceKey::new(&entry.file_name().to_string_lossy()).is_err() || !dir.join("git").is_dir() {
+            if WorkspaceKey::new(&entry.file_name().to_string_lossy()).is_err() {
                 continue;
+            }
+            // Every commit a record names is live too, pinned or not: a pin that is gone, or
+            // that no ref can be read from (a FIFO, a link, a directory), once let gc remove a
+            // checkpoint's objects for good (found by a review).
+            let recorded: Vec<crate::verbs::ObjectId> = match Registry::open_existing(&dir.join("state")) {
+                Ok(Some(registry)) => registry
+                    .load()
+                    .map_err(|e| {
+                        CkptError::Refused(format!(
+                            "gc removed nothing: the checkpoints of {} cannot be read ({e}); run `ckpt doctor --fix` in that workspace first",
+                            dir.display()
+                        ))
+                    })?
+                    .iter()
+                    .filter_map(|record| record.object_id().ok())
+                    .collect(),
+                Ok(None) | Err(crate::records::RecordsError::UnsafeStateDir { .. }) => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+            if !dir.join("git").is_dir() {
+                if recorded.is_empty() {
+                    continue;
+                }
+                return Err(CkptError::Refused(format!(
+                    "gc removed nothing: {} has checkpoints but its private git directory is missing",
+                    dir.display()
+                )));
             }
             match Registry::open(&dir.join("state")).and_then(|registry| registry.lock(&waiting)) {
                 Ok(lock) => locks.push(lock),
@@ -65,7 +92,7 @@ pub fn collect_copy_store_garbage(
                 Err(crate::records::RecordsError::UnsafeStateDir { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
-            git_dirs.push(dir.join("git"));
+            git_dirs.push((dir.join("git"), recorded));
         }
     }
     crate::fault::pause("gc:before-marking");

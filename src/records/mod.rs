@@ -506,6 +506,12 @@ impl Registry {
             self.dir.join(hooks::HOOKS_DIR).join(hooks::POSITIONS_FILE),
         ]
         .into_iter()
+        // Only through directories of the state's own (a linked `watch/` or `hooks/` leads
+        // somewhere else, found by a review: doctor renamed a user's entries there).
+        .filter(|path| {
+            path.parent()
+                .is_some_and(|dir| fs::symlink_metadata(dir).is_ok_and(|meta| meta.is_dir()))
+        })
         .filter(|path| fs::metadata(path).is_ok_and(|meta| !meta.is_file()))
         .collect()
     }

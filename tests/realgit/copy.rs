@@ -399,3 +399,47 @@ fn workspace_dirs(home: &Path) -> Vec<std::path::PathBuf> {
         .map(|e| e.path())
         .collect()
 }
+
+/// Found by a review: gc counted only the refs git could read, so a checkpoint whose pin had
+/// become a FIFO, a link or a directory, or a workspace whose private git directory had gone,
+/// lost its objects for good. A commit a record names is now live whether or not its pin reads,
+/// and gc refuses a workspace with checkpoints but no git directory.
+#[test]
+fn gc_keeps_what_records_name_even_when_their_pins_cannot_be_read() {
+    let repo = TestRepo::bare_dir();
+    repo.write("keep.txt", b"content only the first checkpoint has\n");
+    let first = snapshot(&repo);
+    repo.remove("keep.txt");
+    repo.write("other.txt", b"later\n");
+    snapshot(&repo);
+    let git = workspace_dir(&repo).join("git");
+    let pin = git.join(format!("refs/ckpt/copy/{first}"));
+    std::fs::remove_file(&pin).unwrap();
+    mkfifo(&pin);
+    let before = loose_objects(&ckpt_home(&repo));
+    run(&repo, &["gc", "--grace-seconds", "0"], 0);
+    assert_eq!(
+        loose_objects(&ckpt_home(&repo)),
+        before,
+        "nothing a record names is removed"
+    );
+    run(&repo, &["doctor", "--fix"], 0);
+    run(&repo, &["restore", &first, "--exact", "--yes"], 0);
+    assert_eq!(repo.read("keep.txt"), b"content only the first checkpoint has\n");
+
+    let aside = repo.home.join("git-aside");
+    std::fs::rename(&git, &aside).unwrap();
+    let left = loose_objects(&ckpt_home(&repo));
+    let refused = run(&repo, &["gc", "--grace-seconds", "0"], 4);
+    assert!(
+        refused.one("error")["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("private git directory"),
+        "{:?}",
+        refused.json
+    );
+    assert_eq!(loose_objects(&ckpt_home(&repo)), left, "a refused gc removes nothing");
+    std::fs::rename(&aside, &git).unwrap();
+    run(&repo, &["audit"], 0);
+}

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{Vault, CONFIG_OVERRIDES};
-use crate::verbs::types::EntryKind;
+use crate::verbs::types::{EntryKind, ObjectId};
 use crate::verbs::VerbError;
 
 /// What `collect_private_garbage` did (or would do).
@@ -19,17 +19,18 @@ pub struct GarbageReport {
 }
 
 /// Garbage collection for the copy provider's shared object store: every object reachable from
-/// a `refs/ckpt/` pin of any private git directory in `git_dirs` is live; a loose object that is
+/// a `refs/ckpt/` pin of any private git directory in `git_dirs`, or from a commit its
+/// workspace's records name (pinned or not), is live; a loose object that is
 /// not live and older than `older_than` is removed (`dry_run`: only counted). Only files whose
 /// names form a valid object id are ever touched. The caller must hold every workspace's lock.
 pub fn collect_private_garbage(
-    git_dirs: &[PathBuf],
+    git_dirs: &[(PathBuf, Vec<ObjectId>)],
     objects: &Path,
     older_than: std::time::SystemTime,
     dry_run: bool,
 ) -> Result<GarbageReport, VerbError> {
     let mut live: std::collections::HashSet<gix::ObjectId> = std::collections::HashSet::new();
-    for git_dir in git_dirs {
+    for (git_dir, recorded) in git_dirs {
         super::private::refuse_blocking_git_files(git_dir)?;
         let repo = gix::open_opts(
             git_dir,
@@ -37,7 +38,7 @@ pub fn collect_private_garbage(
         )
         .map_err(|e| VerbError::git(format!("opening {}", git_dir.display()), e))?;
         let vault = Vault {
-            workdir: git_dir.clone(),
+            workdir: git_dir.to_path_buf(),
             repo,
             reserved: Vec::new(),
             batch: Default::default(),
@@ -46,7 +47,9 @@ pub fn collect_private_garbage(
             vouched_index: Default::default(),
         };
         // Every ref under refs/ckpt/ keeps its objects: pins, quarantined pins, anything else.
-        for target in vault.ckpt_ref_targets()? {
+        let mut roots = vault.ckpt_ref_targets()?;
+        roots.extend(recorded.iter().copied().filter(|id| vault.repo.has_object(id.0)));
+        for target in roots {
             live.insert(target.0);
             let root = match vault.repo.find_header(target.0).map(|h| h.kind()) {
                 Ok(gix::objs::Kind::Commit) => vault.read_commit(&target)?.tree,
