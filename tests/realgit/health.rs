@@ -670,6 +670,18 @@ fn blocking_or_misplaced_state_is_refused_reported_and_repaired() {
     std::fs::remove_file(&head).unwrap();
     std::fs::write(&head, saved).unwrap();
     plain.ckpt_json(&["list"], 0);
+    // Its `config` as a FIFO: named, where the store's set-up used to fail on "Directory not
+    // empty" (found by a review).
+    let config = ws.join("git/config");
+    let saved = std::fs::read(&config).unwrap();
+    std::fs::remove_file(&config).unwrap();
+    mkfifo(&config);
+    let run = ckpt_json_within_30s(&plain, &["list"]);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(run.stdout.contains("git/config"), "{}", run.stdout);
+    std::fs::remove_file(&config).unwrap();
+    std::fs::write(&config, saved).unwrap();
+    plain.ckpt_json(&["list"], 0);
 
     let repo = TestRepo::new();
     repo.snapshot(&[]);

@@ -152,6 +152,8 @@ impl Vault {
                 format!("{what}: {e}"),
             )
         };
+        // Before anything reads it, or takes a `config` that is no file for a store to set up.
+        refuse_blocking_git_files(store.git_dir)?;
         if !store.git_dir.join("config").is_file() {
             for sub in ["pack", "info"] {
                 std::fs::create_dir_all(store.objects.join(sub)).map_err(|e| fail("creating the object store", &e))?;
@@ -195,7 +197,6 @@ impl Vault {
         excludes.extend_from_slice(store.excludes_file.as_os_str().as_encoded_bytes());
         overrides.push(excludes);
         let options = gix::open::Options::default().config_overrides(overrides);
-        refuse_blocking_git_files(store.git_dir)?;
         let repo = gix::open_opts(store.git_dir, options).map_err(|e| fail("opening", &e))?;
         let workdir = repo.workdir().map(Path::to_path_buf).ok_or_else(|| {
             VerbError::git_because(
