@@ -18,12 +18,12 @@ fn hook(repo: &TestRepo, agent: &str, extra: &[&str], event: &str) -> Run {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn ckpt hook");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(event.as_bytes())
-        .expect("write the event");
+    // A hook that refuses its command line exits before it reads the event: the write may then
+    // meet a closed pipe (CI saw it once), which is not the test's concern.
+    match child.stdin.take().expect("stdin").write_all(event.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        written => written.expect("write the event"),
+    }
     let out = child.wait_with_output().expect("ckpt hook");
     Run {
         code: out.status.code().unwrap_or(-1),
