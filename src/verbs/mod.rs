@@ -20,7 +20,7 @@ pub use vault::{
 };
 pub use worktree::{
     end_watch_daemon, open_lock_no_follow, open_no_follow, open_regular_file, process_is_alive, read_regular_file,
-    read_settled_file, temp_file_owner, DiskItem, RestoreOp, WorktreeProbe,
+    read_settled_file, temp_file_owner, DiskItem, Prestaged, RestoreOp, WorktreeProbe,
 };
 
 /// A value that failed validation before reaching a verb.

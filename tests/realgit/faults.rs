@@ -209,3 +209,73 @@ fn a_guard_is_on_disk_before_the_restore_changes_anything() {
     assert_eq!(run.one("restore")["verified"], true);
     assert_eq!(repo.read("a.txt"), b"original a\n");
 }
+
+/// A restore writes and syncs its files in the state directory's `staging/` while the guard is
+/// made durable, then moves them into place: an abort right after the journal leaves them
+/// there (and nothing in the worktree); the next restore removes what that dead process
+/// staged, and nothing else there, and leaves nothing of its own. A directory that gives new
+/// files its group (set-group-id) gets its files written in place, so a restored file there
+/// gets that group, as one git checks out would.
+#[test]
+fn staged_writes_are_moved_into_place_and_never_left_behind() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let repo = TestRepo::new();
+    repo.write("shared/a.txt", b"one\n");
+    repo.write("plain/b.txt", b"two\n");
+    repo.write("plain/c.txt", b"three\n");
+    let id = repo.snapshot(&[]);
+    let original = repo.worktree();
+    repo.write("shared/a.txt", b"edited\n");
+    repo.write("plain/b.txt", b"edited\n");
+    repo.write("plain/c.txt", b"edited\n");
+    let as_root = std::fs::metadata(repo.path("plain/b.txt")).unwrap().uid() == 0;
+    const GROUP: u32 = 65534;
+    if as_root {
+        std::os::unix::fs::chown(repo.path("shared"), None, Some(GROUP)).unwrap();
+        std::fs::set_permissions(repo.path("shared"), std::fs::Permissions::from_mode(0o2775)).unwrap();
+    }
+    let staging = repo.common_dir().join("ckpt/main/staging");
+    let staged_names = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&staging)
+            .map(|entries| {
+                entries
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    let edited = repo.worktree();
+    let out = ckpt_with_fault(
+        &repo,
+        "restore:after-journal",
+        &["--json", "restore", &id, "--yes", "--exact"],
+    );
+    assert!(!out.status.success(), "the restore must have aborted");
+    assert_eq!(
+        repo.worktree(),
+        edited,
+        "nothing in the worktree changed before the abort"
+    );
+    let left = staged_names();
+    let staged_by_the_abort = if as_root { 2 } else { 3 };
+    assert_eq!(left.len(), staged_by_the_abort, "{left:?}");
+    assert!(
+        left.iter()
+            .all(|name| name.starts_with(".ckpt-") && name.ends_with(".tmp")),
+        "{left:?}"
+    );
+    std::fs::write(staging.join("not-ckpts.tmp"), b"someone else's").unwrap();
+
+    let run = repo.ckpt_json(&["restore", &id, "--yes", "--exact"], 0);
+    assert_eq!(run.one("restore")["verified"], true);
+    assert_eq!(repo.worktree(), original);
+    assert_eq!(staged_names(), vec!["not-ckpts.tmp".to_owned()]);
+    if as_root {
+        assert_eq!(std::fs::metadata(repo.path("shared/a.txt")).unwrap().gid(), GROUP);
+        assert_eq!(std::fs::metadata(repo.path("plain/b.txt")).unwrap().gid(), 0);
+    } else {
+        eprintln!("not root: the set-group-id directory was not tried");
+    }
+}

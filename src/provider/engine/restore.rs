@@ -8,7 +8,12 @@ use crate::provider::plan::{self, PlanInput};
 use crate::provider::scan::{self, BlobSink, Capture};
 use crate::provider::{CkptError, Confirmation, Preview, RestoreReport, ScanMode, Selection, SnapshotRequest};
 use crate::records::{JournalOp, Record, Registry, RestoreJournal};
-use crate::verbs::{EntryKind, FileCounts, PathScope, PinRef, RepoPath, RestoreOp, TreeChange, TreeCheck, TreeItem};
+use crate::verbs::{
+    EntryKind, FileCounts, PathScope, PinRef, Prestaged, RepoPath, RestoreOp, TreeChange, TreeCheck, TreeItem,
+};
+
+/// The directory of a workspace's state where a restore stages its writes.
+const STAGING_DIR: &str = "staging";
 
 use super::watched::Looked;
 use super::{now_rfc3339, Engine};
@@ -260,9 +265,18 @@ impl Engine {
     }
 
     /// Refuses a restore whose plan writes content that could not be written, before anything
-    /// in the worktree changes.
-    pub(super) fn ensure_blobs_present(&self, ops: &[RestoreOp]) -> Result<(), CkptError> {
-        match self.unwritable_content(ops) {
+    /// in the worktree changes: the content `prestaged` read is judged by what it found, the
+    /// rest is read now.
+    pub(super) fn ensure_blobs_present(&self, prestaged: &Prestaged, ops: &[RestoreOp]) -> Result<(), CkptError> {
+        let unchecked: Vec<RestoreOp> = ops
+            .iter()
+            .filter(|op| matches!(op, RestoreOp::Write { path, .. } if !prestaged.checked(path)))
+            .cloned()
+            .collect();
+        let unwritable = prestaged
+            .unwritable(ops)
+            .or_else(|| self.unwritable_content(&unchecked));
+        match unwritable {
             None => Ok(()),
             Some((path, why)) => Err(CkptError::Verb(crate::verbs::VerbError::Worktree {
                 path: path.display(),
@@ -450,9 +464,11 @@ impl Engine {
         };
         self.phase_time("evidence", t2);
         let plan = self.plan_from_diff(changes, record, &evidence, selection)?;
-        self.ensure_blobs_present(&plan.ops)?;
         self.phase_time("plan", t2);
         let t3 = std::time::Instant::now();
+        // Every write's content is read, checked and (where it can be moved into place) written
+        // and synced in the staging directory while the guard is made durable.
+        let prestaging = self.vault.prestage_writes(&self.state_dir.join(STAGING_DIR), &plan.ops);
 
         // What the guard holds where the restore changes anything is on disk before the first
         // change is (each change is synced as it lands).
@@ -466,14 +482,18 @@ impl Engine {
             } => Some(expect.id),
             _ => None,
         }));
-        self.vault
-            .make_durable(&PinRef::for_checkpoint(&self.workspace, &guard_commit), &guard_objects)?;
-        self.phase_time("guard on disk", t3);
+        let durable = self
+            .vault
+            .make_durable(&PinRef::for_checkpoint(&self.workspace, &guard_commit), &guard_objects);
+        let prestaged = prestaging.wait();
+        durable?;
+        self.ensure_blobs_present(&prestaged, &plan.ops)?;
+        self.phase_time("guard on disk, writes staged", t3);
         registry.write_journal(&journal(record, &guard.record, selection, &plan.ops)?, &lock)?;
         crate::fault::point("restore:after-journal");
         let phase = self.reporter.progress().phase("restoring", plan.ops.len() as u64);
         let progress = self.reporter.progress();
-        let results = self.vault.restore_paths(&plan.ops, |done| {
+        let results = self.vault.restore_paths(&plan.ops, Some(&prestaged), |done| {
             progress.inc(1);
             if done == 1 {
                 crate::fault::point("restore:after-first-write");

@@ -20,6 +20,7 @@ pub use batch::{OpenBatch, PackCompression};
 pub use blobs::{FileRead, LocalBlobs, ParallelBlobs, READ_ATTEMPTS};
 pub use gc::{collect_private_garbage, GarbageReport};
 pub use listing::{refuse_blocking_rule_file, Follow, IndexStat, PathScope};
+pub(crate) use objects::checked_blob;
 pub use objects::NewTreeEntry;
 pub use pins::PinNames;
 pub use private::{

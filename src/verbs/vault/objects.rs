@@ -287,6 +287,11 @@ impl Vault {
 }
 
 fn check_blob(repo: &gix::Repository, id: &ObjectId) -> Result<(), VerbError> {
+    checked_blob(repo, id).map(drop)
+}
+
+/// The content of blob `id`, read back exactly: present, of kind blob, and hashing to its id.
+pub(crate) fn checked_blob(repo: &gix::Repository, id: &ObjectId) -> Result<Vec<u8>, VerbError> {
     let unusable = |why: String| VerbError::UnusableObject {
         id: *id,
         what: "blob".into(),
@@ -311,5 +316,5 @@ fn check_blob(repo: &gix::Repository, id: &ObjectId) -> Result<(), VerbError> {
             "its content hashes to {hashed}: the object is corrupt"
         )));
     }
-    Ok(())
+    Ok(object.detach().data)
 }

@@ -16,7 +16,10 @@ use super::vault::Vault;
 use super::VerbError;
 
 mod reading;
+mod staging;
 mod writing;
+
+pub use staging::Prestaged;
 
 use writing::{describe, Staged};
 
@@ -391,7 +394,12 @@ impl Vault {
     /// removals, and consecutive writes, touch distinct paths and never each other's parents, so
     /// each such run is applied in parallel; directory removals and prunes keep their
     /// deepest-first order.
-    pub fn restore_paths(&self, ops: &[RestoreOp], after_each: impl Fn(usize) + Sync) -> Vec<Result<(), VerbError>> {
+    pub fn restore_paths(
+        &self,
+        ops: &[RestoreOp],
+        prestaged: Option<&Prestaged>,
+        after_each: impl Fn(usize) + Sync,
+    ) -> Vec<Result<(), VerbError>> {
         use rayon::prelude::*;
         let worktree = self.worktree();
         let shared = self.repo_for_threads();
@@ -440,7 +448,7 @@ impl Vault {
                             .par_iter()
                             .map_init(
                                 || shared.to_thread_local(),
-                                |repo, op| finish(op, worktree.apply(op, repo)),
+                                |repo, op| finish(op, worktree.apply(op, repo, prestaged)),
                             )
                             .collect::<Vec<_>>();
                     }
@@ -450,7 +458,10 @@ impl Vault {
                     for chunk in run.chunks(staged_writes()) {
                         let staged: Vec<Result<Staged, VerbError>> = chunk
                             .par_iter()
-                            .map_init(|| shared.to_thread_local(), |repo, op| worktree.stage(op, repo))
+                            .map_init(
+                                || shared.to_thread_local(),
+                                |repo, op| worktree.stage(op, repo, prestaged),
+                            )
                             .collect();
                         results.par_extend(chunk.par_iter().zip(staged).map(|(op, staged)| {
                             let landed = staged.and_then(|staged| match staged {
@@ -469,7 +480,10 @@ impl Vault {
                     None => results.extend(apply_all()),
                 }
             } else {
-                results.extend(run.iter().map(|op| finish(op, worktree.apply(op, self.repo_handle()))));
+                results.extend(
+                    run.iter()
+                        .map(|op| finish(op, worktree.apply(op, self.repo_handle(), prestaged))),
+                );
             }
             start = end;
         }

@@ -9,8 +9,9 @@ use super::*;
 pub(super) struct StagedWrite {
     parent: OwnedFd,
     temp: Vec<u8>,
-    /// The temp file, kept open for its fsync; `None` for a symlink, which has no data of its
-    /// own to sync (its directory is synced with the others).
+    /// The temp file, kept open for its fsync; `None` when there is nothing of its own to
+    /// sync: a symlink (its directory is synced with the others), or content synced where it
+    /// was staged.
     file: Option<std::fs::File>,
 }
 
@@ -24,8 +25,13 @@ pub(super) enum Staged {
 
 impl Worktree<'_> {
     /// Applies `op` in one go: [`Self::stage`], then [`Self::land`].
-    pub(super) fn apply(&self, op: &RestoreOp, repo: &gix::Repository) -> Result<(), VerbError> {
-        match self.stage(op, repo)? {
+    pub(super) fn apply(
+        &self,
+        op: &RestoreOp,
+        repo: &gix::Repository,
+        prestaged: Option<&Prestaged>,
+    ) -> Result<(), VerbError> {
+        match self.stage(op, repo, prestaged)? {
             Staged::Done => Ok(()),
             Staged::Write(staged) => self.land(op, staged),
         }
@@ -36,7 +42,14 @@ impl Worktree<'_> {
     /// files' data together instead of one journal commit per file (measured: 210 small files
     /// took about 60% of the time they took written and synced one by one). Each file is still
     /// synced before it is renamed into place.
-    pub(super) fn stage(&self, op: &RestoreOp, repo: &gix::Repository) -> Result<Staged, VerbError> {
+    /// A write whose content `prestaged` holds moves that file beside its path instead of
+    /// writing one there.
+    pub(super) fn stage(
+        &self,
+        op: &RestoreOp,
+        repo: &gix::Repository,
+        prestaged: Option<&Prestaged>,
+    ) -> Result<Staged, VerbError> {
         let path = op.path();
         let create = matches!(op, RestoreOp::Write { .. });
         let Some(parent) = self.open_parent(path, create)? else {
@@ -93,6 +106,15 @@ impl Worktree<'_> {
                 }
                 if now != expected_now {
                     return Err(changed_since_guard(path, &now));
+                }
+                let staged = prestaged.and_then(|prestaged| prestaged.take(path, item));
+                if let Some(temp) = staged.and_then(|(dir, file)| self.adopt_staged(dir, file, &parent)) {
+                    // Synced where it was staged: nothing left to sync but its directory.
+                    return Ok(Staged::Write(StagedWrite {
+                        parent,
+                        temp,
+                        file: None,
+                    }));
                 }
                 self.stage_write(parent, path, item, repo).map(Staged::Write)
             }
