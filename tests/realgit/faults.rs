@@ -267,15 +267,233 @@ fn staged_writes_are_moved_into_place_and_never_left_behind() {
         "{left:?}"
     );
     std::fs::write(staging.join("not-ckpts.tmp"), b"someone else's").unwrap();
+    let staged_problems = |run: &Run| {
+        run.json
+            .iter()
+            .filter(|v| v["type"] == "audit.problem" && v["code"] == "staged_temp_file")
+            .count()
+    };
+    let audit = repo.ckpt_json(&["audit"], 1);
+    assert_eq!(staged_problems(&audit), staged_by_the_abort, "{:?}", audit.json);
+    assert_eq!(staged_names().len(), staged_by_the_abort + 1, "audit removes nothing");
 
     let run = repo.ckpt_json(&["restore", &id, "--yes", "--exact"], 0);
     assert_eq!(run.one("restore")["verified"], true);
     assert_eq!(repo.worktree(), original);
     assert_eq!(staged_names(), vec!["not-ckpts.tmp".to_owned()]);
+
+    // What another aborted restore staged: doctor --fix removes it too (and rolls it back).
+    repo.write("plain/b.txt", b"edited again\n");
+    let out = ckpt_with_fault(
+        &repo,
+        "restore:after-journal",
+        &["--json", "restore", &id, "--yes", "--exact"],
+    );
+    assert!(!out.status.success(), "the restore must have aborted");
+    assert_eq!(staged_names().len(), 2, "{:?}", staged_names());
+    let fixed = repo.ckpt_json(&["doctor", "--fix"], 0);
+    assert!(
+        fixed.one("doctor")["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a.as_str().unwrap().contains("leftover staged file")),
+        "{:?}",
+        fixed.json
+    );
+    assert_eq!(staged_names(), vec!["not-ckpts.tmp".to_owned()]);
+    assert_eq!(staged_problems(&repo.ckpt_json(&["audit"], 0)), 0);
     if as_root {
         assert_eq!(std::fs::metadata(repo.path("shared/a.txt")).unwrap().gid(), GROUP);
         assert_eq!(std::fs::metadata(repo.path("plain/b.txt")).unwrap().gid(), 0);
     } else {
         eprintln!("not root: the set-group-id directory was not tried");
+    }
+}
+
+/// The `.ckpt-*.tmp` names in `dir` of the worktree.
+fn temp_names_in(repo: &TestRepo, dir: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(repo.path(dir))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(".ckpt-") && name.ends_with(".tmp"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_killed_restore_its_parent_has_not_reaped_counts_as_ended() {
+    let repo = TestRepo::new();
+    let write_all = |version: &str| {
+        for i in 0..6 {
+            repo.write(format!("d/f{i}.txt"), format!("{version} {i}\n").as_bytes());
+        }
+    };
+    write_all("one");
+    let first = repo.snapshot(&[]);
+    write_all("two");
+    let second = repo.snapshot(&[]);
+    let latest = repo.worktree();
+
+    // Killed once its journal is written, and left unreaped (a zombie) while the next commands
+    // run, as when a harness kills ckpt and waits for it late.
+    let mut child = repo
+        .ckpt_command()
+        .env("CKPT_FAULT", "restore:after-journal")
+        .args(["restore", &first, "--yes", "--exact"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stat = format!("/proc/{}/stat", child.id());
+    let started = std::time::Instant::now();
+    let is_zombie = || {
+        std::fs::read_to_string(&stat)
+            .ok()
+            .and_then(|text| {
+                text.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(false)
+    };
+    while !is_zombie() {
+        assert!(started.elapsed().as_secs() < 60, "the restore never ended");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // What a kill between a swap's temp file and its rename leaves: the target's content
+    // beside its path, under a name carrying the restore's pid.
+    let temp = format!("d/.ckpt-{}-0123456789abcdef.tmp", child.id());
+    repo.write(&temp, b"one 0\n");
+
+    let audit = repo.ckpt_json(&["audit"], 1);
+    let codes: Vec<&str> = audit
+        .json
+        .iter()
+        .filter(|v| v["type"] == "audit.problem")
+        .filter_map(|v| v["code"].as_str())
+        .collect();
+    for code in ["pending_journal", "temp_file", "staged_temp_file"] {
+        assert!(codes.contains(&code), "{code}: {codes:?}");
+    }
+    assert!(
+        !codes.contains(&"restore_in_progress"),
+        "a zombie runs nothing: {codes:?}"
+    );
+
+    let run = repo.ckpt_json(&["restore", &second, "--yes", "--exact"], 0);
+    assert_eq!(run.one("restore")["verified"], true);
+    assert_eq!(temp_names_in(&repo, "d"), Vec::<String>::new(), "{}", run.stderr);
+    assert_eq!(repo.worktree(), latest);
+    assert_eq!(repo.ckpt_json(&["audit"], 0).one("audit")["ok"], true);
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_chmod_while_the_restore_stages_is_kept() {
+    use std::os::unix::fs::PermissionsExt;
+    let repo = TestRepo::new();
+    repo.write("secret.txt", b"old\n");
+    let id = repo.snapshot(&[]);
+    repo.write("secret.txt", b"new\n");
+    let out = crate::safety::run_paused(
+        &repo,
+        "restore:after-staging",
+        &["--json", "restore", &id, "--yes"],
+        || {
+            std::fs::set_permissions(repo.path("secret.txt"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        },
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(repo.path("secret.txt")).unwrap(), b"old\n");
+    let mode = std::fs::metadata(repo.path("secret.txt")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the user's chmod during the restore is kept");
+}
+
+#[test]
+fn a_staging_directory_others_can_write_is_never_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let repo = TestRepo::new();
+    repo.write("d/a.txt", b"one\n");
+    let id = repo.snapshot(&[]);
+    repo.write("d/a.txt", b"two\n");
+    let staging = repo.common_dir().join("ckpt/main/staging");
+    std::fs::create_dir_all(&staging).unwrap();
+    std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = ckpt_with_fault(&repo, "restore:after-journal", &["restore", &id, "--yes"]);
+    assert!(!out.status.success(), "the restore must have aborted");
+    assert_eq!(
+        std::fs::read_dir(&staging).unwrap().count(),
+        0,
+        "nothing was staged there"
+    );
+    let run = repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(run.one("restore")["verified"], true);
+    assert_eq!(std::fs::read(repo.path("d/a.txt")).unwrap(), b"one\n");
+}
+
+#[test]
+fn a_write_that_cannot_be_staged_stops_the_restore_before_anything_changes() {
+    let repo = TestRepo::new();
+    for i in 0..5 {
+        repo.write(format!("d/f{i}.txt"), b"one\n");
+    }
+    let id = repo.snapshot(&[]);
+    for i in 0..5 {
+        repo.write(format!("d/f{i}.txt"), b"two\n");
+    }
+    let edited = repo.worktree();
+    let before = repo.fingerprint();
+    let out = repo
+        .ckpt_command()
+        .env("CKPT_FAULT", "restore:staging-full")
+        .env("CKPT_FAULT_AT", "d/f3.txt")
+        .args(["restore", &id, "--yes", "--exact"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("d/f3.txt") && stderr.contains("No space left on device"),
+        "{stderr}"
+    );
+    assert_eq!(repo.worktree(), edited, "nothing in the worktree changed");
+    assert_eq!(temp_names_in(&repo, "d"), Vec::<String>::new());
+    let staging = repo.common_dir().join("ckpt/main/staging");
+    assert_eq!(std::fs::read_dir(&staging).unwrap().count(), 0, "nothing left staged");
+    assert_eq!(repo.fingerprint(), before);
+    // No journal: nothing to settle.
+    assert_eq!(repo.ckpt_json(&["audit"], 0).one("audit")["ok"], true);
+}
+
+#[test]
+fn a_restore_as_root_keeps_the_owner_of_the_files_it_replaces() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let repo = TestRepo::new();
+    // One file goes through the staging directory, one is written beside its path (its
+    // directory is set-group-id).
+    let files = ["staged/a.txt", "in-place/b.txt"];
+    for file in files {
+        repo.write(file, b"one\n");
+    }
+    let id = repo.snapshot(&[]);
+    for file in files {
+        repo.write(file, b"two\n");
+    }
+    if std::fs::metadata(repo.path(files[0])).unwrap().uid() != 0 {
+        eprintln!("not root: giving files away cannot be tried");
+        return;
+    }
+    std::fs::set_permissions(repo.path("in-place"), std::fs::Permissions::from_mode(0o2775)).unwrap();
+    const NOBODY: u32 = 65534;
+    for file in files {
+        std::os::unix::fs::chown(repo.path(file), Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    let run = repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(run.one("restore")["verified"], true);
+    for file in files {
+        let meta = std::fs::metadata(repo.path(file)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (NOBODY, NOBODY), "{file}");
+        assert_eq!(std::fs::read(repo.path(file)).unwrap(), b"one\n");
     }
 }

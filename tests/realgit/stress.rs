@@ -175,7 +175,14 @@ fn kill_9_at_random_moments_leaves_whole_state_that_doctor_can_settle() {
             .collect();
         for code in &codes {
             assert!(
-                ["ref_without_record", "pending_journal", "temp_file", "state_temp_file"].contains(&code.as_str()),
+                [
+                    "ref_without_record",
+                    "pending_journal",
+                    "temp_file",
+                    "state_temp_file",
+                    "staged_temp_file",
+                ]
+                .contains(&code.as_str()),
                 "seed {seed} round {round} (delay {delay} ms, finished {finished}): unexpected problem {code}: {:?}",
                 audit.json
             );

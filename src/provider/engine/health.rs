@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use super::restore::STAGING_DIR;
 use super::Engine;
 use crate::provider::{
     AuditReport, CkptError, Confirmation, DoctorReport, JournalFix, Problem, Selection, SnapshotRequest,
@@ -252,6 +253,17 @@ impl Engine {
                 None,
             ));
         }
+        for (name, bytes) in crate::verbs::dead_staged_files(&self.state_dir.join(STAGING_DIR)) {
+            report.problems.push(problem(
+                "staged_temp_file",
+                format!(
+                    "temp file {} ({bytes} bytes) in the restore staging directory {}: staged by a restore whose process is gone and never moved into place; it holds checkpoint content only, not yours (doctor --fix or the next restore removes it)",
+                    String::from_utf8_lossy(&name),
+                    self.state_dir.join(STAGING_DIR).display()
+                ),
+                None,
+            ));
+        }
         if let Ok(Some(registry)) = crate::records::Registry::open_existing(&self.state_dir) {
             for path in registry.unusable_state_files() {
                 report.problems.push(problem(
@@ -427,6 +439,7 @@ impl Engine {
                     "temp_file" => format!("remove the {}", p.message),
                     "pack_temp_file" => "remove the pack writer's leftover temp file".into(),
                     "state_temp_file" => "remove the state write's leftover temp file".into(),
+                    "staged_temp_file" => "remove the restore's leftover staged file".into(),
                     "unusable_state_file" => "set the state file that is not a regular file aside".into(),
                     "unreadable_pin" if p.id.is_some() => {
                         "move the unreadable pin file into the state directory and re-pin".into()
@@ -448,7 +461,7 @@ impl Engine {
             }
         }
         for path in self.stale_temp_files(self.pending_journal()?.as_ref())? {
-            if self.vault.remove_stale_temp(&path)? {
+            if self.vault.remove_stale_temp(&path, false)? {
                 report
                     .actions
                     .push(format!("removed leftover temp file {}", path.display()));
@@ -489,6 +502,12 @@ impl Engine {
                     temp.display()
                 ));
             }
+        }
+        for name in crate::verbs::remove_dead_staged_files(&self.state_dir.join(STAGING_DIR)) {
+            report.actions.push(format!(
+                "removed the restore's leftover staged file {}",
+                String::from_utf8_lossy(&name)
+            ));
         }
         for temp in self.vault.stale_pack_temps(STALE_PACK_TEMP_AGE) {
             if self.vault.remove_stale_pack_temp(&temp.name, STALE_PACK_TEMP_AGE)? {

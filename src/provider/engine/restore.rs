@@ -13,7 +13,7 @@ use crate::verbs::{
 };
 
 /// The directory of a workspace's state where a restore stages its writes.
-const STAGING_DIR: &str = "staging";
+pub(super) const STAGING_DIR: &str = "staging";
 
 use super::watched::Looked;
 use super::{now_rfc3339, Engine};
@@ -281,7 +281,7 @@ impl Engine {
             Some((path, why)) => Err(CkptError::Verb(crate::verbs::VerbError::Worktree {
                 path: path.display(),
                 message: format!(
-                    "{why}; the checkpoint cannot be restored and the worktree was not changed (the guard checkpoint just taken is kept)"
+                    "{why}; the restore stopped before it changed anything: the worktree was not changed (the guard checkpoint just taken is kept)"
                 ),
             })),
         }
@@ -372,11 +372,12 @@ impl Engine {
             ));
             // Its journal is about to be replaced by this restore's: the temp files it left are
             // known for its own only while that journal names them. Cleaning them is a courtesy:
-            // one that cannot be judged or removed is reported, and the restore goes on.
+            // one that cannot be judged or removed is reported, and the restore goes on. The
+            // lock held here means that restore has ended, even if its pid is in use again.
             match self.stale_temp_files(Some(&stale)) {
                 Ok(paths) => {
                     for path in paths {
-                        match self.vault.remove_stale_temp(&path) {
+                        match self.vault.remove_stale_temp(&path, true) {
                             Ok(true) => self.reporter.warning(&format!(
                                 "removed leftover temp file {} of the interrupted restore",
                                 path.display()
@@ -489,6 +490,7 @@ impl Engine {
         durable?;
         self.ensure_blobs_present(&prestaged, &plan.ops)?;
         self.phase_time("guard on disk, writes staged", t3);
+        crate::fault::pause("restore:after-staging");
         registry.write_journal(&journal(record, &guard.record, selection, &plan.ops)?, &lock)?;
         crate::fault::point("restore:after-journal");
         let phase = self.reporter.progress().phase("restoring", plan.ops.len() as u64);

@@ -19,7 +19,7 @@ mod reading;
 mod staging;
 mod writing;
 
-pub use staging::Prestaged;
+pub use staging::{dead_staged_files, remove_dead_staged_files, Prestaged};
 
 use writing::{describe, Staged};
 
@@ -161,15 +161,30 @@ pub fn end_watch_daemon(pid: u32) -> bool {
     is_daemon && rustix::process::kill_process(pid, rustix::process::Signal::KILL).is_ok()
 }
 
-/// Whether a process with this id exists (read-only: signal 0).
+/// Whether a process with this id exists and has not exited (read-only: signal 0). A zombie
+/// (exited, not yet reaped by its parent, as when a harness kills ckpt and waits late) has
+/// ended: it runs nothing and holds no file or lock.
 pub fn process_is_alive(pid: u32) -> bool {
-    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else {
+    let Some(raw) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else {
         return false;
     };
-    match rustix::process::test_kill_process(pid) {
+    let exists = match rustix::process::test_kill_process(raw) {
         Ok(()) => true,
         Err(e) => e == Errno::PERM,
-    }
+    };
+    exists && !process_has_exited(pid)
+}
+
+/// Whether `/proc` shows the process `pid` as exited but not reaped (state `Z` or `X`, the
+/// field after the parenthesised command name, which may itself hold `)`).
+fn process_has_exited(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some(end_of_name) = stat.iter().rposition(|&b| b == b')') else {
+        return false;
+    };
+    matches!(stat.get(end_of_name + 2), Some(b'Z' | b'X'))
 }
 
 fn errno_text(errno: Errno) -> String {
@@ -492,13 +507,15 @@ impl Vault {
     }
 
     /// Removes a temp file that a ckpt process which is no longer running left behind. Refuses
-    /// any other name; `Ok(false)` if its process is still alive or it is already gone.
-    pub fn remove_stale_temp(&self, path: &RepoPath) -> Result<bool, VerbError> {
+    /// any other name; `Ok(false)` if its process is still alive or it is already gone. With
+    /// `restores_locked_out` the caller holds the workspace lock every restore holds while it
+    /// writes, so the restore the name belongs to has ended whatever now runs under its pid.
+    pub fn remove_stale_temp(&self, path: &RepoPath, restores_locked_out: bool) -> Result<bool, VerbError> {
         let worktree = self.worktree();
         let Some(pid) = temp_file_owner(Worktree::leaf(path)) else {
             return Err(worktree_error(path, "not a ckpt temp file; refusing to remove it"));
         };
-        if process_is_alive(pid) {
+        if !restores_locked_out && process_is_alive(pid) {
             return Ok(false);
         }
         let Some(parent) = worktree.open_parent(path, false)? else {

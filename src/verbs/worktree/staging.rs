@@ -11,12 +11,16 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use super::writing::Replaced;
 use super::*;
 
 /// One write's content, written and synced in the staging directory.
 pub(super) struct StagedFile {
     pub(super) name: Vec<u8>,
     item: TreeItem,
+    /// The file it replaces as it was when this was staged, whose permissions (and, as root,
+    /// owner) it has taken.
+    replaced: Option<Replaced>,
 }
 
 /// What preparing one write found.
@@ -31,6 +35,10 @@ enum Prepared {
     Checked,
     /// The content cannot be written (missing, not a blob, or corrupt); why.
     Unwritable(VerbError),
+    /// Writing or syncing it in the staging directory failed (no space, a quota, an I/O
+    /// error). That directory is on the worktree's filesystem, so a write beside its path would
+    /// fail alike, after other paths had changed: the restore stops before any does.
+    Unstageable(String),
 }
 
 /// The writes of one restore, prepared by [`Vault::prestage_writes`]. Files not moved into
@@ -82,6 +90,7 @@ impl Prestaged {
                     format!("content {} is missing from the object database", item.id),
                 )),
                 Prepared::Unwritable(e) => Some((path.clone(), e.to_string())),
+                Prepared::Unstageable(why) => Some((path.clone(), why.clone())),
                 _ => None,
             }
         })
@@ -122,8 +131,9 @@ impl Drop for Prestaged {
 
 /// Opens (making it, owner-only, if missing) the staging directory at `path`, if it can serve
 /// this worktree: a real directory (never reached through a symlink at its last component),
-/// owned by this user, on the worktree's filesystem. Returns it with that filesystem's device,
-/// after removing what dead processes left in it.
+/// owned by this user, writable by no one else, on the worktree's filesystem. Returns it with
+/// that filesystem's device, after removing what earlier restores left in it: the caller holds
+/// the lock every restore holds, so each of them has ended, even one whose pid is in use again.
 fn open_staging(path: &Path, root: &OwnedFd) -> Option<(OwnedFd, u64)> {
     match rustix::fs::mkdir(path, Mode::from_raw_mode(0o700)) {
         Ok(()) | Err(Errno::EXIST) => {}
@@ -133,20 +143,77 @@ fn open_staging(path: &Path, root: &OwnedFd) -> Option<(OwnedFd, u64)> {
     let dir = rustix::fs::open(path, flags, Mode::empty()).ok()?;
     let stat = rustix::fs::fstat(&dir).ok()?;
     let root_device = rustix::fs::fstat(root).ok()?.st_dev;
-    if stat.st_uid != rustix::process::geteuid().as_raw() || stat.st_dev != root_device {
+    let writable_by_others = stat.st_mode & 0o022 != 0;
+    if stat.st_uid != rustix::process::geteuid().as_raw() || writable_by_others || stat.st_dev != root_device {
         return None;
     }
-    let mut dead = Vec::new();
-    for entry in rustix::fs::Dir::read_from(&dir).ok()?.flatten() {
-        let name = entry.file_name().to_bytes();
-        if temp_file_owner(name).is_some_and(|pid| !process_is_alive(pid)) {
-            dead.push(name.to_vec());
-        }
-    }
-    for name in dead {
+    for name in staged_files(&dir, |pid| pid != std::process::id()) {
         rustix::fs::unlinkat(&dir, name.as_slice(), AtFlags::empty()).ok();
     }
     Some((dir, root_device))
+}
+
+/// The names in the staging directory `dir` of files staged by a process `ended` says has
+/// ended: a restore that was killed or failed before moving them into place. Only ckpt's own
+/// temp names count.
+fn staged_files(dir: &OwnedFd, ended: impl Fn(u32) -> bool) -> Vec<Vec<u8>> {
+    let Ok(entries) = rustix::fs::Dir::read_from(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|entry| entry.file_name().to_bytes().to_vec())
+        .filter(|name| temp_file_owner(name).is_some_and(&ended))
+        .collect()
+}
+
+/// [`staged_files`] of processes that are gone (no lock held: a live one may be restoring).
+fn dead_processes_files(dir: &OwnedFd) -> Vec<Vec<u8>> {
+    staged_files(dir, |pid| !process_is_alive(pid))
+}
+
+/// Opens an existing staging directory at `path` without making it: only a real directory
+/// (not reached through a symlink at its last component) owned by this user.
+fn open_existing_staging(path: &Path) -> Option<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let dir = rustix::fs::open(path, flags, Mode::empty()).ok()?;
+    let stat = rustix::fs::fstat(&dir).ok()?;
+    (stat.st_uid == rustix::process::geteuid().as_raw()).then_some(dir)
+}
+
+/// What restores that were killed (or failed) left in the staging directory at `path`: the
+/// names of their staged files, each with its size. Read-only. Such a file holds checkpoint
+/// content that was never moved into place, never the user's.
+pub fn dead_staged_files(path: &Path) -> Vec<(Vec<u8>, u64)> {
+    let Some(dir) = open_existing_staging(path) else {
+        return Vec::new();
+    };
+    dead_processes_files(&dir)
+        .into_iter()
+        .filter_map(|name| {
+            let stat = rustix::fs::statat(&dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW).ok()?;
+            Some((name, stat.st_size.max(0) as u64))
+        })
+        .collect()
+}
+
+/// Removes what [`dead_staged_files`] lists (never following a symlink: one is removed as a
+/// name); the names removed.
+pub fn remove_dead_staged_files(path: &Path) -> Vec<Vec<u8>> {
+    let Some(dir) = open_existing_staging(path) else {
+        return Vec::new();
+    };
+    dead_processes_files(&dir)
+        .into_iter()
+        .filter(|name| rustix::fs::unlinkat(&dir, name.as_slice(), AtFlags::empty()).is_ok())
+        .collect()
+}
+
+/// Why a restore stops when a file's content could not be written in the staging directory.
+fn unstageable(cause: &str) -> String {
+    format!(
+        "its new content could not be written in ckpt's staging directory on the worktree's filesystem ({cause}), so writing it in place would fail as well"
+    )
 }
 
 /// Whether a file created in `dir` would get more than its mode from it: the directory's group
@@ -165,39 +232,62 @@ fn directory_shapes_new_files(dir: &OwnedFd, stat: &rustix::fs::Stat) -> bool {
 
 impl Worktree<'_> {
     /// Writes `content` for `item` at `path` into the staging directory `dir` (on `device`),
-    /// with the permissions the file it will replace has now; not yet synced. `None` when the
-    /// file is better written beside its path (see [`Prepared::Checked`]) or could not be
-    /// written here (the write beside its path then meets and reports the same trouble).
+    /// with the permissions the file it will replace has now; not yet synced. `Ok(None)` when
+    /// the file is better written beside its path (see [`Prepared::Checked`]); `Err` (why) when
+    /// it could not be written here (see [`Prepared::Unstageable`]).
     fn stage_aside(
         &self,
         (dir, device): (&OwnedFd, u64),
         path: &RepoPath,
         item: &TreeItem,
         content: &[u8],
-    ) -> Option<(Vec<u8>, std::fs::File)> {
+    ) -> Result<Option<(StagedFile, std::fs::File)>, String> {
         if !matches!(item.kind, EntryKind::File | EntryKind::Executable) {
-            return None;
+            return Ok(None);
         }
-        let parent = self.open_parent(path, false).ok()??;
-        let stat = rustix::fs::fstat(&parent).ok()?;
-        if stat.st_dev != device || directory_shapes_new_files(&parent, &stat) {
-            return None;
-        }
-        let replaced_mode = match rustix::fs::statat(&parent, Self::leaf(path), AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => Some(stat.st_mode & 0o7777),
-            _ => None,
+        let Some(parent) = self.open_parent(path, false).ok().flatten() else {
+            return Ok(None);
         };
+        let Ok(stat) = rustix::fs::fstat(&parent) else {
+            return Ok(None);
+        };
+        if stat.st_dev != device || directory_shapes_new_files(&parent, &stat) {
+            return Ok(None);
+        }
+        let replaced = Self::replaced_file(&parent, path);
+        if crate::fault::failing_at("restore:staging-full", &path.display()) {
+            return Err(unstageable("No space left on device (injected)"));
+        }
         let name = temp_name();
-        let file = self
-            .write_temp_file(dir, &name, content, item.kind, replaced_mode, path)
-            .ok()?;
-        Some((name, file))
+        match self.write_temp_file(dir, &name, content, item.kind, replaced, path) {
+            Ok(file) => Ok(Some((
+                StagedFile {
+                    name,
+                    item: *item,
+                    replaced,
+                },
+                file,
+            ))),
+            Err(VerbError::Worktree { message, .. }) => Err(unstageable(&message)),
+            Err(e) => Err(unstageable(&e.to_string())),
+        }
     }
 
-    /// Moves a staged file from the staging directory `dir` into `parent` under a fresh temp
-    /// name, never over anything; that name, or `None` if it could not be moved (it is removed
-    /// then, and the caller writes the content beside its path instead).
-    pub(super) fn adopt_staged(&self, dir: &OwnedFd, file: StagedFile, parent: &OwnedFd) -> Option<Vec<u8>> {
+    /// Moves a staged file for `path` from the staging directory `dir` into `parent` under a
+    /// fresh temp name, never over anything; that name, or `None` if it could not be moved or
+    /// the file it replaces has had its permissions or owner changed since (which the staged
+    /// file would undo). It is removed then, and the caller writes the content beside its path.
+    pub(super) fn adopt_staged(
+        &self,
+        dir: &OwnedFd,
+        file: StagedFile,
+        parent: &OwnedFd,
+        path: &RepoPath,
+    ) -> Option<Vec<u8>> {
+        if Self::replaced_file(parent, path) != file.replaced {
+            rustix::fs::unlinkat(dir, file.name.as_slice(), AtFlags::empty()).ok();
+            return None;
+        }
         let temp = temp_name();
         match rustix::fs::renameat_with(
             dir,
@@ -218,7 +308,8 @@ impl Worktree<'_> {
 impl Vault {
     /// Prepares the writes of `ops` on a thread of its own (see the module's doc), staging
     /// files in `staging` (a directory of ckpt's own, made if missing). Reads the object
-    /// database and looks at the worktree's directories; writes only into `staging`.
+    /// database and looks at the worktree's directories; writes only into `staging`. The caller
+    /// holds the workspace's lock, which every restore holds while it stages and writes.
     pub fn prestage_writes(&self, staging: &Path, ops: &[RestoreOp]) -> PrestageJob {
         let shared = self.repo_for_threads();
         let root: PathBuf = self.workdir().to_path_buf();
@@ -278,31 +369,41 @@ fn prepare_writes(
                         Ok(content) => content,
                         Err(e) => return (Prepared::Unwritable(e), None),
                     };
-                    let aside =
-                        staging.and_then(|(dir, device)| worktree.stage_aside((dir, *device), path, item, &content));
+                    let aside = match staging {
+                        Some((dir, device)) => worktree.stage_aside((dir, *device), path, item, &content),
+                        None => Ok(None),
+                    };
                     match aside {
-                        Some((name, file)) => (Prepared::Staged(StagedFile { name, item: *item }), Some(file)),
-                        None => (Prepared::Checked, None),
+                        Err(why) => (Prepared::Unstageable(why), None),
+                        Ok(Some((staged, file))) => (Prepared::Staged(staged), Some(file)),
+                        Ok(None) => (Prepared::Checked, None),
                     }
                 },
             )
             .collect();
         let synced: Vec<Prepared> = written
             .into_par_iter()
-            .map(|(prepared, file)| match prepared {
-                Prepared::Staged(staged) => {
-                    if file.is_some_and(|file| file.sync_all().is_ok()) {
-                        return Prepared::Staged(staged);
+            .map(|(prepared, file)| match (prepared, file) {
+                (Prepared::Staged(staged), Some(file)) => match file.sync_all() {
+                    Ok(()) => Prepared::Staged(staged),
+                    Err(e) => {
+                        if let Some((dir, _)) = staging {
+                            rustix::fs::unlinkat(dir, staged.name.as_slice(), AtFlags::empty()).ok();
+                        }
+                        Prepared::Unstageable(unstageable(&format!("cannot sync it: {e}")))
                     }
-                    if let Some((dir, _)) = staging {
-                        rustix::fs::unlinkat(dir, staged.name.as_slice(), AtFlags::empty()).ok();
-                    }
-                    Prepared::Checked
-                }
-                other => other,
+                },
+                (prepared, _) => prepared,
             })
             .collect();
+        let stops = synced
+            .iter()
+            .any(|prepared| matches!(prepared, Prepared::Unstageable(_)));
         out.extend(chunk.iter().map(|(path, _)| path.clone()).zip(synced));
+        if stops {
+            // The restore will stop: the other writes need no preparing.
+            break;
+        }
     }
     out
 }

@@ -6,6 +6,15 @@ use super::*;
 
 /// A write op's first half, done: its new content sits in a temp file beside its path, written
 /// but not yet synced (see [`Worktree::stage`]).
+/// What a write takes from the regular file it replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Replaced {
+    /// Permission bits (with set-id and sticky bits).
+    pub(super) mode: u32,
+    /// Owner and group, given to the new file only where ckpt runs as root.
+    pub(super) owner: (u32, u32),
+}
+
 pub(super) struct StagedWrite {
     parent: OwnedFd,
     temp: Vec<u8>,
@@ -108,7 +117,7 @@ impl Worktree<'_> {
                     return Err(changed_since_guard(path, &now));
                 }
                 let staged = prestaged.and_then(|prestaged| prestaged.take(path, item));
-                if let Some(temp) = staged.and_then(|(dir, file)| self.adopt_staged(dir, file, &parent)) {
+                if let Some(temp) = staged.and_then(|(dir, file)| self.adopt_staged(dir, file, &parent, path)) {
                     // Synced where it was staged: nothing left to sync but its directory.
                     return Ok(Staged::Write(StagedWrite {
                         parent,
@@ -149,23 +158,30 @@ impl Worktree<'_> {
             .find_blob(item.id.0)
             .map_err(|e| crate::verbs::vault::lookup_error(repo, &item.id, "blob", e))?
             .take_data();
-        let leaf = Self::leaf(path);
-        // Permissions follow the file being replaced (never wider than what the user had).
-        let replaced_mode = match rustix::fs::statat(&parent, leaf, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => Some(stat.st_mode & 0o7777),
-            _ => None,
-        };
+        let replaced = Self::replaced_file(&parent, path);
         let temp = temp_name();
         let file = match item.kind {
             EntryKind::Symlink => rustix::fs::symlinkat(content.as_slice(), &parent, temp.as_slice())
                 .map(|()| None)
                 .map_err(|e| worktree_error(path, format!("cannot create symlink: {}", errno_text(e)))),
             EntryKind::File | EntryKind::Executable => self
-                .write_temp_file(&parent, &temp, &content, item.kind, replaced_mode, path)
+                .write_temp_file(&parent, &temp, &content, item.kind, replaced, path)
                 .map(Some),
             EntryKind::Gitlink => Err(worktree_error(path, "submodule pointers are never restored")),
         }?;
         Ok(StagedWrite { parent, temp, file })
+    }
+
+    /// What the new file takes from the regular file at `path` (in `parent`) that a write will
+    /// replace; `None` where no regular file stands.
+    pub(super) fn replaced_file(parent: &OwnedFd, path: &RepoPath) -> Option<Replaced> {
+        match rustix::fs::statat(parent, Self::leaf(path), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => Some(Replaced {
+                mode: stat.st_mode & 0o7777,
+                owner: (stat.st_uid, stat.st_gid),
+            }),
+            _ => None,
+        }
     }
 
     /// Swaps the synced temp file `temp` (holding `item`) in at `path`. The check that what it
@@ -345,20 +361,21 @@ impl Worktree<'_> {
         })
     }
 
-    /// Writes a temp file and returns it open, not yet synced (see [`Self::land`]). With `replaced_mode` (the permissions of the file it will
-    /// replace) the file gets those permissions, with only the execute bits changed to match
-    /// `kind`; it is created owner-only so it is never more readable than that while written.
-    /// Without, it gets git's defaults (0666/0777 less the umask), as a checkout would.
+    /// Writes a temp file and returns it open, not yet synced (see [`Self::land`]). With
+    /// `replaced` (the file it will replace) the file gets its permissions, with only the
+    /// execute bits changed to match `kind`, and, when ckpt runs as root, its owner and group;
+    /// it is created owner-only so it is never more readable than that while written. Without,
+    /// it gets git's defaults (0666/0777 less the umask), as a checkout would.
     pub(super) fn write_temp_file(
         &self,
         parent: &OwnedFd,
         temp: &[u8],
         content: &[u8],
         kind: EntryKind,
-        replaced_mode: Option<u32>,
+        replaced: Option<Replaced>,
         path: &RepoPath,
     ) -> Result<std::fs::File, VerbError> {
-        let mode = match replaced_mode {
+        let mode = match replaced {
             Some(_) => 0o600,
             None if kind == EntryKind::Executable => 0o777,
             None => 0o666,
@@ -375,7 +392,21 @@ impl Worktree<'_> {
             rustix::fs::unlinkat(parent, temp, AtFlags::empty()).ok();
             return Err(worktree_error(path, format!("cannot write content: {e}")));
         }
-        if let Some(replaced) = replaced_mode {
+        if let Some(Replaced { mode: replaced, owner }) = replaced {
+            // Only root can give a file away (a user's files are all their own): a restore run
+            // with sudo must not leave the user a root-owned file they cannot write. Where even
+            // root may not (a root-squashed NFS mount), the file stays the restoring user's, as
+            // documented. Owner first: a change of owner clears set-id bits the mode restores.
+            let is_root = rustix::process::geteuid().is_root();
+            if is_root && owner != (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()) {
+                let (uid, gid) = owner;
+                rustix::fs::fchown(
+                    file.as_fd(),
+                    Some(rustix::process::Uid::from_raw(uid)),
+                    Some(rustix::process::Gid::from_raw(gid)),
+                )
+                .ok();
+            }
             let wanted = if kind == EntryKind::Executable {
                 // Execute wherever read is allowed, as git's 0755 is to 0644.
                 replaced | ((replaced & 0o444) >> 2) | 0o100
