@@ -139,12 +139,10 @@ fn open_staging(path: &Path, root: &OwnedFd) -> Option<(OwnedFd, u64)> {
         Ok(()) | Err(Errno::EXIST) => {}
         Err(_) => return None,
     }
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let dir = rustix::fs::open(path, flags, Mode::empty()).ok()?;
-    let stat = rustix::fs::fstat(&dir).ok()?;
+    let (dir, stat) = open_existing_staging(path)?;
     let root_device = rustix::fs::fstat(root).ok()?.st_dev;
     let writable_by_others = stat.st_mode & 0o022 != 0;
-    if stat.st_uid != rustix::process::geteuid().as_raw() || writable_by_others || stat.st_dev != root_device {
+    if writable_by_others || stat.st_dev != root_device {
         return None;
     }
     for name in staged_files(&dir, |pid| pid != std::process::id()) {
@@ -172,20 +170,21 @@ fn dead_processes_files(dir: &OwnedFd) -> Vec<Vec<u8>> {
     staged_files(dir, |pid| !process_is_alive(pid))
 }
 
-/// Opens an existing staging directory at `path` without making it: only a real directory
-/// (not reached through a symlink at its last component) owned by this user.
-fn open_existing_staging(path: &Path) -> Option<OwnedFd> {
+/// Opens an existing staging directory at `path` without making it, with what `fstat` says of
+/// it: only a real directory (not reached through a symlink at its last component) owned by
+/// this user.
+fn open_existing_staging(path: &Path) -> Option<(OwnedFd, rustix::fs::Stat)> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let dir = rustix::fs::open(path, flags, Mode::empty()).ok()?;
     let stat = rustix::fs::fstat(&dir).ok()?;
-    (stat.st_uid == rustix::process::geteuid().as_raw()).then_some(dir)
+    (stat.st_uid == rustix::process::geteuid().as_raw()).then_some((dir, stat))
 }
 
 /// What restores that were killed (or failed) left in the staging directory at `path`: the
 /// names of their staged files, each with its size. Read-only. Such a file holds checkpoint
 /// content that was never moved into place, never the user's.
 pub fn dead_staged_files(path: &Path) -> Vec<(Vec<u8>, u64)> {
-    let Some(dir) = open_existing_staging(path) else {
+    let Some((dir, _)) = open_existing_staging(path) else {
         return Vec::new();
     };
     dead_processes_files(&dir)
@@ -200,7 +199,7 @@ pub fn dead_staged_files(path: &Path) -> Vec<(Vec<u8>, u64)> {
 /// Removes what [`dead_staged_files`] lists (never following a symlink: one is removed as a
 /// name); the names removed.
 pub fn remove_dead_staged_files(path: &Path) -> Vec<Vec<u8>> {
-    let Some(dir) = open_existing_staging(path) else {
+    let Some((dir, _)) = open_existing_staging(path) else {
         return Vec::new();
     };
     dead_processes_files(&dir)
@@ -212,7 +211,7 @@ pub fn remove_dead_staged_files(path: &Path) -> Vec<Vec<u8>> {
 /// Why a restore stops when a file's content could not be written in the staging directory.
 fn unstageable(cause: &str) -> String {
     format!(
-        "its new content could not be written in ckpt's staging directory on the worktree's filesystem ({cause}), so writing it in place would fail as well"
+        "its new content could not be written in ckpt's staging directory, on the worktree's filesystem ({cause}), where writing it in place would most likely fail too; once that is fixed, run the restore again"
     )
 }
 

@@ -4,8 +4,6 @@
 
 use super::*;
 
-/// A write op's first half, done: its new content sits in a temp file beside its path, written
-/// but not yet synced (see [`Worktree::stage`]).
 /// What a write takes from the regular file it replaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Replaced {
@@ -15,6 +13,8 @@ pub(super) struct Replaced {
     pub(super) owner: (u32, u32),
 }
 
+/// A write op's first half, done: its new content sits in a temp file beside its path, written
+/// but not yet synced (see [`Worktree::stage`]).
 pub(super) struct StagedWrite {
     parent: OwnedFd,
     temp: Vec<u8>,
@@ -386,7 +386,7 @@ impl Worktree<'_> {
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(mode),
         )
-        .map_err(|e| worktree_error(path, format!("cannot create a temp file beside it: {}", errno_text(e))))?;
+        .map_err(|e| worktree_error(path, format!("cannot create a temp file for it: {}", errno_text(e))))?;
         let mut file = std::fs::File::from(fd);
         if let Err(e) = file.write_all(content) {
             rustix::fs::unlinkat(parent, temp, AtFlags::empty()).ok();
