@@ -31,6 +31,10 @@ const LOCK_FILE: &str = "lock";
 /// The packs this workspace's snapshots wrote, one name (hex) per line, followed by
 /// ` uncompressed` for one written so ([`Registry::ckpt_packs`]).
 const PACKS_FILE: &str = "packs";
+/// The trees the last restore's check of its target read and validated, with their counts.
+const CHECKED_TREES_FILE: &str = "checked-trees";
+/// The first line of that file.
+const CHECKED_TREES_HEADER: &str = "ckpt checked trees 1";
 const UNCOMPRESSED_MARK: &str = " uncompressed";
 
 /// One of the packs this workspace's snapshots wrote.
@@ -614,6 +618,42 @@ impl Registry {
         replace_unsynced(&self.dir.join(PACKS_FILE), text.as_bytes())
     }
 
+    /// The trees a restore's check of its target read, validated and counted, each with how
+    /// many files it holds: a later check need not read them again. Empty when the file is
+    /// missing or any line of it is not exactly what [`Self::save_checked_trees`] writes (then
+    /// every tree is read, as without it).
+    pub fn checked_trees(&self) -> Vec<(ObjectId, u64)> {
+        let Ok(text) = crate::verbs::read_regular_file(&self.dir.join(CHECKED_TREES_FILE)) else {
+            return Vec::new();
+        };
+        let Ok(text) = String::from_utf8(text) else {
+            return Vec::new();
+        };
+        let mut lines = text.lines();
+        if lines.next() != Some(CHECKED_TREES_HEADER) {
+            return Vec::new();
+        }
+        let parse = |line: &str| {
+            let (id, count) = line.split_once(' ')?;
+            Some((ObjectId::from_hex(id).ok()?, count.parse().ok()?))
+        };
+        lines.map(parse).collect::<Option<Vec<_>>>().unwrap_or_default()
+    }
+
+    /// Replaces that list. Not synced: an older list after a power cut only costs a check
+    /// reading more trees.
+    pub fn save_checked_trees(
+        &self,
+        trees: impl Iterator<Item = (ObjectId, u64)>,
+        _lock: &RegistryLock,
+    ) -> Result<(), RecordsError> {
+        let mut text = format!("{CHECKED_TREES_HEADER}\n");
+        for (id, count) in trees {
+            text.push_str(&format!("{id} {count}\n"));
+        }
+        replace_unsynced(&self.dir.join(CHECKED_TREES_FILE), text.as_bytes())
+    }
+
     pub fn clear_journal(&self, _lock: &RegistryLock) -> Result<(), RecordsError> {
         let path = self.journal_path();
         match fs::remove_file(&path) {
@@ -998,5 +1038,34 @@ mod tests {
             validate_label("session", "evil\u{202E}txt").is_ok(),
             "stored labels still load"
         );
+    }
+
+    /// The checked-tree list reads back what was saved, and anything else (another header, a
+    /// bad id or count, a line cut short) as nothing: every tree is then read again.
+    #[test]
+    fn checked_trees_read_back_exactly_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::open(dir.path()).unwrap();
+        assert!(registry.checked_trees().is_empty(), "missing file");
+        let lock = registry.lock(&|_| {}).unwrap();
+        let a = ObjectId::from_hex("4b825dc642cb6eb9a060e54bf8d69288fbee4904").unwrap();
+        let b = ObjectId::from_hex("aaf4a303bd592ce5bec68e2cfc02f5f522f8f80e").unwrap();
+        registry
+            .save_checked_trees([(a, 0), (b, 70_000)].into_iter(), &lock)
+            .unwrap();
+        let mut read = registry.checked_trees();
+        read.sort_by_key(|(_, count)| *count);
+        assert_eq!(read, vec![(a, 0), (b, 70_000)]);
+        let path = dir.path().join(CHECKED_TREES_FILE);
+        let saved = fs::read_to_string(&path).unwrap();
+        for damaged in [
+            saved.replacen("ckpt checked trees 1", "ckpt checked trees 2", 1),
+            saved.replacen("70000", "-1", 1),
+            saved.replacen("aaf4a303", "zzf4a303", 1),
+            format!("{saved}4b825dc6\n"),
+        ] {
+            fs::write(&path, &damaged).unwrap();
+            assert!(registry.checked_trees().is_empty(), "{damaged}");
+        }
     }
 }

@@ -176,17 +176,25 @@ fn ambiguous_prefix_lists_candidates_and_refuses() {
 
 #[test]
 fn hostile_tree_names_are_refused_before_any_write() {
-    hostile_trees_are_refused(false);
+    hostile_trees_are_refused(false, false);
+}
+
+/// The list of trees earlier checks validated is state a user (or an attacker) can edit: a
+/// hostile tree named there is read anyway by the guard/target diff, which refuses its names
+/// before the worktree changes (the guard may be stored by then).
+#[test]
+fn hostile_tree_names_listed_as_checked_are_still_refused_before_the_worktree_changes() {
+    hostile_trees_are_refused(true, true);
 }
 
 /// With the daemon serving the guard, the target's trees are checked while the guard is
 /// captured: the guard must still store nothing (no pack, no loose object) before the refusal.
 #[test]
 fn hostile_tree_names_are_refused_before_a_watched_guard_writes() {
-    hostile_trees_are_refused(true);
+    hostile_trees_are_refused(true, false);
 }
 
-fn hostile_trees_are_refused(watched: bool) {
+fn hostile_trees_are_refused(watched: bool, listed_as_checked: bool) {
     let repo = TestRepo::new();
     repo.snapshot(&[]);
     if watched {
@@ -239,6 +247,14 @@ fn hostile_trees_are_refused(watched: bool) {
     ];
     for (case, tree) in trees.into_iter().enumerate() {
         let commit = plant_checkpoint(&repo, &tree, "hostile", false);
+        if listed_as_checked {
+            let tree_id = repo.git(&["rev-parse", &format!("{commit}^{{tree}}")]);
+            std::fs::write(
+                repo.common_dir().join("ckpt/main/checked-trees"),
+                format!("ckpt checked trees 1\n{} 1\n{inner} 1\n", tree_id.trim()),
+            )
+            .unwrap();
+        }
         if watched {
             // The injected record is the newest: the next snapshot walks, the one after is
             // served by the daemon, as the guard will be.
@@ -251,11 +267,22 @@ fn hostile_trees_are_refused(watched: bool) {
         let before = (everything(&repo), objects());
         let run = repo.ckpt_json(&["restore", &commit, "--yes", "--exact"], 2);
         assert_eq!(run.one("error")["code"], "invalid_input", "{:?}", run.json);
-        assert_eq!(
-            (everything(&repo), objects()),
-            before,
-            "a hostile tree must not cause any write"
-        );
+        if listed_as_checked {
+            // The guard may be stored (ref, record, objects); the user's git state and the
+            // worktree may not change.
+            let (fingerprint, worktree, ..) = everything(&repo);
+            assert_eq!(
+                (fingerprint, worktree),
+                (before.0 .0.clone(), before.0 .1.clone()),
+                "a hostile tree must not change the worktree"
+            );
+        } else {
+            assert_eq!(
+                (everything(&repo), objects()),
+                before,
+                "a hostile tree must not cause any write"
+            );
+        }
         assert!(!repo.root.parent().unwrap().join("pwned").exists());
         assert!(
             std::fs::read_dir(&outside).unwrap().next().is_none(),

@@ -399,3 +399,43 @@ fn an_empty_directory_where_the_checkpoint_has_a_file_is_replaced() {
     assert!(failed.contains("\"x\""), "{failed}");
     assert_eq!(repo.read("x/a/b/debug.log"), b"ignored, never captured\n");
 }
+
+/// A restore remembers the trees its check of the target read and validated (`checked-trees`
+/// in the state directory), and the next restore's check does not read them again: a subtree
+/// the restore never touches, made unreadable since, is not in its way. A preview, which reads
+/// the whole target, still finds it; so does a restore once the list is gone.
+#[test]
+fn a_restore_does_not_read_again_the_trees_an_earlier_check_read() {
+    let repo = TestRepo::new();
+    repo.write("shared/x.txt", b"shared\n");
+    repo.write("top.txt", b"one\n");
+    let first = repo.snapshot(&[]);
+    repo.write("top.txt", b"two\n");
+    repo.ckpt_json(&["restore", &first, "--yes"], 0);
+    let shared = repo.git(&["rev-parse", &format!("{first}:shared")]).trim().to_owned();
+    let list = repo.common_dir().join("ckpt/main/checked-trees");
+    let listed = std::fs::read_to_string(&list).unwrap();
+    assert!(listed.lines().any(|line| line.starts_with(&shared)), "{listed}");
+
+    let object = repo.common_dir().join("objects").join(&shared[..2]).join(&shared[2..]);
+    std::fs::set_permissions(&object, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    std::fs::write(&object, b"not a zlib stream").unwrap();
+
+    repo.write("top.txt", b"three\n");
+    let run = repo.ckpt_json(&["restore", &first, "--yes"], 0);
+    assert_eq!(run.one("restore")["verified"], true);
+    assert_eq!(std::fs::read(repo.path("top.txt")).unwrap(), b"one\n");
+    assert_eq!(std::fs::read(&object).unwrap(), b"not a zlib stream", "never rewritten");
+    let preview = repo.ckpt(&["--json", "preview", &first]);
+    assert_ne!(preview.code, 0, "a preview reads every tree: {}", preview.stdout);
+
+    std::fs::remove_file(&list).unwrap();
+    repo.write("top.txt", b"four\n");
+    let refused = repo.ckpt(&["--json", "restore", &first, "--yes"]);
+    assert_ne!(
+        refused.code, 0,
+        "without the list the check reads it: {}",
+        refused.stdout
+    );
+    assert_eq!(std::fs::read(repo.path("top.txt")).unwrap(), b"four\n");
+}

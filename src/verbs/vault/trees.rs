@@ -12,13 +12,24 @@ use crate::verbs::{InvalidInput, VerbError};
 pub type LevelEntry = (Vec<u8>, Option<EntryKind>, ObjectId);
 
 /// How many files each tree read so far holds (subtrees included, submodule pointers not).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct FileCounts(crate::verbs::IdMap<u64>);
 
 impl FileCounts {
     /// How many files `tree` holds, if it was counted.
     pub fn total(&self, tree: &ObjectId) -> Option<u64> {
         self.0.get(tree).copied()
+    }
+
+    /// Counts an earlier check found: a tree named here is not read again (its names were
+    /// validated then, and an id names the same content forever).
+    pub fn known(trees: impl IntoIterator<Item = (ObjectId, u64)>) -> Self {
+        FileCounts(trees.into_iter().collect())
+    }
+
+    /// Every tree counted, with its count.
+    pub fn trees(&self) -> impl Iterator<Item = (ObjectId, u64)> + '_ {
+        self.0.iter().map(|(id, count)| (*id, *count))
     }
 }
 
@@ -127,12 +138,13 @@ impl Vault {
     }
 
     /// [`Self::validate_tree`] on a thread of its own, so the caller can do other work (that
-    /// writes nothing) meanwhile. Where no thread can be started, it runs here and now.
-    pub fn validate_tree_aside(&self, tree: &ObjectId) -> TreeCheck {
+    /// writes nothing) meanwhile; the trees `known` holds are not read again. Where no thread
+    /// can be started, it runs here and now.
+    pub fn validate_tree_aside(&self, tree: &ObjectId, known: FileCounts) -> TreeCheck {
         let shared = self.repo.clone().into_sync();
         let tree = *tree;
         let check = move || {
-            let mut counts = FileCounts::default();
+            let mut counts = known;
             read_levels_in(&shared, &tree, &mut counts).map(|_| counts)
         };
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
