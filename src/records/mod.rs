@@ -35,6 +35,12 @@ const PACKS_FILE: &str = "packs";
 const CHECKED_TREES_FILE: &str = "checked-trees";
 /// The first line of that file.
 const CHECKED_TREES_HEADER: &str = "ckpt checked trees 1";
+/// How many checked trees a workspace remembers at most; a restore that checked more empties
+/// the list instead.
+pub const MAX_CHECKED_TREES: usize = 100_000;
+/// The longest list ckpt writes: the header, then at most [`MAX_CHECKED_TREES`] lines of a
+/// 64-digit id, a space, a count of at most 20 digits and a newline.
+const CHECKED_TREES_MAX_BYTES: u64 = (CHECKED_TREES_HEADER.len() + 1 + MAX_CHECKED_TREES * 86) as u64;
 const UNCOMPRESSED_MARK: &str = " uncompressed";
 
 /// One of the packs this workspace's snapshots wrote.
@@ -620,24 +626,51 @@ impl Registry {
 
     /// The trees a restore's check of its target read, validated and counted, each with how
     /// many files it holds: a later check need not read them again. Empty when the file is
-    /// missing or any line of it is not exactly what [`Self::save_checked_trees`] writes (then
-    /// every tree is read, as without it).
-    pub fn checked_trees(&self) -> Vec<(ObjectId, u64)> {
-        let Ok(text) = crate::verbs::read_regular_file(&self.dir.join(CHECKED_TREES_FILE)) else {
+    /// missing, is no regular file, is larger than ckpt writes it, or any line of it is not
+    /// exactly what [`Self::save_checked_trees`] writes for ids of `id_len` bytes (then every
+    /// tree is read, as without it).
+    pub fn checked_trees(&self, id_len: usize) -> Vec<(ObjectId, u64)> {
+        let path = self.dir.join(CHECKED_TREES_FILE);
+        let Ok(text) = crate::verbs::read_small_state_file(&path, CHECKED_TREES_MAX_BYTES) else {
             return Vec::new();
         };
         let Ok(text) = String::from_utf8(text) else {
             return Vec::new();
         };
-        let mut lines = text.lines();
-        if lines.next() != Some(CHECKED_TREES_HEADER) {
+        let Some(body) = text
+            .strip_prefix(CHECKED_TREES_HEADER)
+            .and_then(|t| t.strip_prefix('\n'))
+        else {
             return Vec::new();
-        }
+        };
         let parse = |line: &str| {
             let (id, count) = line.split_once(' ')?;
+            let canonical_count = !count.is_empty()
+                && count.bytes().all(|b| b.is_ascii_digit())
+                && (count == "0" || !count.starts_with('0'));
+            let canonical_id = id.len() == 2 * id_len && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+            if !canonical_count || !canonical_id {
+                return None;
+            }
             Some((ObjectId::from_hex(id).ok()?, count.parse().ok()?))
         };
-        lines.map(parse).collect::<Option<Vec<_>>>().unwrap_or_default()
+        // Every line ends in a newline: a list cut short is no list.
+        let Some(body) = body.strip_suffix('\n').or((body.is_empty()).then_some("")) else {
+            return Vec::new();
+        };
+        let lines: Vec<&str> = if body.is_empty() {
+            Vec::new()
+        } else {
+            body.split('\n').collect()
+        };
+        if lines.len() > MAX_CHECKED_TREES {
+            return Vec::new();
+        }
+        lines
+            .into_iter()
+            .map(parse)
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default()
     }
 
     /// Replaces that list. Not synced: an older list after a power cut only costs a check
@@ -1041,21 +1074,23 @@ mod tests {
     }
 
     /// The checked-tree list reads back what was saved, and anything else (another header, a
-    /// bad id or count, a line cut short) as nothing: every tree is then read again.
+    /// bad id or count, a line cut short, ids of another hash, more lines than ckpt writes, a
+    /// link) as nothing: every tree is then read again.
     #[test]
     fn checked_trees_read_back_exactly_or_not_at_all() {
         let dir = tempfile::tempdir().unwrap();
         let registry = Registry::open(dir.path()).unwrap();
-        assert!(registry.checked_trees().is_empty(), "missing file");
+        assert!(registry.checked_trees(20).is_empty(), "missing file");
         let lock = registry.lock(&|_| {}).unwrap();
         let a = ObjectId::from_hex("4b825dc642cb6eb9a060e54bf8d69288fbee4904").unwrap();
         let b = ObjectId::from_hex("aaf4a303bd592ce5bec68e2cfc02f5f522f8f80e").unwrap();
         registry
             .save_checked_trees([(a, 0), (b, 70_000)].into_iter(), &lock)
             .unwrap();
-        let mut read = registry.checked_trees();
+        let mut read = registry.checked_trees(20);
         read.sort_by_key(|(_, count)| *count);
         assert_eq!(read, vec![(a, 0), (b, 70_000)]);
+        assert!(registry.checked_trees(32).is_empty(), "ids of another hash");
         let path = dir.path().join(CHECKED_TREES_FILE);
         let saved = fs::read_to_string(&path).unwrap();
         for damaged in [
@@ -1063,9 +1098,29 @@ mod tests {
             saved.replacen("70000", "-1", 1),
             saved.replacen("aaf4a303", "zzf4a303", 1),
             format!("{saved}4b825dc6\n"),
+            saved.replacen("70000", "+70000", 1),
+            saved.replacen("70000", "070000", 1),
+            saved.replacen("aaf4a303", "AAF4A303", 1),
+            saved.replacen(" 70000", "  70000", 1),
+            saved.trim_end().to_owned(),
+            format!("{saved}\n"),
+            format!(
+                "{saved}{}",
+                "4b825dc642cb6eb9a060e54bf8d69288fbee4904 1\n".repeat(MAX_CHECKED_TREES)
+            ),
         ] {
             fs::write(&path, &damaged).unwrap();
-            assert!(registry.checked_trees().is_empty(), "{damaged}");
+            assert!(
+                registry.checked_trees(20).is_empty(),
+                "{}",
+                &damaged[..damaged.len().min(200)]
+            );
         }
+        // Never read through a link, even to a list that would read back.
+        let elsewhere = dir.path().join("elsewhere");
+        fs::write(&elsewhere, &saved).unwrap();
+        fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        assert!(registry.checked_trees(20).is_empty(), "a symlinked list");
     }
 }

@@ -63,28 +63,13 @@ impl fmt::Display for ObjectId {
     }
 }
 
-/// Hashes object ids by their leading bytes: ids are already uniformly distributed, so the
-/// default SipHash only costs time in sets of tens of thousands of them.
-#[derive(Default, Clone, Copy)]
-pub struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut word = [0u8; 8];
-        let n = bytes.len().min(8);
-        word[..n].copy_from_slice(&bytes[..n]);
-        self.0 = self.0.rotate_left(5) ^ u64::from_le_bytes(word);
-    }
-}
-
-/// A set of object ids with [`IdHasher`].
-pub type IdSet = std::collections::HashSet<ObjectId, std::hash::BuildHasherDefault<IdHasher>>;
-/// A map keyed by object ids with [`IdHasher`].
-pub type IdMap<V> = std::collections::HashMap<ObjectId, V, std::hash::BuildHasherDefault<IdHasher>>;
+/// A set of object ids. Hashed with foldhash, several times faster than the default SipHash in
+/// sets of tens of thousands of ids, and seeded at random: ids read from a tampered list or a
+/// hostile tree are chosen, not spread evenly, and a hash of their leading bytes alone let
+/// ids sharing them make every lookup a scan (found by a review).
+pub type IdSet = std::collections::HashSet<ObjectId, foldhash::fast::RandomState>;
+/// A map keyed by object ids, hashed as an [`IdSet`] is.
+pub type IdMap<V> = std::collections::HashMap<ObjectId, V, foldhash::fast::RandomState>;
 
 /// Is `text` usable as one component of a ref name under `refs/ckpt/`? Deliberately narrower than
 /// git's own rules: ASCII letters, digits, `-`, `_` and non-leading `.`, no `..`, no `.lock` suffix.

@@ -15,9 +15,6 @@ use crate::verbs::{
 /// The directory of a workspace's state where a restore stages its writes.
 pub(super) const STAGING_DIR: &str = "staging";
 
-/// How many checked trees a workspace remembers at most (about 60 bytes each).
-const MAX_CHECKED_TREES: usize = 100_000;
-
 use super::watched::Looked;
 use super::{now_rfc3339, Engine};
 
@@ -344,18 +341,16 @@ impl Engine {
         // guard stores blobs as it reads them, and an asked restore previews first: there it
         // runs before anything else.
         let aside = request.watch && !matches!(confirmation, Confirmation::Ask(_));
-        // Trees an earlier restore's check read are not read again (an id names one content).
-        let known = match aside {
-            true => Registry::open_existing(&self.state_dir)
-                .ok()
-                .flatten()
-                .map(|registry| registry.checked_trees())
-                .unwrap_or_default(),
-            false => Vec::new(),
-        };
-        let known_trees = known.len();
+        let mut known_trees = 0;
         let (target_tree, target_check) = if aside {
             let tree = self.pinned_tree_id(record)?;
+            // Trees an earlier restore's check read are not read again (an id names one content).
+            let known = Registry::open_existing(&self.state_dir)
+                .ok()
+                .flatten()
+                .map(|registry| registry.checked_trees(tree.as_bytes().len()))
+                .unwrap_or_default();
+            known_trees = known.len();
             let known = FileCounts::known(known);
             (tree, TargetCheck::running(self.vault.validate_tree_aside(&tree, known)))
         } else {
@@ -421,7 +416,7 @@ impl Engine {
         let counted_trees = file_counts.trees().count();
         if aside && counted_trees != known_trees {
             // Bounded: past the limit the list is emptied, and the next check starts it again.
-            let remembered: Vec<_> = if counted_trees > MAX_CHECKED_TREES {
+            let remembered: Vec<_> = if counted_trees > crate::records::MAX_CHECKED_TREES {
                 Vec::new()
             } else {
                 file_counts.trees().collect()
@@ -431,7 +426,9 @@ impl Engine {
         }
         let t2 = std::time::Instant::now();
         let guard_tree = guard.record.tree_id().map_err(CkptError::CorruptRecord)?;
-        let (changes, guard_trees) = self.vault.diff_trees_reaching(Some(&guard_tree), Some(&target_tree))?;
+        let (changes, guard_trees) = self
+            .vault
+            .diff_trees_to_restore(Some(&guard_tree), Some(&target_tree))?;
         let guard_watched = matches!(looked, Looked::Within(..));
         let evidence = match looked {
             Looked::Whole(capture) => Evidence::Whole(capture),

@@ -323,15 +323,27 @@ impl Vault {
     /// The paths whose entries differ between `old` and `new`, descending only into subtrees
     /// whose ids differ, so the cost follows the size of the change.
     pub fn diff_trees(&self, old: Option<&ObjectId>, new: Option<&ObjectId>) -> Result<Vec<TreeChange>, VerbError> {
-        self.diff_trees_reaching(old, new).map(|(changes, _)| changes)
+        self.diff_levels(old, new, false).map(|(changes, _)| changes)
     }
 
-    /// [`Self::diff_trees`], with every tree of `old` the changes lie in (the trees that reach
-    /// `old`'s side of each change, its root first).
-    pub fn diff_trees_reaching(
+    /// [`Self::diff_trees`] for a restore to `new`: with every tree of `old` the changes lie in
+    /// (the trees that reach `old`'s side of each change, its root first), and every level of
+    /// `new` it reads held to the modes git writes. The restore's check of `new` may have
+    /// skipped trees it was told were checked before; a mode it would refuse is refused here
+    /// too, never read as a submodule pointer and passed over.
+    pub fn diff_trees_to_restore(
         &self,
         old: Option<&ObjectId>,
         new: Option<&ObjectId>,
+    ) -> Result<(Vec<TreeChange>, Vec<ObjectId>), VerbError> {
+        self.diff_levels(old, new, true)
+    }
+
+    fn diff_levels(
+        &self,
+        old: Option<&ObjectId>,
+        new: Option<&ObjectId>,
+        strict_new: bool,
     ) -> Result<(Vec<TreeChange>, Vec<ObjectId>), VerbError> {
         let mut changes = Vec::new();
         let mut old_trees = Vec::new();
@@ -343,7 +355,7 @@ impl Vault {
             if let Some(tree) = old.filter(|tree| Some(*tree) != new) {
                 old_trees.push(tree);
             }
-            self.diff_level(prefix.as_ref(), old, new, &mut changes, &mut pending)?;
+            self.diff_level(prefix.as_ref(), (old, new), strict_new, &mut changes, &mut pending)?;
         }
         changes.sort_by(|a, b| a.path.cmp(&b.path));
         Ok((changes, old_trees))
@@ -353,8 +365,8 @@ impl Vault {
     fn diff_level(
         &self,
         prefix: Option<&RepoPath>,
-        old: Option<ObjectId>,
-        new: Option<ObjectId>,
+        (old, new): (Option<ObjectId>, Option<ObjectId>),
+        strict_new: bool,
         out: &mut Vec<TreeChange>,
         pending: &mut Vec<(Option<RepoPath>, Option<ObjectId>, Option<ObjectId>)>,
     ) -> Result<(), VerbError> {
@@ -370,7 +382,7 @@ impl Vault {
             }
         }
         if let Some(new) = new {
-            for (name, kind, id) in self.tree_level(&new).map_err(in_dir)? {
+            for (name, kind, id) in decode_level(&self.repo, &new, strict_new).map_err(in_dir)? {
                 merged.entry(name).or_default().1 = Some((kind, id));
             }
         }
