@@ -194,6 +194,17 @@ fn hostile_tree_names_are_refused_before_a_watched_guard_writes() {
     hostile_trees_are_refused(true, false);
 }
 
+/// Writes the list a restore's check leaves, naming `commit`'s tree and `more` trees as checked
+/// (each holding one file): a tampered list.
+fn list_as_checked(repo: &TestRepo, commit: &str, more: &[&str]) {
+    let tree = repo.git(&["rev-parse", &format!("{commit}^{{tree}}")]);
+    let mut list = format!("ckpt checked trees 1\n{} 1\n", tree.trim());
+    for id in more {
+        list.push_str(&format!("{id} 1\n"));
+    }
+    std::fs::write(repo.common_dir().join("ckpt/main/checked-trees"), list).unwrap();
+}
+
 fn hostile_trees_are_refused(watched: bool, listed_as_checked: bool) {
     let repo = TestRepo::new();
     repo.snapshot(&[]);
@@ -248,12 +259,7 @@ fn hostile_trees_are_refused(watched: bool, listed_as_checked: bool) {
     for (case, tree) in trees.into_iter().enumerate() {
         let commit = plant_checkpoint(&repo, &tree, "hostile", false);
         if listed_as_checked {
-            let tree_id = repo.git(&["rev-parse", &format!("{commit}^{{tree}}")]);
-            std::fs::write(
-                repo.common_dir().join("ckpt/main/checked-trees"),
-                format!("ckpt checked trees 1\n{} 1\n{inner} 1\n", tree_id.trim()),
-            )
-            .unwrap();
+            list_as_checked(&repo, &commit, &[&inner]);
         }
         if watched {
             // The injected record is the newest: the next snapshot walks, the one after is
@@ -572,12 +578,7 @@ fn odd_modes_are_refused(listed_as_checked: bool) -> TestRepo {
         let commit = plant_checkpoint(&repo, &tree, mode, true);
         repo.write("odd", b"the user's file\n");
         if listed_as_checked {
-            let tree_id = repo.git(&["rev-parse", &format!("{commit}^{{tree}}")]);
-            std::fs::write(
-                repo.common_dir().join("ckpt/main/checked-trees"),
-                format!("ckpt checked trees 1\n{} 1\n", tree_id.trim()),
-            )
-            .unwrap();
+            list_as_checked(&repo, &commit, &[]);
         }
         let before = (repo.worktree(), repo.ckpt_refs());
         let run = repo.ckpt_json(&["restore", &commit, "--yes", "--exact"], 2);
