@@ -19,9 +19,9 @@ pub use vault::{
     PackCompression, ParallelBlobs, PathScope, PinNames, PrivateStore, TreeChange, TreeCheck, Vault, READ_ATTEMPTS,
 };
 pub use worktree::{
-    dead_staged_files, end_watch_daemon, open_lock_no_follow, open_no_follow, open_regular_file, process_is_alive,
-    read_regular_file, read_settled_file, read_small_state_file, remove_dead_staged_files, temp_file_owner, DiskItem,
-    Prestaged, RestoreOp, WorktreeProbe,
+    any_staged_files, dead_staged_files, end_watch_daemon, open_lock_no_follow, open_no_follow, open_regular_file,
+    process_is_alive, read_regular_file, read_settled_file, read_small_state_file, remove_staged_files,
+    temp_file_owner, DiskItem, Prestaged, RestoreOp, WorktreeProbe,
 };
 
 /// A value that failed validation before reaching a verb.

@@ -311,6 +311,42 @@ fn staged_writes_are_moved_into_place_and_never_left_behind() {
     }
 }
 
+/// A staged file whose pid is in use again (here: by the test itself) is a leftover all the
+/// same once `doctor --fix` holds the lock every restore holds while its files are staged.
+#[test]
+fn doctor_removes_staged_leftovers_whose_pid_is_in_use_again() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"one\n");
+    let id = repo.snapshot(&[]);
+    repo.write("a.txt", b"two\n");
+    // A restore makes the staging directory (owner-only) as it stages its writes.
+    repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    let staging = repo.common_dir().join("ckpt/main/staging");
+    let leftover = format!(".ckpt-{}-0123456789abcdef.tmp", std::process::id());
+    std::fs::write(staging.join(&leftover), b"one\n").unwrap();
+    std::fs::write(staging.join("not-ckpts.tmp"), b"someone else's").unwrap();
+    let fixed = repo.ckpt_json(&["doctor", "--fix"], 0);
+    let actions = fixed.one("doctor")["actions"].clone();
+    assert!(
+        actions
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a.as_str().unwrap().contains(&leftover)),
+        "{actions}"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&staging)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        vec!["not-ckpts.tmp".to_owned()],
+        "only what is not ckpt's is left"
+    );
+}
+
 /// The `.ckpt-*.tmp` names in `dir` of the worktree.
 fn temp_names_in(repo: &TestRepo, dir: &str) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(repo.path(dir))

@@ -503,11 +503,18 @@ impl Engine {
                 ));
             }
         }
-        for name in crate::verbs::remove_dead_staged_files(&self.state_dir.join(STAGING_DIR)) {
-            report.actions.push(format!(
-                "removed the restore's leftover staged file {}",
-                String::from_utf8_lossy(&name)
-            ));
+        let staging = self.state_dir.join(STAGING_DIR);
+        if crate::verbs::any_staged_files(&staging) {
+            // Every restore holds this lock while its files are staged: with it, a staged file
+            // whose pid is in use again by another process is known for a leftover too.
+            let registry = self.registry()?;
+            let _lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
+            for name in crate::verbs::remove_staged_files(&staging, true) {
+                report.actions.push(format!(
+                    "removed the restore's leftover staged file {}",
+                    String::from_utf8_lossy(&name)
+                ));
+            }
         }
         for temp in self.vault.stale_pack_temps(STALE_PACK_TEMP_AGE) {
             if self.vault.remove_stale_pack_temp(&temp.name, STALE_PACK_TEMP_AGE)? {

@@ -19,7 +19,7 @@ mod reading;
 mod staging;
 mod writing;
 
-pub use staging::{dead_staged_files, remove_dead_staged_files, Prestaged};
+pub use staging::{any_staged_files, dead_staged_files, remove_staged_files, Prestaged};
 
 use writing::{describe, Staged};
 

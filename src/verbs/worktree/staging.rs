@@ -196,13 +196,24 @@ pub fn dead_staged_files(path: &Path) -> Vec<(Vec<u8>, u64)> {
         .collect()
 }
 
+/// Whether the staging directory at `path` holds any staged file, of any process. Read-only.
+pub fn any_staged_files(path: &Path) -> bool {
+    open_existing_staging(path).is_some_and(|(dir, _)| !staged_files(&dir, |_| true).is_empty())
+}
+
 /// Removes what [`dead_staged_files`] lists (never following a symlink: one is removed as a
-/// name); the names removed.
-pub fn remove_dead_staged_files(path: &Path) -> Vec<Vec<u8>> {
+/// name); the names removed. With `restores_locked_out` the caller holds the lock every restore
+/// holds while its files are staged, so every staged file is a leftover, even one whose pid is
+/// in use again by another process.
+pub fn remove_staged_files(path: &Path, restores_locked_out: bool) -> Vec<Vec<u8>> {
     let Some((dir, _)) = open_existing_staging(path) else {
         return Vec::new();
     };
-    dead_processes_files(&dir)
+    let leftovers = match restores_locked_out {
+        true => staged_files(&dir, |pid| pid != std::process::id()),
+        false => dead_processes_files(&dir),
+    };
+    leftovers
         .into_iter()
         .filter(|name| rustix::fs::unlinkat(&dir, name.as_slice(), AtFlags::empty()).is_ok())
         .collect()
