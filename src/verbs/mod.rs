@@ -37,6 +37,10 @@ pub enum InvalidInput {
     Path { path: String, why: &'static str },
     #[error("invalid tree entry name {name:?}: {why}")]
     TreeName { name: String, why: &'static str },
+    #[error(
+        "the tree holds {files} or more paths, more than ckpt reads ({most}): a hand-made tree that names the same subtree many times?"
+    )]
+    TreeTooLarge { files: u64, most: u64 },
 }
 
 /// A verb that could not be carried out.

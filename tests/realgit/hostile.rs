@@ -302,6 +302,65 @@ fn hostile_trees_are_refused(watched: bool, listed_as_checked: bool) {
     }
 }
 
+/// A handful of objects can name 2^40 paths (each level names the same subtree twice): every
+/// command that reads such a tree refuses it by its size, quickly and with nothing written,
+/// never running out of memory listing it (found by a review), and a tampered count in the
+/// checked-trees list neither refuses a sound tree nor lets a bomb through.
+#[test]
+fn a_tree_naming_one_subtree_many_times_is_refused_by_its_size() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"boom\n");
+    let entry = |mode: &str, name: &str, id: &str| -> Vec<u8> {
+        let mut e = format!("{mode} {name}\0").into_bytes();
+        e.extend(raw_id(id));
+        e
+    };
+    let mut level = git_stdin(
+        &repo,
+        &["hash-object", "-t", "tree", "-w", "--stdin"],
+        &entry("100644", "f", &blob),
+    );
+    for _ in 0..40 {
+        let mut both = entry("40000", "a", &level);
+        both.extend(entry("40000", "b", &level));
+        level = git_stdin(&repo, &["hash-object", "-t", "tree", "-w", "--stdin"], &both);
+    }
+    let bomb = plant_checkpoint(&repo, &entry("40000", "bomb", &level), "bomb", false);
+    repo.write("README.md", b"the user's edit\n");
+    let before = repo.worktree();
+    for listed in [false, true] {
+        if listed {
+            // A count of zero for the whole bomb: the check trusts it, the diff does not.
+            list_as_checked(&repo, &bomb, &[]);
+            let list = repo.common_dir().join("ckpt/main/checked-trees");
+            let text = std::fs::read_to_string(&list).unwrap().replace(" 1\n", " 0\n");
+            std::fs::write(&list, text).unwrap();
+        }
+        let run = repo.ckpt_json(&["restore", &bomb, "--yes", "--exact"], 2);
+        let error = run.one("error");
+        assert_eq!(error["code"], "invalid_input", "{error}");
+        assert!(error["message"].as_str().unwrap().contains("paths"), "{error}");
+        assert_eq!(repo.worktree(), before, "nothing written");
+    }
+    for command in [&["preview", bomb.as_str()][..], &["diff", bomb.as_str()][..]] {
+        let run = repo.ckpt_json(command, 2);
+        assert_eq!(run.one("error")["code"], "invalid_input", "{command:?}");
+    }
+    // A sound checkpoint whose listed count is absurd still restores.
+    let sound = repo.snapshot(&[]);
+    repo.write("README.md", b"another edit\n");
+    let tree = repo.git(&["rev-parse", &format!("{sound}^{{tree}}")]);
+    std::fs::write(
+        repo.common_dir().join("ckpt/main/checked-trees"),
+        format!("ckpt checked trees 1\n{} {}\n", tree.trim(), u64::MAX),
+    )
+    .unwrap();
+    let run = repo.ckpt_json(&["restore", &sound, "--yes", "--exact"], 0);
+    assert_eq!(run.one("restore")["verified"], true);
+    assert_eq!(repo.read("README.md"), b"the user's edit\n");
+}
+
 #[test]
 fn missing_objects_fail_loudly_never_restored_zero_files() {
     let repo = TestRepo::new();

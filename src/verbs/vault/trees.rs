@@ -8,6 +8,20 @@ use super::{lookup_error, Vault};
 use crate::verbs::types::{EntryKind, ObjectId, RepoPath, TreeItem};
 use crate::verbs::{InvalidInput, VerbError};
 
+/// The most paths a tree ckpt reads may hold (files, below every subtree). Far beyond any
+/// worktree, yet it bounds what a hand-made tree can cost: 42 objects naming one subtree twice
+/// at each of 40 levels hold 2^40 paths, and listing them ran a restore out of memory (found by
+/// a review).
+pub const MAX_TREE_PATHS: u64 = 5_000_000;
+
+fn too_large(files: u64) -> VerbError {
+    InvalidInput::TreeTooLarge {
+        files,
+        most: MAX_TREE_PATHS,
+    }
+    .into()
+}
+
 /// One entry of one tree level: name, kind (`None` for a subtree), id.
 pub type LevelEntry = (Vec<u8>, Option<EntryKind>, ObjectId);
 
@@ -143,9 +157,19 @@ impl Vault {
     pub fn validate_tree_aside(&self, tree: &ObjectId, known: FileCounts) -> TreeCheck {
         let shared = self.repo.clone().into_sync();
         let tree = *tree;
+        let seeded = !known.0.is_empty();
         let check = move || {
             let mut counts = known;
-            read_levels_in(&shared, &tree, &mut counts).map(|_| counts)
+            match read_levels_in(&shared, &tree, &mut counts) {
+                Ok(_) => Ok(counts),
+                // A count the caller knew may be wrong (a tampered list): a tree is refused as
+                // too large only on counts this check made itself.
+                Err(VerbError::Invalid(InvalidInput::TreeTooLarge { .. })) if seeded => {
+                    let mut counts = FileCounts::default();
+                    read_levels_in(&shared, &tree, &mut counts).map(|_| counts)
+                }
+                Err(e) => Err(e),
+            }
         };
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
         let spawned = std::thread::Builder::new().name("ckpt-tree-check".into()).spawn({
@@ -197,7 +221,7 @@ fn read_levels_in(
 ) -> Result<u64, VerbError> {
     use rayon::prelude::*;
     if let Some(total) = counts.0.get(tree) {
-        return Ok(*total);
+        return within_limit(*total);
     }
     let mut levels: crate::verbs::IdMap<(u64, Vec<ObjectId>)> = Default::default();
     let mut seen = crate::verbs::IdSet::default();
@@ -254,11 +278,12 @@ fn read_levels_in(
             continue;
         };
         if children_done {
-            let below: u64 = subtrees
+            // Saturating: a subtree named many times may hold more paths than a u64 counts.
+            let total = subtrees
                 .iter()
                 .map(|child| counts.0.get(child).copied().unwrap_or(0))
-                .sum();
-            counts.0.insert(id, files + below);
+                .fold(*files, u64::saturating_add);
+            counts.0.insert(id, total);
         } else {
             pending.push((id, true));
             pending.extend(
@@ -269,7 +294,15 @@ fn read_levels_in(
             );
         }
     }
-    Ok(counts.0.get(tree).copied().unwrap_or(0))
+    within_limit(counts.0.get(tree).copied().unwrap_or(0))
+}
+
+/// `total`, unless a tree holding that many paths is too large to read.
+fn within_limit(total: u64) -> Result<u64, VerbError> {
+    match total > MAX_TREE_PATHS {
+        true => Err(too_large(total)),
+        false => Ok(total),
+    }
 }
 
 /// The first directory of `root`'s tree (breadth first) whose tree is `target`; `None` for the
@@ -312,6 +345,9 @@ impl Vault {
                 match kind {
                     Some(kind) => {
                         out.insert(path, TreeItem { kind, id: child });
+                        if out.len() as u64 > MAX_TREE_PATHS {
+                            return Err(too_large(out.len() as u64));
+                        }
                     }
                     None => pending.push((Some(path), child)),
                 }
@@ -356,6 +392,9 @@ impl Vault {
                 old_trees.push(tree);
             }
             self.diff_level(prefix.as_ref(), (old, new), strict_new, &mut changes, &mut pending)?;
+            if changes.len() as u64 > MAX_TREE_PATHS {
+                return Err(too_large(changes.len() as u64));
+            }
         }
         changes.sort_by(|a, b| a.path.cmp(&b.path));
         Ok((changes, old_trees))
