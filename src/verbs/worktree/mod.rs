@@ -612,6 +612,54 @@ mod tests {
     }
 
     #[test]
+    fn a_parent_is_opened_only_through_real_directories() {
+        let scratch = tempfile::tempdir().unwrap();
+        let root = scratch.path().join("root");
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/f"), b"inside").unwrap();
+        std::fs::write(root.join("file"), b"").unwrap();
+        let outside = scratch.path().join("outside");
+        std::fs::create_dir_all(outside.join("b")).unwrap();
+        std::fs::write(outside.join("b/f"), b"outside").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+        std::os::unix::fs::symlink("a", root.join("inner-link")).unwrap();
+        let worktree = Worktree {
+            root: &root,
+            object_hash: gix::hash::Kind::Sha1,
+        };
+        let path = |p: &str| RepoPath::new(p.as_bytes().to_vec()).unwrap();
+        let parent = worktree.open_parent(&path("a/b/f"), false).unwrap().unwrap();
+        assert_eq!(
+            worktree.read_item_at(&parent, &path("a/b/f")).unwrap(),
+            worktree.read_item(&path("a/b/f")).unwrap()
+        );
+        assert!(matches!(
+            worktree.read_item_at(&parent, &path("a/b/f")).unwrap(),
+            DiskItem::Entry(TreeItem {
+                kind: EntryKind::File,
+                ..
+            })
+        ));
+        // A symlink anywhere on the way, to outside the root or within it, and a file where a
+        // directory should be, are refused by name; a missing directory is `None`.
+        for refused in ["link/b/f", "inner-link/b/f", "a/../link/b/f", "file/f"] {
+            let Ok(path) = RepoPath::new(refused.as_bytes().to_vec()) else {
+                continue;
+            };
+            let error = worktree.open_parent(&path, false).unwrap_err().to_string();
+            assert!(error.contains("symlink or not a directory"), "{refused}: {error}");
+            assert!(
+                worktree.open_parent(&path, true).is_err(),
+                "{refused}: created through it"
+            );
+        }
+        assert!(worktree.open_parent(&path("a/missing/f"), false).unwrap().is_none());
+        assert!(worktree.open_parent(&path("a/new/deeper/f"), true).unwrap().is_some());
+        assert!(root.join("a/new/deeper").is_dir());
+        assert!(!outside.join("new").exists());
+    }
+
+    #[test]
     fn removals_and_writes_are_apart_only_when_no_path_holds_another() {
         let item = TreeItem {
             kind: EntryKind::File,

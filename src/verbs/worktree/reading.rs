@@ -1,8 +1,41 @@
-//! Reading the worktree below its root fd: parents opened one component at a time with
-//! `O_NOFOLLOW`, entries read as what git would store for them, and "settled" reads that count
-//! a file only if it held still while it was hashed.
+//! Reading the worktree below its root fd: parents opened refusing every symlink on the way
+//! (in one call where the kernel can, else one component at a time with `O_NOFOLLOW`), entries
+//! read as what git would store for them, and "settled" reads that count a file only if it held
+//! still while it was hashed.
 
 use super::*;
+
+/// The directory `dir` (a relative path) below `root`, opened in one call that refuses a
+/// symlink at every component, and anything but a directory at the last (Linux's `openat2`);
+/// `None` on any error, or where the call is not available: the caller then walks component
+/// by component, which makes what is missing and says what is wrong. A path walked this way
+/// meets exactly the conditions of that walk, at the cost of one call instead of two a level.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn open_beneath(root: &OwnedFd, dir: &[u8]) -> Option<OwnedFd> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
+    if UNAVAILABLE.load(Ordering::Relaxed) {
+        return None;
+    }
+    let resolve = rustix::fs::ResolveFlags::BENEATH
+        | rustix::fs::ResolveFlags::NO_SYMLINKS
+        | rustix::fs::ResolveFlags::NO_MAGICLINKS;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat2(root, dir, flags, Mode::empty(), resolve) {
+        Ok(fd) => Some(fd),
+        // Kernels before 5.6, or a sandbox that filters the call.
+        Err(Errno::NOSYS | Errno::PERM | Errno::INVAL | Errno::TOOBIG) => {
+            UNAVAILABLE.store(true, Ordering::Relaxed);
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn open_beneath(_root: &OwnedFd, _dir: &[u8]) -> Option<OwnedFd> {
+    None
+}
 
 impl Worktree<'_> {
     pub(super) fn hash_blob(&self, bytes: &[u8]) -> Result<ObjectId, VerbError> {
@@ -27,6 +60,12 @@ impl Worktree<'_> {
     /// With `create`, missing ancestors are made. `Ok(None)`: an ancestor is missing.
     pub(super) fn open_parent(&self, path: &RepoPath, create: bool) -> Result<Option<OwnedFd>, VerbError> {
         let mut dir = self.open_root()?;
+        let bytes = path.as_bytes();
+        if let Some(slash) = bytes.iter().rposition(|b| *b == b'/') {
+            if let Some(parent) = open_beneath(&dir, &bytes[..slash]) {
+                return Ok(Some(parent));
+            }
+        }
         let components: Vec<&[u8]> = path.components().collect();
         let mut walked = Vec::new();
         for component in &components[..components.len() - 1] {
