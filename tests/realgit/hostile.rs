@@ -255,7 +255,10 @@ fn hostile_trees_are_refused(watched: bool, listed_as_checked: bool) {
         entry("100644", b"a/b", &blob),
         entry("100644", b"/etc", &blob),
         link_then_dir,
+        // A file the guard finds changed, whose content is staged before the check refuses.
+        [entry("100644", b"..", &blob), entry("100644", b"README.md", &blob)].concat(),
     ];
+    let staging = repo.common_dir().join("ckpt/main/staging");
     for (case, tree) in trees.into_iter().enumerate() {
         let commit = plant_checkpoint(&repo, &tree, "hostile", false);
         if listed_as_checked {
@@ -290,6 +293,8 @@ fn hostile_trees_are_refused(watched: bool, listed_as_checked: bool) {
             );
         }
         assert!(!repo.root.parent().unwrap().join("pwned").exists());
+        let staged = std::fs::read_dir(&staging).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(staged, 0, "nothing staged for a refused target is left");
         assert!(
             std::fs::read_dir(&outside).unwrap().next().is_none(),
             "nothing written through the link"

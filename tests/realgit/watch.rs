@@ -916,6 +916,74 @@ fn a_restore_undoing_only_what_its_watched_guard_just_saw_keeps_what_the_guard_c
     stop(&watched_repo);
 }
 
+/// The files a restore's guard found changed are staged while the guard is still being
+/// written, before the plan exists: the plan takes what it writes (the content it wants at that
+/// path), and what it does not write (a file the guard could not protect stands in the way) is
+/// removed before the restore goes on. An abort right after the journal leaves exactly the
+/// plan's staged writes, as without the daemon.
+#[test]
+fn what_a_watched_restore_stages_early_is_exactly_what_its_plan_writes() {
+    let repo = TestRepo::new();
+    let config = repo.common_dir().join("ckpt/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, "max_file_size = 100\n").unwrap();
+    repo.write("a.txt", b"alpha\n");
+    repo.write("big.txt", b"small for now\n");
+    repo.write("d/x.txt", b"in d\n");
+    repo.write("d/y.txt", b"stays\n");
+    repo.write("same.txt", b"same\n");
+    repo.settle();
+    let target = warm(&repo);
+    let original = repo.worktree();
+    repo.write("big.txt", &[b'B'; 500]);
+    repo.write("a.txt", b"alpha, edited\n");
+    repo.remove("d/x.txt");
+    repo.write("new.txt", b"created after\n");
+    // Changed and changed back: the guard finds the target's own content there.
+    repo.write("same.txt", b"other\n");
+    repo.write("same.txt", b"same\n");
+    let edited = repo.worktree();
+    let staging = repo.common_dir().join("ckpt/main/staging");
+    let staged = || std::fs::read_dir(&staging).map(|d| d.count()).unwrap_or(0);
+
+    let out = repo
+        .ckpt_command()
+        .env("CKPT_FAULT", "restore:after-journal")
+        .env("CKPT_TIMING", "1")
+        .args(["--json", "restore", &target, "--yes", "--exact"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the restore must have aborted");
+    assert_eq!(
+        repo.worktree(),
+        edited,
+        "nothing in the worktree changed before the abort"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("capture (scope only)"),
+        "the guard was served by the daemon: {stderr}"
+    );
+    // a.txt and d/x.txt: big.txt is in the way, same.txt needs no write.
+    assert_eq!(staged(), 2, "the plan's two writes, nothing the plan does not make");
+
+    let run = repo.ckpt_json(&["restore", &target, "--yes", "--exact"], 3);
+    let record = run.one("restore");
+    assert_eq!(record["guard_scan"], "watch", "{record}");
+    assert!(record["failed"].to_string().contains("big.txt"), "{record}");
+    assert_eq!(repo.read("a.txt"), b"alpha\n");
+    assert_eq!(repo.read("d/x.txt"), b"in d\n");
+    assert_eq!(repo.read("big.txt"), vec![b'B'; 500], "never overwritten");
+    assert!(!repo.path("new.txt").exists());
+    let mut expected = original;
+    expected.remove(b"big.txt".as_slice());
+    let mut now = repo.worktree();
+    now.remove(b"big.txt".as_slice());
+    assert_eq!(now, expected);
+    assert_eq!(staged(), 0, "nothing left staged");
+    stop(&repo);
+}
+
 #[test]
 fn a_first_snapshot_packs_its_many_trees_and_a_later_walk_writes_its_few_loose() {
     let repo = TestRepo::new();

@@ -67,7 +67,7 @@ impl Engine {
         let registry = self.registry()?;
         let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
         let (base, capture) = if now.watch {
-            match self.snapshot_watched_locked(&registry, &lock, now, &super::watched::nothing_to_check)? {
+            match self.snapshot_watched_locked(&registry, &lock, now, &super::watched::GuardHooks::NONE)? {
                 (base, Looked::Whole(capture)) => (base, Some(capture)),
                 (base, Looked::Within(..)) => (base, None),
             }

@@ -15,7 +15,7 @@ use crate::verbs::{
 /// The directory of a workspace's state where a restore stages its writes.
 pub(super) const STAGING_DIR: &str = "staging";
 
-use super::watched::Looked;
+use super::watched::{Found, GuardHooks, Looked};
 use super::{now_rfc3339, Engine};
 
 fn journal(
@@ -405,8 +405,23 @@ impl Engine {
         }
 
         let t1 = std::time::Instant::now();
+        let staging = self.state_dir.join(STAGING_DIR);
+        // The writes a restore that undoes the latest edits makes are at the paths the guard
+        // found changed: their content is staged while the guard is still being written.
+        let likely_writes = std::cell::RefCell::new(None);
+        let stage_likely_writes = |found: &[Found]| {
+            let in_selection = |path: &RepoPath| {
+                selection.paths.is_empty() || selection.paths.iter().any(|filter| path.is_within(filter))
+            };
+            let likely = found.iter().filter(|(path, _)| in_selection(path)).cloned().collect();
+            *likely_writes.borrow_mut() = Some(self.vault.prestage_likely_writes(&staging, target_tree, likely));
+        };
         let (guard, looked) = if request.watch {
-            self.snapshot_watched_locked(&registry, &lock, request, &|| target_check.settle())?
+            let hooks = GuardHooks {
+                before_writing: &|| target_check.settle(),
+                captured: &stage_likely_writes,
+            };
+            self.snapshot_watched_locked(&registry, &lock, request, &hooks)?
         } else {
             let (guard, capture) = self.snapshot_locked(&registry, &lock, request)?;
             (guard, Looked::Whole(capture))
@@ -491,7 +506,9 @@ impl Engine {
         let t3 = std::time::Instant::now();
         // Every write's content is read, checked and (where it can be moved into place) written
         // and synced in the staging directory while the guard is made durable.
-        let prestaging = self.vault.prestage_writes(&self.state_dir.join(STAGING_DIR), &plan.ops);
+        let prestaging = self
+            .vault
+            .prestage_writes(&staging, &plan.ops, likely_writes.into_inner());
 
         // What the guard holds where the restore changes anything is on disk before the first
         // change is (each change is synced as it lands).

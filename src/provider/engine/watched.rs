@@ -12,7 +12,7 @@ use crate::provider::watch::{self, Changes};
 use crate::provider::{CkptError, ScanMode, SnapshotOutcome, SnapshotRequest};
 use crate::records::watch::{WatchBase, WatchFiles};
 use crate::records::{Record, Registry, RegistryLock, WirePath};
-use crate::verbs::{ObjectId, PackCompression, PathScope, RepoPath};
+use crate::verbs::{ObjectId, PackCompression, PathScope, RepoPath, TreeItem};
 
 use super::snapshot::{skipped_list, Counts};
 use super::{Engine, StoreKind};
@@ -30,16 +30,35 @@ pub(super) enum Looked {
 /// More changed paths than this and a watched snapshot walks instead.
 const MAX_SCOPE: usize = 1000;
 
-/// The daemon's changed paths as a scope; `None` if one is not a valid repository path.
-/// A check a watched snapshot passes before it writes anything; see
-/// [`Engine::snapshot_watched_locked`].
-pub(super) type BeforeWriting<'a> = &'a dyn Fn() -> Result<(), CkptError>;
+/// A path a capture looked at, with what it found there (`None`: nothing).
+pub(super) type Found = (RepoPath, Option<TreeItem>);
 
-/// The [`BeforeWriting`] of a snapshot that waits on nothing.
-pub(super) fn nothing_to_check() -> Result<(), CkptError> {
+/// What a restore does while its guard, a watched snapshot, runs; see
+/// [`Engine::snapshot_watched_locked`].
+pub(super) struct GuardHooks<'a> {
+    /// A check the snapshot passes before it writes anything (objects, state or pins); its
+    /// error ends the snapshot there.
+    pub before_writing: &'a dyn Fn() -> Result<(), CkptError>,
+    /// Told what a capture of the changed paths alone found there (each path's new entry, or
+    /// `None` where it is gone), as soon as it has.
+    pub captured: &'a dyn Fn(&[Found]),
+}
+
+fn nothing_to_check() -> Result<(), CkptError> {
     Ok(())
 }
 
+fn tell_no_one(_: &[Found]) {}
+
+impl GuardHooks<'static> {
+    /// The hooks of a snapshot that waits on nothing and tells no one.
+    pub(super) const NONE: Self = GuardHooks {
+        before_writing: &nothing_to_check,
+        captured: &tell_no_one,
+    };
+}
+
+/// The daemon's changed paths as a scope; `None` if one is not a valid repository path.
 fn scope_of(paths: &[WirePath]) -> Option<PathScope> {
     let paths: Option<Vec<RepoPath>> = paths.iter().map(|p| p.to_repo_path().ok()).collect();
     paths.map(PathScope::new)
@@ -65,7 +84,7 @@ impl Engine {
         let registry = self.registry()?;
         let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
         let outcome = if request.watch {
-            self.snapshot_watched_locked(&registry, &lock, request, &nothing_to_check)?
+            self.snapshot_watched_locked(&registry, &lock, request, &GuardHooks::NONE)?
                 .0
         } else {
             self.snapshot_locked(&registry, &lock, request)?.0
@@ -140,14 +159,15 @@ impl Engine {
 
     /// The watched snapshot; the caller holds the workspace lock. It also says what it looked
     /// at: the whole worktree when it fell back to a full capture, else its changed paths only.
-    /// `before_writing` runs before the snapshot writes anything (objects, state or pins), and
-    /// its error ends the snapshot there: a restore checks its target tree meanwhile.
+    /// `hooks.before_writing` runs before the snapshot writes anything (objects, state or pins),
+    /// and its error ends the snapshot there: a restore checks its target tree meanwhile, and
+    /// starts preparing its writes once `hooks.captured` tells it what changed.
     pub(super) fn snapshot_watched_locked(
         &self,
         registry: &Registry,
         lock: &RegistryLock,
         request: &SnapshotRequest,
-        before_writing: BeforeWriting<'_>,
+        hooks: &GuardHooks<'_>,
     ) -> Result<(SnapshotOutcome, Looked), CkptError> {
         let files = WatchFiles::new(&self.state_dir);
         let base = files.load_base();
@@ -208,11 +228,11 @@ impl Engine {
                                 // Nothing changed since that checkpoint's capture.
                                 Ok((self.unchanged_outcome(previous), Capture::default()))
                             } else {
-                                self.snapshot_delta(registry, lock, request, (previous, records), &scope, before_writing)?
+                                self.snapshot_delta(registry, lock, request, (previous, records), &scope, hooks)?
                             };
                             match delta {
                                 Ok((outcome, within)) => {
-                                before_writing()?;
+                                (hooks.before_writing)()?;
                                 files.save_base(
                                     &WatchBase {
                                         token,
@@ -236,7 +256,7 @@ impl Engine {
             }
             Changes::Answered { token, unknown, .. } => (Some(token), unknown.unwrap_or_default()),
         };
-        before_writing()?;
+        (hooks.before_writing)()?;
         let (mut outcome, capture) = self.snapshot_locked(registry, lock, request)?;
         match token {
             Some(token) => files.save_base(
@@ -280,7 +300,7 @@ impl Engine {
         request: &SnapshotRequest,
         (previous, mut records): (Record, Vec<Record>),
         scope: &PathScope,
-        before_writing: BeforeWriting<'_>,
+        hooks: &GuardHooks<'_>,
     ) -> Result<Result<(SnapshotOutcome, Capture), String>, CkptError> {
         // The scoped listing reads the index; on a thread of its own, it overlaps the stat cache.
         self.vault.prefetch_index();
@@ -318,6 +338,12 @@ impl Engine {
             self.reporter.timing_of(phase, *elapsed);
         }
         self.phase_time("capture (scope only)", started);
+        let found: Vec<Found> = delta
+            .edits
+            .iter()
+            .map(|(path, file)| (path.clone(), file.map(|f| f.item)))
+            .collect();
+        (hooks.captured)(&found);
         crate::fault::point("snapshot:after-blobs");
         let skipped = skipped_after(&previous, scope, &delta);
         let stats = delta.stats;
@@ -344,7 +370,7 @@ impl Engine {
             treebuild::edit_trees(&self.vault, base_tree, &edits)?
         };
         self.phase_time("trees (changed directories only)", started);
-        before_writing()?;
+        (hooks.before_writing)()?;
         self.finish_batch(batch, "objects written", registry, lock)?;
         if tree == base_tree {
             save_cache(previous_id);

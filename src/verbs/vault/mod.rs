@@ -27,6 +27,7 @@ pub use private::{
     enclosing_bare_repository, enclosing_common_dir, enclosing_exclude_files, enclosing_worktree, path_key,
     refuse_unreadable_packed_refs, PrivateStore,
 };
+pub(crate) use trees::item_at;
 pub use trees::{FileCounts, LevelEntry, TreeChange, TreeCheck};
 
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::objects::NewTreeEntry;
 use super::{lookup_error, Vault};
-use crate::verbs::types::{EntryKind, ObjectId, RepoPath, TreeItem};
+use crate::verbs::types::{EntryKind, IdMap, ObjectId, RepoPath, TreeItem};
 use crate::verbs::{InvalidInput, VerbError};
 
 /// The most paths a tree ckpt reads may hold (files, below every subtree). Far beyond any
@@ -112,6 +112,33 @@ fn decode_level(repo: &gix::Repository, id: &ObjectId, strict_modes: bool) -> Re
         .into());
     }
     Ok(entries)
+}
+
+/// What `tree` holds at `path` when that is a file, an executable or a symlink, read as a
+/// restore reads its target (modes git never writes are refused); `None` for a directory,
+/// for nothing, and where a level cannot be read. `levels` keeps each level read, for the
+/// next path.
+pub(crate) fn item_at(
+    repo: &gix::Repository,
+    tree: &ObjectId,
+    path: &RepoPath,
+    levels: &mut IdMap<Vec<LevelEntry>>,
+) -> Option<TreeItem> {
+    let mut tree = *tree;
+    let mut names = path.components().peekable();
+    while let Some(name) = names.next() {
+        let level = match levels.entry(tree) {
+            std::collections::hash_map::Entry::Occupied(known) => known.into_mut(),
+            std::collections::hash_map::Entry::Vacant(new) => new.insert(decode_level(repo, &tree, true).ok()?),
+        };
+        let (_, kind, id) = level.iter().find(|(entry, _, _)| entry.as_slice() == name)?;
+        match (kind, names.peek().is_none()) {
+            (None, false) => tree = *id,
+            (Some(kind), true) => return Some(TreeItem { kind: *kind, id: *id }),
+            _ => return None,
+        }
+    }
+    None
 }
 
 fn split_side(side: Option<(Option<EntryKind>, ObjectId)>) -> (Option<TreeItem>, Option<ObjectId>) {

@@ -41,21 +41,30 @@ enum Prepared {
     Unstageable(String),
 }
 
+/// One write's preparation: the content it is for, and what preparing it found.
+struct Slot {
+    item: TreeItem,
+    prepared: std::sync::Mutex<Prepared>,
+}
+
 /// The writes of one restore, prepared by [`Vault::prestage_writes`]. Files not moved into
 /// place by the time this is dropped are removed.
 pub struct Prestaged {
-    dir: Option<OwnedFd>,
-    writes: HashMap<RepoPath, std::sync::Mutex<Prepared>>,
+    /// The staging directory, with the device it is on.
+    dir: Option<(OwnedFd, u64)>,
+    writes: HashMap<RepoPath, Slot>,
 }
 
-/// A [`Prestaged`] being prepared on a thread of its own; [`Self::wait`] for it.
+/// A [`Prestaged`] being prepared on a thread of its own; [`Self::wait`] for it. Dropped
+/// unwaited, it waits, and removes what it staged.
 pub struct PrestageJob(Option<std::thread::JoinHandle<Prestaged>>);
 
 impl PrestageJob {
     /// The prepared writes. A preparation that could not run (or panicked) prepared nothing:
     /// every write is then checked and written beside its path, as without staging.
-    pub fn wait(self) -> Prestaged {
+    pub fn wait(mut self) -> Prestaged {
         self.0
+            .take()
             .and_then(|handle| handle.join().ok())
             .unwrap_or_else(|| Prestaged {
                 dir: None,
@@ -64,11 +73,19 @@ impl PrestageJob {
     }
 }
 
+impl Drop for PrestageJob {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            handle.join().ok();
+        }
+    }
+}
+
 impl Prestaged {
     fn lock(&self, path: &RepoPath) -> Option<std::sync::MutexGuard<'_, Prepared>> {
         self.writes
             .get(path)
-            .map(|slot| slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+            .map(|slot| slot.prepared.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
     /// Whether the content of the write at `path` was read and checked here (so it needs no
@@ -99,7 +116,7 @@ impl Prestaged {
     /// The staged file for writing `item` at `path`, if there is one; once only. With it
     /// comes the staging directory, the file's home until it is moved.
     pub(super) fn take(&self, path: &RepoPath, item: &TreeItem) -> Option<(&OwnedFd, StagedFile)> {
-        let dir = self.dir.as_ref()?;
+        let (dir, _) = self.dir.as_ref()?;
         let mut prepared = self.lock(path)?;
         match std::mem::replace(&mut *prepared, Prepared::Taken) {
             Prepared::Staged(file) if file.item == *item => Some((dir, file)),
@@ -117,11 +134,14 @@ impl Prestaged {
 
 impl Drop for Prestaged {
     fn drop(&mut self) {
-        let Some(dir) = &self.dir else {
+        let Some((dir, _)) = &self.dir else {
             return;
         };
         for slot in self.writes.values_mut() {
-            let prepared = slot.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let prepared = slot
+                .prepared
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Prepared::Staged(file) = prepared {
                 rustix::fs::unlinkat(dir, file.name.as_slice(), AtFlags::empty()).ok();
             }
@@ -317,14 +337,12 @@ impl Worktree<'_> {
 
 impl Vault {
     /// Prepares the writes of `ops` on a thread of its own (see the module's doc), staging
-    /// files in `staging` (a directory of ckpt's own, made if missing). Reads the object
-    /// database and looks at the worktree's directories; writes only into `staging`. The caller
-    /// holds the workspace's lock, which every restore holds while it stages and writes.
-    pub fn prestage_writes(&self, staging: &Path, ops: &[RestoreOp]) -> PrestageJob {
-        let shared = self.repo_for_threads();
-        let root: PathBuf = self.workdir().to_path_buf();
-        let object_hash = self.object_hash_kind();
-        let staging = staging.to_path_buf();
+    /// files in `staging` (a directory of ckpt's own, made if missing). What `earlier` prepared
+    /// for one of these writes (the same path and content) is taken over, not prepared again;
+    /// the rest of it is removed. Reads the object database and looks at the worktree's
+    /// directories; writes only into `staging`. The caller holds the workspace's lock, which
+    /// every restore holds while it stages and writes.
+    pub fn prestage_writes(&self, staging: &Path, ops: &[RestoreOp], earlier: Option<PrestageJob>) -> PrestageJob {
         let writes: Vec<(RepoPath, TreeItem)> = ops
             .iter()
             .filter_map(|op| match op {
@@ -332,23 +350,96 @@ impl Vault {
                 _ => None,
             })
             .collect();
+        self.prestage_on_thread(staging, move |_| writes, earlier)
+    }
+
+    /// Starts preparing, before the restore's plan is known, the writes a restore to `target`
+    /// will most likely make: at each path of `found` (with what the guard found there) where
+    /// `target` holds a file of other content. A guess: the restore takes what it prepared
+    /// only for a write of its plan with the same path and content (through
+    /// [`Self::prestage_writes`]). The target is read path by path, as strictly as the restore
+    /// reads it; a path it cannot read there is left to the plan.
+    pub fn prestage_likely_writes(
+        &self,
+        staging: &Path,
+        target: ObjectId,
+        found: Vec<(RepoPath, Option<TreeItem>)>,
+    ) -> PrestageJob {
+        let likely = move |repo: &gix::Repository| {
+            let mut levels = crate::verbs::IdMap::default();
+            found
+                .into_iter()
+                .filter_map(|(path, now)| {
+                    let item = crate::verbs::vault::item_at(repo, &target, &path, &mut levels)?;
+                    let file = matches!(item.kind, EntryKind::File | EntryKind::Executable);
+                    (file && now != Some(item)).then_some((path, item))
+                })
+                .collect()
+        };
+        self.prestage_on_thread(staging, likely, None)
+    }
+
+    /// Prepares the writes `writes` names (it runs on the new thread, first), taking over
+    /// what `earlier` prepared for the same path and content.
+    fn prestage_on_thread(
+        &self,
+        staging: &Path,
+        writes: impl FnOnce(&gix::Repository) -> Vec<(RepoPath, TreeItem)> + Send + 'static,
+        earlier: Option<PrestageJob>,
+    ) -> PrestageJob {
+        let shared = self.repo_for_threads();
+        let root: PathBuf = self.workdir().to_path_buf();
+        let object_hash = self.object_hash_kind();
+        let staging = staging.to_path_buf();
         let prepare = move || {
             let worktree = Worktree {
                 root: &root,
                 object_hash,
             };
-            let staging = worktree.open_root().ok().and_then(|root| open_staging(&staging, &root));
-            let prepare_all = || prepare_writes(&shared, worktree, staging.as_ref(), &writes);
-            let prepared = match io_pool(writes.len()) {
+            let writes = writes(&shared.to_thread_local());
+            let mut earlier = earlier.map(PrestageJob::wait);
+            let mut taken_over = HashMap::new();
+            let mut to_prepare = Vec::new();
+            for (path, item) in writes {
+                match earlier.as_mut().and_then(|e| e.writes.remove_entry(&path)) {
+                    Some((path, slot)) if slot.item == item => {
+                        taken_over.insert(path, slot);
+                    }
+                    Some((path, slot)) => {
+                        // Prepared for other content: removed with the rest of `earlier`.
+                        if let Some(e) = earlier.as_mut() {
+                            e.writes.insert(path.clone(), slot);
+                        }
+                        to_prepare.push((path, item));
+                    }
+                    None => to_prepare.push((path, item)),
+                }
+            }
+            // The files taken over stay where they were staged: the same directory serves the
+            // rest.
+            let earlier_dir = earlier
+                .as_ref()
+                .and_then(|e| e.dir.as_ref())
+                .and_then(|(dir, device)| Some((dir.try_clone().ok()?, *device)));
+            drop(earlier);
+            // Opening the directory also removes what ended restores left in it.
+            let staging =
+                earlier_dir.or_else(|| worktree.open_root().ok().and_then(|root| open_staging(&staging, &root)));
+            if to_prepare.is_empty() {
+                return Prestaged {
+                    dir: staging,
+                    writes: taken_over,
+                };
+            }
+            let prepare_all = || prepare_writes(&shared, worktree, staging.as_ref(), &to_prepare);
+            let mut prepared = match io_pool(to_prepare.len()) {
                 Some(pool) => pool.install(prepare_all),
                 None => prepare_all(),
             };
+            prepared.extend(taken_over);
             Prestaged {
-                dir: staging.map(|(dir, _)| dir),
-                writes: prepared
-                    .into_iter()
-                    .map(|(path, prepared)| (path, std::sync::Mutex::new(prepared)))
-                    .collect(),
+                dir: staging,
+                writes: prepared,
             }
         };
         PrestageJob(
@@ -367,8 +458,8 @@ fn prepare_writes(
     worktree: Worktree<'_>,
     staging: Option<&(OwnedFd, u64)>,
     writes: &[(RepoPath, TreeItem)],
-) -> Vec<(RepoPath, Prepared)> {
-    let mut out = Vec::with_capacity(writes.len());
+) -> HashMap<RepoPath, Slot> {
+    let mut out = HashMap::with_capacity(writes.len());
     for chunk in writes.chunks(staged_writes()) {
         let written: Vec<(Prepared, Option<std::fs::File>)> = chunk
             .par_iter()
@@ -409,7 +500,15 @@ fn prepare_writes(
         let stops = synced
             .iter()
             .any(|prepared| matches!(prepared, Prepared::Unstageable(_)));
-        out.extend(chunk.iter().map(|(path, _)| path.clone()).zip(synced));
+        out.extend(chunk.iter().zip(synced).map(|((path, item), prepared)| {
+            (
+                path.clone(),
+                Slot {
+                    item: *item,
+                    prepared: std::sync::Mutex::new(prepared),
+                },
+            )
+        }));
         if stops {
             // The restore will stop: the other writes need no preparing.
             break;
