@@ -447,6 +447,47 @@ fn a_chmod_while_the_restore_stages_is_kept() {
 }
 
 #[test]
+fn a_chmod_just_before_the_swap_is_kept_and_reported() {
+    // The content was staged with the permissions the file had then; a chmod that lands after
+    // that, right before the swap, must not be undone by it.
+    use std::os::unix::fs::PermissionsExt;
+    let repo = TestRepo::new();
+    repo.write("secret.txt", b"old\n");
+    repo.write("other.txt", b"one\n");
+    let id = repo.snapshot(&[]);
+    repo.write("secret.txt", b"new\n");
+    repo.write("other.txt", b"two\n");
+    std::fs::set_permissions(repo.path("secret.txt"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = crate::safety::run_paused(
+        &repo,
+        "restore:before-replace",
+        &["--json", "restore", &id, "--yes"],
+        || {
+            std::fs::set_permissions(repo.path("secret.txt"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        },
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mode = std::fs::metadata(repo.path("secret.txt")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the user's chmod during the restore was undone:\n{stdout}");
+    assert_eq!(
+        repo.read("secret.txt"),
+        b"new\n",
+        "the user's file stays as the user left it"
+    );
+    assert_eq!(repo.read("other.txt"), b"one\n", "every other path is restored");
+    assert_eq!(out.status.code(), Some(3), "a conflict is a partial failure:\n{stdout}");
+    assert!(
+        stdout.contains("secret.txt") && stdout.contains("mode 0600"),
+        "the report names the path and what changed:\n{stdout}"
+    );
+    let names: Vec<_> = std::fs::read_dir(&repo.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.starts_with(".ckpt-")), "{names:?}");
+}
+
+#[test]
 fn a_staging_directory_others_can_write_is_never_used() {
     use std::os::unix::fs::PermissionsExt;
     let repo = TestRepo::new();

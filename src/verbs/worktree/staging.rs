@@ -304,16 +304,17 @@ impl Worktree<'_> {
     }
 
     /// Moves a staged file for `path` from the staging directory `dir` into `parent` under a
-    /// fresh temp name, never over anything; that name, or `None` if it could not be moved or
-    /// the file it replaces has had its permissions or owner changed since (which the staged
-    /// file would undo). It is removed then, and the caller writes the content beside its path.
+    /// fresh temp name, never over anything; that name and the permissions the staged file
+    /// took, or `None` if it could not be moved or the file it replaces has had its permissions
+    /// or owner changed since (which the staged file would undo). It is removed then, and the
+    /// caller writes the content beside its path.
     pub(super) fn adopt_staged(
         &self,
         dir: &OwnedFd,
         file: StagedFile,
         parent: &OwnedFd,
         path: &RepoPath,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<(Vec<u8>, Option<Replaced>)> {
         if Self::replaced_file(parent, path) != file.replaced {
             rustix::fs::unlinkat(dir, file.name.as_slice(), AtFlags::empty()).ok();
             return None;
@@ -326,7 +327,7 @@ impl Worktree<'_> {
             temp.as_slice(),
             RenameFlags::NOREPLACE,
         ) {
-            Ok(()) => Some(temp),
+            Ok(()) => Some((temp, file.replaced)),
             Err(_) => {
                 rustix::fs::unlinkat(dir, file.name.as_slice(), AtFlags::empty()).ok();
                 None

@@ -22,6 +22,9 @@ pub(super) struct StagedWrite {
     /// sync: a symlink (its directory is synced with the others), or content synced where it
     /// was staged.
     file: Option<std::fs::File>,
+    /// The regular file it replaces as it was when the temp file took its permissions; the
+    /// file the swap displaces must still have them, or a `chmod` made since would be undone.
+    replaced: Option<Replaced>,
 }
 
 /// What [`Worktree::stage`] did with an op.
@@ -117,12 +120,15 @@ impl Worktree<'_> {
                     return Err(changed_since_guard(path, &now));
                 }
                 let staged = prestaged.and_then(|prestaged| prestaged.take(path, item));
-                if let Some(temp) = staged.and_then(|(dir, file)| self.adopt_staged(dir, file, &parent, path)) {
+                if let Some((temp, replaced)) =
+                    staged.and_then(|(dir, file)| self.adopt_staged(dir, file, &parent, path))
+                {
                     // Synced where it was staged: nothing left to sync but its directory.
                     return Ok(Staged::Write(StagedWrite {
                         parent,
                         temp,
                         file: None,
+                        replaced,
                     }));
                 }
                 self.stage_write(parent, path, item, repo).map(Staged::Write)
@@ -136,14 +142,19 @@ impl Worktree<'_> {
         let RestoreOp::Write { path, item, expect } = op else {
             return Err(worktree_error(op.path(), "only a write is staged"));
         };
-        let StagedWrite { parent, temp, file } = staged;
+        let StagedWrite {
+            parent,
+            temp,
+            file,
+            replaced,
+        } = staged;
         if let Some(file) = file {
             if let Err(e) = file.sync_all() {
                 rustix::fs::unlinkat(&parent, temp.as_slice(), AtFlags::empty()).ok();
                 return Err(worktree_error(path, format!("cannot write content: {e}")));
             }
         }
-        self.swap_in(&parent, &temp, path, item, expect.as_ref())
+        self.swap_in(&parent, &temp, path, item, expect.as_ref(), replaced)
     }
 
     /// Creates `item`'s content in a temp file beside `path` (not yet synced).
@@ -169,13 +180,24 @@ impl Worktree<'_> {
                 .map(Some),
             EntryKind::Gitlink => Err(worktree_error(path, "submodule pointers are never restored")),
         }?;
-        Ok(StagedWrite { parent, temp, file })
+        Ok(StagedWrite {
+            parent,
+            temp,
+            file,
+            replaced,
+        })
     }
 
     /// What the new file takes from the regular file at `path` (in `parent`) that a write will
     /// replace; `None` where no regular file stands.
     pub(super) fn replaced_file(parent: &OwnedFd, path: &RepoPath) -> Option<Replaced> {
-        match rustix::fs::statat(parent, Self::leaf(path), AtFlags::SYMLINK_NOFOLLOW) {
+        Self::regular_file_named(parent, Self::leaf(path))
+    }
+
+    /// The permissions and owner of the regular file `name` in `parent`; `None` where no
+    /// regular file stands.
+    fn regular_file_named(parent: &OwnedFd, name: &[u8]) -> Option<Replaced> {
+        match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => Some(Replaced {
                 mode: stat.st_mode & 0o7777,
                 owner: (stat.st_uid, stat.st_gid),
@@ -188,7 +210,9 @@ impl Worktree<'_> {
     /// replaces is still `expect` happens after the swap, on the displaced file itself
     /// (`RENAME_EXCHANGE`), so a write that lands at any moment before the swap is found and
     /// swapped back; a path that must be empty is claimed with `RENAME_NOREPLACE`. Where the
-    /// filesystem has neither, the check runs again immediately before a plain rename.
+    /// filesystem has neither, the check runs again immediately before a plain rename. The
+    /// displaced file must also still have the permissions and owner `replaced` recorded when
+    /// the temp file took them: a `chmod` made since is a change like a write, and wins.
     fn swap_in(
         &self,
         parent: &OwnedFd,
@@ -196,6 +220,7 @@ impl Worktree<'_> {
         path: &RepoPath,
         item: &TreeItem,
         expect: Option<&TreeItem>,
+        replaced: Option<Replaced>,
     ) -> Result<(), VerbError> {
         let leaf = Self::leaf(path);
         crate::fault::pause("restore:before-replace");
@@ -234,6 +259,13 @@ impl Worktree<'_> {
                     discard_temp();
                     return Err(changed_since_guard(path, &now));
                 }
+                if Self::replaced_file(parent, path) != replaced {
+                    discard_temp();
+                    return Err(worktree_error(
+                        path,
+                        "its permissions or owner changed during the restore; left as it is",
+                    ));
+                }
                 return self.rename_into_place(parent, temp, path);
             }
             Err(Errno::NOENT) => {
@@ -253,7 +285,8 @@ impl Worktree<'_> {
         let displaced = self
             .read_settled_at(parent, temp, path)
             .unwrap_or_else(|e| DiskItem::Unreachable(e.to_string()));
-        if displaced == DiskItem::Entry(*expect) {
+        let displaced_permissions = Self::regular_file_named(parent, temp);
+        if displaced == DiskItem::Entry(*expect) && displaced_permissions == replaced {
             rustix::fs::unlinkat(parent, temp, AtFlags::empty()).map_err(|e| {
                 worktree_error(
                     path,
@@ -294,7 +327,13 @@ impl Worktree<'_> {
             path,
             format!(
                 "changed on disk during the restore (now {}); the new content is kept, not overwritten{leftover}",
-                describe(&displaced)
+                match displaced_permissions {
+                    Some(now) if displaced == DiskItem::Entry(*expect) => format!(
+                        "the same content with mode {:04o}, owner {}:{}",
+                        now.mode, now.owner.0, now.owner.1
+                    ),
+                    _ => describe(&displaced),
+                }
             ),
         ))
     }
