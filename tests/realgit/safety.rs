@@ -662,6 +662,37 @@ fn directories_vanishing_during_the_walk_do_not_fail_snapshots() {
     );
 }
 
+#[test]
+fn a_path_longer_than_the_system_allows_fails_the_snapshot_at_once_and_says_why() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"a\n");
+    let before_refs = repo.ckpt_refs();
+    // Made a level at a time, relative to the last one, as a user's tool would.
+    let mut dir = std::fs::File::open(&repo.root).expect("open root");
+    for _ in 0..25 {
+        use std::os::fd::AsFd;
+        let name = "d".repeat(200);
+        rustix::fs::mkdirat(dir.as_fd(), name.as_str(), rustix::fs::Mode::from_raw_mode(0o755)).expect("mkdirat");
+        let next = rustix::fs::openat(
+            dir.as_fd(),
+            name.as_str(),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .expect("openat");
+        dir = std::fs::File::from(next);
+    }
+    let run = repo.ckpt(&["snapshot"]);
+    assert_ne!(run.code, 0, "a snapshot that cannot see a directory must fail");
+    assert!(run.stderr.contains("File name too long"), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("attempts"),
+        "the cause is the name, not a race; it is not retried: {}",
+        run.stderr
+    );
+    assert_eq!(repo.ckpt_refs(), before_refs, "no checkpoint is published");
+}
+
 /// What `plant_hostile_checkpoint` made: blob, tree and commit ids.
 struct Planted {
     blob: String,

@@ -316,6 +316,22 @@ impl gix::dir::walk::Delegate for CheckingIgnoreFiles<'_, '_, '_, '_> {
 /// How many times the walk for untracked paths is taken when the worktree changes under it.
 const WALK_ATTEMPTS: u32 = 8;
 
+/// Whether the walk failed because a directory went away (or became a file) under it, which a
+/// second walk settles; any other failure (a name too long, no permission) would only repeat.
+fn a_directory_vanished(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            let vanished = [rustix::io::Errno::NOENT, rustix::io::Errno::NOTDIR]
+                .iter()
+                .any(|errno| io.raw_os_error() == Some(errno.raw_os_error()));
+            return vanished;
+        }
+        cause = e.source();
+    }
+    false
+}
+
 /// What the walk for untracked paths finds: the walk half of a [`WorktreeListing`].
 fn walk_untracked(
     repo: &gix::Repository,
@@ -364,16 +380,17 @@ fn walk_untracked(
         ignored_unentered = checking.ignored_unentered;
         match walked {
             Ok(()) => break,
-            Err(_) if attempt < WALK_ATTEMPTS => {
+            Err(e) if attempt < WALK_ATTEMPTS && a_directory_vanished(&e) => {
                 attempt += 1;
                 collect = gix::dir::walk::delegate::Collect::default();
             }
-            Err(e) => {
+            Err(e) if a_directory_vanished(&e) => {
                 return Err(VerbError::git(
                     format!("walking the worktree ({attempt} attempts; did directories keep vanishing?)"),
                     e,
                 ))
             }
+            Err(e) => return Err(e),
         }
     }
     let mut listing = WorktreeListing::default();
@@ -1284,7 +1301,26 @@ impl Vault {
 
 #[cfg(test)]
 mod tests {
-    use super::attributes_are_raw;
+    use super::{a_directory_vanished, attributes_are_raw};
+    use crate::verbs::VerbError;
+
+    #[test]
+    fn only_a_vanished_directory_makes_the_walk_worth_taking_again() {
+        let walk_failed = |errno: rustix::io::Errno| {
+            VerbError::git(
+                "walking the worktree",
+                std::io::Error::from_raw_os_error(errno.raw_os_error()),
+            )
+        };
+        assert!(a_directory_vanished(&walk_failed(rustix::io::Errno::NOENT)));
+        assert!(a_directory_vanished(&walk_failed(rustix::io::Errno::NOTDIR)));
+        assert!(!a_directory_vanished(&walk_failed(rustix::io::Errno::NAMETOOLONG)));
+        assert!(!a_directory_vanished(&walk_failed(rustix::io::Errno::ACCESS)));
+        assert!(!a_directory_vanished(&VerbError::git_because(
+            "walking the worktree",
+            "no cause"
+        )));
+    }
 
     #[test]
     fn converting_attributes_are_detected() {
