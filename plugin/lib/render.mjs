@@ -137,6 +137,8 @@ export function renderRestore(restore, point, commandName, partial, title = `Rew
   if (deleted.length) lines.push(`  deleted (${deleted.length}):`, ...paths(deleted))
   if (!written.length && !deleted.length && !failed.length) lines.push('  nothing needed changing: every protected file already matched')
   if (left.length) lines.push(`  left in place, created after that point (${left.length}):`, ...paths(left))
+  const unprotected = restore.not_protected ?? []
+  if (unprotected.length) lines.push(`  left in place, not protected (${unprotected.length}):`, ...paths(unprotected, withReason('reason')))
   if (restore.unchanged) lines.push(`  ${restore.unchanged} path(s) already matched`)
   if (failed.length) lines.push(`  FAILED (${failed.length}):`, ...paths(failed, withReason('error')))
   lines.push(restore.verified ? '  verified: every written path matches the checkpoint' : '  NOT verified: some written paths do not match the checkpoint')
@@ -160,6 +162,7 @@ export function restoreNotice(restore, point, cwd, { forked, undo }) {
   if (!written.length && !deleted.length) parts.push(failed.length ? 'No file was changed.' : 'No file needed changing.')
   else parts.push(`Written back: ${list(written)}. Deleted: ${list(deleted)}.`)
   if (restore?.left?.length) parts.push(`Left in place (created after that point, not removed): ${list(restore.left)}.`)
+  if (restore?.not_protected?.length) parts.push(`Left as they are, never checkpointed (too large or unreadable): ${list(restore.not_protected.map((f) => f.path))}.`)
   if (restore?.failed?.length) parts.push(`Could not be restored: ${list(restore.failed.map((f) => f.path))}.`)
   parts.push('Re-read any file before editing it.')
   return parts.join(' ')

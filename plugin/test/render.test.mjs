@@ -50,6 +50,9 @@ test('restore, status and diff render from their records; the notice says exactl
   const notice = restoreNotice(restore, point, '/w', { forked: true })
   assert.equal(notice, 'The user rewound this conversation and the files in /w to before turn 2 (checkpoint cccc3333). No file needed changing. Left in place (created after that point, not removed): made.txt. Re-read any file before editing it.')
   assert.doesNotMatch(notice, /restored to/, 'no overstatement')
+  const unprotected = { ...restore, left: [], not_protected: [{ path: 'dump.bin', reason: 'too_large: 500 bytes, limit 100' }] }
+  assert.match(renderRestore(unprotected, point, 'rewind', false), /left in place, not protected \(1\):\n {4}dump\.bin {2}\[too_large: 500 bytes, limit 100\]/)
+  assert.match(restoreNotice(unprotected, point, '/w', { forked: true }), /Left as they are, never checkpointed \(too large or unreadable\): dump\.bin\./)
   const status = renderStatus({ provider: 'git', workspace: '/w', protected: 4, not_protected: [{ path: { bytes_b64: '/w==' }, reason: 'ignored' }], checkpoints: 9, sessions: [{}, {}], ckpt_only_bytes: 2048, shared_bytes: 10, blobs: 5 }, { points: 3, guards: 1 })
   assert.match(status, /not protected \(1\):\n {2}<non-UTF-8 name, base64 \/w==> {2}\[ignored\]/)
   assert.match(status, /disk: 2\.0 KiB kept alive only by ckpt, 10 B shared/)

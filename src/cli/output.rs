@@ -269,6 +269,11 @@ pub fn restore_text(report: &RestoreReport) -> String {
     push_paths(&mut text, "written", &report.written);
     push_paths(&mut text, "deleted", &report.deleted);
     push_paths(&mut text, "left in place (created after the checkpoint)", &report.left);
+    push_reasons(
+        &mut text,
+        "left in place, not protected (ckpt has no copy of it)",
+        &report.not_protected,
+    );
     push_reasons(&mut text, "FAILED", &report.failed);
     text.push_str(&format!("  {} path(s) already matched\n", report.unchanged));
     if report.written.is_empty() && report.deleted.is_empty() && report.failed.is_empty() {

@@ -251,6 +251,8 @@ pub struct RestoreRecord<'a> {
     pub written: Vec<WirePath>,
     pub deleted: Vec<WirePath>,
     pub left: Vec<WirePath>,
+    /// Paths the guard could not protect, so the restore never touched them (with why).
+    pub not_protected: Vec<PathReason<'a>>,
     pub unchanged: usize,
     pub failed: Vec<PathError<'a>>,
     pub verified: bool,
@@ -271,6 +273,7 @@ impl<'a> RestoreRecord<'a> {
             written: paths(&report.written),
             deleted: paths(&report.deleted),
             left: paths(&report.left),
+            not_protected: StatusRecord::not_protected(&report.not_protected),
             unchanged: report.unchanged,
             failed: report
                 .failed

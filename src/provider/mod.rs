@@ -135,6 +135,14 @@ pub struct Selection {
     pub exact: bool,
 }
 
+impl Selection {
+    /// Whether the restore looks at `path`: every path without a filter, else one within a
+    /// filter or holding one.
+    pub fn reaches(&self, path: &RepoPath) -> bool {
+        self.paths.is_empty() || self.paths.iter().any(|f| path.is_within(f) || f.is_within(path))
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Preview {
     pub id: String,
@@ -160,6 +168,10 @@ pub struct RestoreReport {
     pub written: Vec<RepoPath>,
     pub deleted: Vec<RepoPath>,
     pub left: Vec<RepoPath>,
+    /// Paths in the worktree the guard saw but could not protect (too large, unreadable, a
+    /// special file): ckpt has no evidence about them, so the restore left them as they are,
+    /// with `--exact` too.
+    pub not_protected: Vec<(RepoPath, String)>,
     pub unchanged: usize,
     pub failed: Vec<(RepoPath, String)>,
     pub verified: bool,

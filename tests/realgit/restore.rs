@@ -439,3 +439,43 @@ fn a_restore_does_not_read_again_the_trees_an_earlier_check_read() {
     );
     assert_eq!(std::fs::read(repo.path("top.txt")).unwrap(), b"four\n");
 }
+
+#[test]
+fn a_file_too_large_to_protect_is_left_in_place_and_named_by_the_restore() {
+    let repo = TestRepo::new();
+    let config = repo.common_dir().join("ckpt/config.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, "max_file_size = 100\n").unwrap();
+    repo.write("small.txt", b"one\n");
+    let id = repo.snapshot(&[]);
+    repo.write("small.txt", b"two\n");
+    repo.write("dump.bin", &[7u8; 500]);
+    repo.write("notes.txt", b"created after\n");
+    for exact in [false, true] {
+        let mut args = vec!["restore", id.as_str(), "--yes"];
+        if exact {
+            args.push("--exact");
+        }
+        let run = repo.ckpt_json(&args, 0);
+        let report = run.one("restore");
+        let unprotected = report["not_protected"].as_array().expect("not_protected");
+        assert_eq!(unprotected.len(), 1, "exact {exact}: {report}");
+        assert_eq!(unprotected[0]["path"], "dump.bin", "{report}");
+        assert!(
+            unprotected[0]["reason"].as_str().unwrap().starts_with("too_large"),
+            "{report}"
+        );
+        assert_eq!(repo.read("dump.bin"), vec![7u8; 500], "never touched");
+        assert_eq!(repo.read("small.txt"), b"one\n");
+        let text = repo.ckpt(&["restore", &id, "--yes"]);
+        assert!(
+            text.stdout.contains("not protected") && text.stdout.contains("dump.bin"),
+            "{}",
+            text.stdout
+        );
+    }
+    assert!(
+        !repo.path("notes.txt").exists(),
+        "--exact removed what the guard protected"
+    );
+}

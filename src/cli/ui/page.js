@@ -420,6 +420,7 @@ async function restoreTo (id, exact, paths, what) {
     outcome.replaceChildren(restoredView(report, report.verified ? 'Restored, and verified.' : 'Restored with problems:', [
       pathList('deleted', report.deleted, 'deleted'),
       pathList('left in place, created after it', report.left, 'left'),
+      pathList('left in place, not protected', report.not_protected, 'not-protected'),
     ]))
     await refresh()
   } catch (error) {

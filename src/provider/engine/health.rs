@@ -380,6 +380,7 @@ impl Engine {
                 written: Vec::new(),
                 deleted: Vec::new(),
                 left: Vec::new(),
+                not_protected: Vec::new(),
                 unchanged: 0,
                 failed: Vec::new(),
                 verified: true,

@@ -161,17 +161,32 @@ impl Engine {
     }
 
     pub(super) fn not_protected(record: &Record, capture: &Capture, selection: &Selection) -> Vec<(RepoPath, String)> {
-        let in_scope = |p: &RepoPath| {
-            selection.paths.is_empty() || selection.paths.iter().any(|f| p.is_within(f) || f.is_within(p))
-        };
-        let mut out: Vec<(RepoPath, String)> = capture.unprotected().into_iter().filter(|(p, _)| in_scope(p)).collect();
+        let mut out: Vec<(RepoPath, String)> = capture
+            .unprotected()
+            .into_iter()
+            .filter(|(p, _)| selection.reaches(p))
+            .collect();
         for skipped in &record.skipped {
             if let Ok(path) = skipped.path.to_repo_path() {
-                if in_scope(&path) {
+                if selection.reaches(&path) {
                     out.push((path, format!("not in checkpoint: {}", skipped.reason)));
                 }
             }
         }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The paths within `selection` that the guard `guard` saw but could not protect, with why:
+    /// the restore has no evidence about them and leaves them as they are.
+    fn unprotected_now(guard: &Record, selection: &Selection) -> Vec<(RepoPath, String)> {
+        let mut out: Vec<(RepoPath, String)> = guard
+            .skipped
+            .iter()
+            .filter_map(|skipped| Some((crate::records::skipped_path(skipped)?, skipped.reason.clone())))
+            .filter(|(path, _)| selection.reaches(path))
+            .collect();
         out.sort();
         out.dedup();
         out
@@ -560,6 +575,7 @@ impl Engine {
             } else {
                 plan.created_after.clone()
             },
+            not_protected: Self::unprotected_now(&guard.record, selection),
             unchanged: plan.unchanged,
             failed: plan
                 .conflicts
