@@ -488,6 +488,90 @@ fn a_chmod_just_before_the_swap_is_kept_and_reported() {
 }
 
 #[test]
+fn a_chmod_of_the_new_file_during_a_swap_that_goes_back_is_kept_with_it() {
+    // A chmod lands on the file the swap displaced (so the swap goes back), and another on
+    // ckpt's new file while it stands at the path: both are the user's, neither is dropped.
+    use std::os::unix::fs::PermissionsExt;
+    let repo = TestRepo::new();
+    repo.write("d/secret.txt", b"old\n");
+    let id = repo.snapshot(&[]);
+    repo.write("d/secret.txt", b"new\n");
+    std::fs::set_permissions(repo.path("d/secret.txt"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let temps = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(repo.path("d"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".ckpt-"))
+            .collect()
+    };
+    let out = crate::safety::run_paused(
+        &repo,
+        "restore:after-exchange",
+        &["--json", "restore", &id, "--yes"],
+        || {
+            let displaced = temps();
+            assert_eq!(displaced.len(), 1, "{displaced:?}");
+            std::fs::set_permissions(&displaced[0], std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::fs::set_permissions(repo.path("d/secret.txt"), std::fs::Permissions::from_mode(0o640)).unwrap();
+        },
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    assert_eq!(
+        repo.read("d/secret.txt"),
+        b"new\n",
+        "the user's file is back at its path"
+    );
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&repo.path("d/secret.txt")), 0o600);
+    let kept: Vec<_> = std::fs::read_dir(repo.path("d"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().contains(".ckpt-kept-"))
+        .collect();
+    assert_eq!(
+        kept.len(),
+        1,
+        "the chmod made to the new file is kept with it:\n{stdout}"
+    );
+    assert_eq!(mode(&kept[0]), 0o640);
+    assert_eq!(std::fs::read(&kept[0]).unwrap(), b"old\n");
+    assert!(stdout.contains("permissions or owner"), "{stdout}");
+    assert!(temps().iter().all(|p| p.to_string_lossy().contains(".ckpt-kept-")));
+}
+
+#[test]
+fn a_chmod_of_a_file_the_restore_removes_keeps_the_file() {
+    // --exact removes a file created after the checkpoint; the user chmods it after the guard
+    // took it. Removing it would lose the chmod (the guard holds content and the exec bit).
+    use std::os::unix::fs::PermissionsExt;
+    let repo = TestRepo::new();
+    repo.write("keep.txt", b"one\n");
+    let id = repo.snapshot(&[]);
+    repo.write("made.txt", b"made after\n");
+    repo.write("other.txt", b"also made after\n");
+    std::fs::set_permissions(repo.path("made.txt"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = crate::safety::run_paused(
+        &repo,
+        "restore:after-staging",
+        &["--json", "restore", &id, "--yes", "--exact"],
+        || {
+            std::fs::set_permissions(repo.path("made.txt"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        },
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    assert_eq!(repo.read("made.txt"), b"made after\n", "not removed:\n{stdout}");
+    let mode = std::fs::metadata(repo.path("made.txt")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert!(!repo.path("other.txt").exists(), "the untouched one is removed");
+    assert!(
+        stdout.contains("made.txt") && stdout.contains("not removed"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn a_staging_directory_others_can_write_is_never_used() {
     use std::os::unix::fs::PermissionsExt;
     let repo = TestRepo::new();

@@ -478,4 +478,40 @@ fn a_file_too_large_to_protect_is_left_in_place_and_named_by_the_restore() {
         !repo.path("notes.txt").exists(),
         "--exact removed what the guard protected"
     );
+
+    // A filter naming only that file names something that is there.
+    let run = repo.ckpt_json(&["restore", &id, "--yes", "--exact", "--", "dump.bin"], 0);
+    assert_eq!(
+        run.one("restore")["not_protected"][0]["path"],
+        "dump.bin",
+        "{}",
+        run.stdout
+    );
+    assert_eq!(repo.read("dump.bin"), vec![7u8; 500]);
+
+    // A file the checkpoint could not hold (too large then, small now) is named too.
+    repo.write("shrink.bin", &[1u8; 500]);
+    repo.write("small.txt", b"a checkpoint of its own\n");
+    let big_then = repo.snapshot(&[]);
+    repo.write("shrink.bin", b"small now\n");
+    let run = repo.ckpt_json(&["restore", &big_then, "--yes", "--exact", "--", "shrink.bin"], 0);
+    let report = run.one("restore");
+    let named: Vec<_> = report["not_protected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["path"].as_str().unwrap().to_owned(),
+                e["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        named
+            .iter()
+            .any(|(p, why)| p == "shrink.bin" && why.starts_with("not in checkpoint: too_large")),
+        "{report}"
+    );
+    assert_eq!(repo.read("shrink.bin"), b"small now\n", "never touched");
 }

@@ -9,7 +9,8 @@ use crate::provider::scan::{self, BlobSink, Capture};
 use crate::provider::{CkptError, Confirmation, Preview, RestoreReport, ScanMode, Selection, SnapshotRequest};
 use crate::records::{JournalOp, Record, Registry, RestoreJournal};
 use crate::verbs::{
-    EntryKind, FileCounts, PathScope, PinRef, Prestaged, RepoPath, RestoreOp, TreeChange, TreeCheck, TreeItem,
+    EntryKind, FileCounts, PathScope, PinRef, Prestaged, RepoPath, RestoreOp, SeenStats, TreeChange, TreeCheck,
+    TreeItem,
 };
 
 /// The directory of a workspace's state where a restore stages its writes.
@@ -151,6 +152,7 @@ impl Engine {
         };
         plan.unmatched_filter
             .retain(|f| !capture.files.keys().any(|p| p.is_within(f)));
+        Self::match_filters_naming_unprotected(&mut plan, capture);
         if let Some(unmatched) = plan.unmatched_filter.first() {
             return Err(CkptError::NotFound(format!(
                 "path {} is neither in the checkpoint nor in the worktree",
@@ -178,13 +180,25 @@ impl Engine {
         out
     }
 
-    /// The paths within `selection` that the guard `guard` saw but could not protect, with why:
-    /// the restore has no evidence about them and leaves them as they are.
-    fn unprotected_now(guard: &Record, selection: &Selection) -> Vec<(RepoPath, String)> {
-        let mut out: Vec<(RepoPath, String)> = guard
-            .skipped
-            .iter()
-            .filter_map(|skipped| Some((crate::records::skipped_path(skipped)?, skipped.reason.clone())))
+    /// The paths within `selection` the restore has no evidence about and leaves as they are,
+    /// with why: what the guard `guard` saw but could not protect, and what the checkpoint
+    /// `target` did not hold for the same reasons.
+    fn unprotected_now(guard: &Record, target: &Record, selection: &Selection) -> Vec<(RepoPath, String)> {
+        let listed = |record: &Record, prefix: &'static str| {
+            record
+                .skipped
+                .iter()
+                .filter_map(move |skipped| {
+                    Some((
+                        crate::records::skipped_path(skipped)?,
+                        format!("{prefix}{}", skipped.reason),
+                    ))
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut out: Vec<(RepoPath, String)> = listed(guard, "")
+            .into_iter()
+            .chain(listed(target, "not in checkpoint: "))
             .filter(|(path, _)| selection.reaches(path))
             .collect();
         out.sort();
@@ -212,13 +226,21 @@ impl Engine {
         out
     }
 
+    /// A filter that names only files on disk ckpt could not protect (too large, unreadable, a
+    /// special file) names something that is there: the restore leaves it and says so, rather
+    /// than claiming it is nowhere.
+    fn match_filters_naming_unprotected(plan: &mut plan::Plan, capture: &Capture) {
+        plan.unmatched_filter
+            .retain(|f| !capture.skipped.iter().any(|(p, _)| p.is_within(f) || f.is_within(p)));
+    }
+
     pub(super) fn make_plan(
         target: &BTreeMap<RepoPath, TreeItem>,
         record: &Record,
         capture: &Capture,
         selection: &Selection,
     ) -> Result<plan::Plan, CkptError> {
-        let plan = plan::plan(&PlanInput {
+        let mut plan = plan::plan(&PlanInput {
             target,
             current: &capture.items(),
             unprotected: &capture.unprotected(),
@@ -226,6 +248,7 @@ impl Engine {
             untouchable: &Self::untouchable(record, capture),
             exact: selection.exact,
         });
+        Self::match_filters_naming_unprotected(&mut plan, capture);
         if let Some(unmatched) = plan.unmatched_filter.first() {
             return Err(CkptError::NotFound(format!(
                 "path {} is neither in the checkpoint nor in the worktree",
@@ -549,12 +572,25 @@ impl Engine {
         crate::fault::point("restore:after-journal");
         let phase = self.reporter.progress().phase("restoring", plan.ops.len() as u64);
         let progress = self.reporter.progress();
-        let results = self.vault.restore_paths(&plan.ops, Some(&prestaged), |done| {
-            progress.inc(1);
-            if done == 1 {
-                crate::fault::point("restore:after-first-write");
-            }
-        });
+        let seen: SeenStats = plan
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                RestoreOp::Remove { path, .. } => {
+                    let stat = evidence.capture().files.get(path)?.stat?;
+                    Some((path.clone(), stat))
+                }
+                _ => None,
+            })
+            .collect();
+        let results = self
+            .vault
+            .restore_paths(&plan.ops, Some(&prestaged), Some(&seen), |done| {
+                progress.inc(1);
+                if done == 1 {
+                    crate::fault::point("restore:after-first-write");
+                }
+            });
         drop(phase);
 
         let mut report = RestoreReport {
@@ -575,7 +611,7 @@ impl Engine {
             } else {
                 plan.created_after.clone()
             },
-            not_protected: Self::unprotected_now(&guard.record, selection),
+            not_protected: Self::unprotected_now(&guard.record, record, selection),
             unchanged: plan.unchanged,
             failed: plan
                 .conflicts

@@ -54,6 +54,12 @@ impl CapturedFiles {
         self.0.len()
     }
 
+    /// The file captured at `path`, if any.
+    pub fn get(&self, path: &RepoPath) -> Option<&CapturedFile> {
+        let at = self.0.binary_search_by(|(p, _)| p.cmp(path)).ok()?;
+        self.0.get(at).map(|(_, file)| file)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (&RepoPath, &CapturedFile)> + Clone {
         self.0.iter().map(|(path, file)| (path, file))
     }

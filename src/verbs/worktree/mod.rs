@@ -154,6 +154,7 @@ pub fn read_settled_file(
     let worktree = Worktree {
         root,
         object_hash: gix::hash::Kind::Sha1,
+        seen: None,
     };
     worktree.read_settled_file(path, max_bytes)
 }
@@ -296,7 +297,13 @@ pub(super) fn file_stat(stat: &rustix::fs::Stat) -> FileStat {
 struct Worktree<'a> {
     root: &'a std::path::Path,
     object_hash: gix::hash::Kind,
+    /// The stat each file to be removed had when the restore's evidence captured it, where
+    /// known: a file whose stat has moved since (a `chmod`, `chown` or write) is left alone.
+    seen: Option<&'a SeenStats>,
 }
+
+/// What the evidence of a restore saw at paths it may remove: each file's stat as captured.
+pub type SeenStats = HashMap<RepoPath, FileStat>;
 
 /// How many writes are staged at once before their fsyncs: each holds its temp file and its
 /// directory open, so a chunk takes at most a quarter of what the open-file limit leaves after
@@ -425,6 +432,7 @@ impl Vault {
         Worktree {
             root: self.workdir(),
             object_hash: self.object_hash_kind(),
+            seen: None,
         }
     }
 
@@ -438,15 +446,20 @@ impl Vault {
     /// (or puts it back) and removes its temp file. Returns one result per op. Consecutive file
     /// removals, and consecutive writes, touch distinct paths and never each other's parents, so
     /// each such run is applied in parallel; directory removals and prunes keep their
-    /// deepest-first order.
+    /// deepest-first order. A file is removed only while its stat is still the one `seen` has
+    /// for it (where `seen` has one), so a `chmod` or `chown` since the evidence keeps it.
     pub fn restore_paths(
         &self,
         ops: &[RestoreOp],
         prestaged: Option<&Prestaged>,
+        seen: Option<&SeenStats>,
         after_each: impl Fn(usize) + Sync,
     ) -> Vec<Result<(), VerbError>> {
         use rayon::prelude::*;
-        let worktree = self.worktree();
+        let worktree = Worktree {
+            seen,
+            ..self.worktree()
+        };
         let shared = self.repo_for_threads();
         let done = std::sync::atomic::AtomicUsize::new(0);
         let directories = DirectorySyncs::new(ops);
@@ -626,6 +639,7 @@ mod tests {
         let worktree = Worktree {
             root: &root,
             object_hash: gix::hash::Kind::Sha1,
+            seen: None,
         };
         let path = |p: &str| RepoPath::new(p.as_bytes().to_vec()).unwrap();
         let parent = worktree.open_parent(&path("a/b/f"), false).unwrap().unwrap();

@@ -396,6 +396,7 @@ impl Vault {
             let worktree = Worktree {
                 root: &root,
                 object_hash,
+                seen: None,
             };
             let writes = writes(&shared.to_thread_local());
             let mut earlier = earlier.map(PrestageJob::wait);

@@ -251,6 +251,11 @@ impl Worktree<'_> {
                 }
             };
         };
+        // What ckpt's file looks like before anyone can reach it by name: a `chmod` or `chown`
+        // made to it while it stands at `path` is the user's, and is kept if it is swapped back.
+        let ours_before = rustix::fs::statat(parent, temp, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .map(|stat| ownership(&stat));
         match rustix::fs::renameat_with(parent, temp, parent, leaf, RenameFlags::EXCHANGE) {
             Ok(()) => {}
             Err(e) if exchange_unsupported(e) => {
@@ -280,6 +285,7 @@ impl Worktree<'_> {
                 return Err(cannot_move_into_place(path, e));
             }
         }
+        crate::fault::pause("restore:after-exchange");
         // The new content is in place; `temp` now names what it displaced. What cannot be read
         // is not evidence: it is swapped back like a change.
         let displaced = self
@@ -314,9 +320,17 @@ impl Worktree<'_> {
         let ours = self
             .read_settled_at(parent, temp, path)
             .unwrap_or_else(|e| DiskItem::Unreachable(e.to_string()));
-        let leftover = if ours == DiskItem::Entry(*item) {
+        let ours_after = rustix::fs::statat(parent, temp, AtFlags::SYMLINK_NOFOLLOW)
+            .ok()
+            .map(|stat| ownership(&stat));
+        let leftover = if ours == DiskItem::Entry(*item) && ours_after == ours_before {
             rustix::fs::unlinkat(parent, temp, AtFlags::empty()).ok();
             String::new()
+        } else if ours == DiskItem::Entry(*item) {
+            format!(
+                "; a change of permissions or owner made to the new file during the swap is kept with it at {}",
+                self.keep_aside(parent, temp, path)
+            )
         } else {
             format!(
                 "; content written to it during the swap is kept at {}",
@@ -342,6 +356,21 @@ impl Worktree<'_> {
     /// then checked, so a write that lands before the move is found and the file put back.
     pub(super) fn remove_item(&self, parent: &OwnedFd, path: &RepoPath, expect: &TreeItem) -> Result<(), VerbError> {
         let leaf = Self::leaf(path);
+        // Content alone is not all the evidence: a `chmod` or `chown` since the capture moved
+        // the file's ctime, and removing it would lose that change (the guard holds content
+        // and the execute bit only).
+        let before = rustix::fs::statat(parent, leaf, AtFlags::SYMLINK_NOFOLLOW).ok();
+        if let (Some(seen), Some(now)) = (self.seen.and_then(|seen| seen.get(path)), &before) {
+            if super::file_stat(now) != *seen {
+                return Err(worktree_error(
+                    path,
+                    format!(
+                        "its permissions, owner or times changed after the guard checkpoint was taken (mode now {:04o}); not removed",
+                        now.st_mode & 0o7777
+                    ),
+                ));
+            }
+        }
         let aside = temp_name();
         match rustix::fs::renameat_with(parent, leaf, parent, aside.as_slice(), RenameFlags::NOREPLACE) {
             Ok(()) => {}
@@ -359,7 +388,13 @@ impl Worktree<'_> {
         let moved = self
             .read_settled_at(parent, &aside, path)
             .unwrap_or_else(|e| DiskItem::Unreachable(e.to_string()));
-        if moved == DiskItem::Entry(*expect) {
+        // The move itself changes the ctime; the permissions and owner it must not.
+        let moved_stat = rustix::fs::statat(parent, aside.as_slice(), AtFlags::SYMLINK_NOFOLLOW).ok();
+        let same_ownership = match (&before, &moved_stat) {
+            (Some(before), Some(after)) => ownership(before) == ownership(after),
+            _ => false,
+        };
+        if moved == DiskItem::Entry(*expect) && same_ownership {
             return rustix::fs::unlinkat(parent, aside.as_slice(), AtFlags::empty())
                 .map_err(|e| worktree_error(path, format!("cannot remove: {}", errno_text(e))));
         }
@@ -371,7 +406,11 @@ impl Worktree<'_> {
             path,
             format!(
                 "changed on disk during the restore (now {}); not removed{kept}",
-                describe(&moved)
+                if moved == DiskItem::Entry(*expect) {
+                    "the same content with other permissions or owner".to_owned()
+                } else {
+                    describe(&moved)
+                }
             ),
         ))
     }
@@ -481,6 +520,12 @@ pub(super) fn describe(item: &DiskItem) -> String {
         DiskItem::Special => "a special file".into(),
         DiskItem::Unreachable(why) => why.clone(),
     }
+}
+
+/// What a rename leaves alone and a `chmod` or `chown` changes (with the inode, so a file swapped
+/// in under the same name is told apart).
+fn ownership(stat: &rustix::fs::Stat) -> (u32, u32, u32, u64) {
+    (stat.st_mode, stat.st_uid, stat.st_gid, stat.st_ino)
 }
 
 /// The filesystem (or kernel) offers no `renameat2` flags; the caller falls back to checking
