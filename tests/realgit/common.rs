@@ -367,6 +367,13 @@ impl TestRepo {
         run.one("snapshot")["id"].as_str().expect("id").to_owned()
     }
 
+    /// Writes ckpt's config file for this repository (`.git/ckpt/config.toml`).
+    pub fn set_config(&self, text: &str) {
+        let config = self.common_dir().join("ckpt/config.toml");
+        std::fs::create_dir_all(config.parent().expect("config dir")).expect("mkdir");
+        std::fs::write(&config, text).expect("write config");
+    }
+
     pub fn write(&self, rel: impl AsRef<Path>, content: &[u8]) {
         let path = self.root.join(rel);
         if let Some(parent) = path.parent() {

@@ -443,9 +443,7 @@ fn a_restore_does_not_read_again_the_trees_an_earlier_check_read() {
 #[test]
 fn a_file_too_large_to_protect_is_left_in_place_and_named_by_the_restore() {
     let repo = TestRepo::new();
-    let config = repo.common_dir().join("ckpt/config.toml");
-    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
-    std::fs::write(&config, "max_file_size = 100\n").unwrap();
+    repo.set_config("max_file_size = 100\n");
     repo.write("small.txt", b"one\n");
     let id = repo.snapshot(&[]);
     repo.write("small.txt", b"two\n");

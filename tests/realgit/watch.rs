@@ -868,9 +868,7 @@ fn a_restore_undoing_only_what_its_watched_guard_just_saw_keeps_what_the_guard_c
     // version: a conflict, never overwritten, exactly as in a twin repository that walks.
     let build = || {
         let repo = TestRepo::new();
-        let config = repo.common_dir().join("ckpt/config.toml");
-        std::fs::create_dir_all(config.parent().unwrap()).unwrap();
-        std::fs::write(&config, "max_file_size = 100\n").unwrap();
+        repo.set_config("max_file_size = 100\n");
         repo.write("a.txt", b"alpha\n");
         repo.write("big.txt", b"small for now\n");
         repo.write("d/x.txt", b"in d\n");
@@ -924,9 +922,7 @@ fn a_restore_undoing_only_what_its_watched_guard_just_saw_keeps_what_the_guard_c
 #[test]
 fn what_a_watched_restore_stages_early_is_exactly_what_its_plan_writes() {
     let repo = TestRepo::new();
-    let config = repo.common_dir().join("ckpt/config.toml");
-    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
-    std::fs::write(&config, "max_file_size = 100\n").unwrap();
+    repo.set_config("max_file_size = 100\n");
     repo.write("a.txt", b"alpha\n");
     repo.write("big.txt", b"small for now\n");
     repo.write("d/x.txt", b"in d\n");
