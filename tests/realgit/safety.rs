@@ -223,6 +223,13 @@ fn a_change_after_the_writes_fails_verification_by_path_and_is_kept() {
         .collect();
     failed.sort();
     assert_eq!(failed, vec!["d1/f5.txt", "d2/f6.txt"], "{restore}");
+    for listed in ["written", "deleted"] {
+        let paths = restore[listed].as_array().unwrap();
+        assert!(
+            !paths.iter().any(|p| p == "d1/f5.txt" || p == "d2/f6.txt"),
+            "a path that failed is not also {listed}: {restore}"
+        );
+    }
     assert_eq!(repo.read("d1/f5.txt"), user, "the user's edit is kept");
     for i in (0..40).filter(|i| ![5, 6].contains(i)) {
         assert_eq!(repo.read(spread_path(i, 4)), format!("original {i}\n").as_bytes());

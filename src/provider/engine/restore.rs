@@ -645,13 +645,18 @@ impl Engine {
             .filter(|(path, _)| !failed.contains(path))
             .collect();
         let answers = self.vault.verify_paths(&expected);
-        for ((path, _), holds) in expected.into_iter().zip(answers) {
+        for ((path, want), holds) in expected.into_iter().zip(answers) {
             if !holds? {
                 verified = false;
-                report.failed.push((
-                    path.clone(),
-                    "verification failed: content differs after restore".into(),
-                ));
+                // Each path is reported once: a path changed after its write is not restored.
+                report.written.retain(|p| p != path);
+                report.deleted.retain(|p| p != path);
+                let why = if want.is_some() {
+                    "verification failed: changed on disk after the restore wrote it (content, kind or execute bit); left as it is now"
+                } else {
+                    "verification failed: something is there again after the restore removed it; left as it is now"
+                };
+                report.failed.push((path.clone(), why.into()));
             }
         }
         report.verified = verified;
