@@ -111,7 +111,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         }
         if let Some((blocker, why)) = blockers.iter().find(|(b, _)| path.is_within(b) || b.is_within(path)) {
             let reason = if blocker == path {
-                format!("{why} path in the way")
+                format!("what is on disk here is not protected ({why}), so it is not overwritten")
             } else {
                 format!("{why} path {} in the way", blocker.display())
             };

@@ -513,3 +513,33 @@ fn a_file_too_large_to_protect_is_left_in_place_and_named_by_the_restore() {
     );
     assert_eq!(repo.read("shrink.bin"), b"small now\n", "never touched");
 }
+
+#[test]
+fn hard_links_among_the_restored_files_do_not_fail_an_undisturbed_restore() {
+    // Removing or swapping one name of an inode moves the ctime and link count every other
+    // name shows: the restore's own doing, not a user's change.
+    for round in 0..5 {
+        let repo = TestRepo::new();
+        repo.write("a", b"a\n");
+        repo.write("b", b"b\n");
+        repo.commit_all("two files");
+        let id = repo.snapshot(&[]);
+        repo.write("n1", b"q\n");
+        std::fs::hard_link(repo.path("n1"), repo.path("n2")).unwrap();
+        std::fs::hard_link(repo.path("n1"), repo.path("n3")).unwrap();
+        repo.write("e/m1", b"r\n");
+        std::fs::hard_link(repo.path("e/m1"), repo.path("e/m2")).unwrap();
+        std::fs::remove_file(repo.path("b")).unwrap();
+        std::fs::hard_link(repo.path("a"), repo.path("b")).unwrap();
+        let mut appended = repo.read("a");
+        appended.extend_from_slice(b"X\n");
+        std::fs::write(repo.path("a"), &appended).unwrap();
+        let run = repo.ckpt_json(&["restore", &id, "--yes", "--exact"], 0);
+        assert_eq!(run.one("restore")["verified"], true, "round {round}: {}", run.stdout);
+        assert_eq!(repo.read("a"), b"a\n");
+        assert_eq!(repo.read("b"), b"b\n");
+        for gone in ["n1", "n2", "n3", "e/m1", "e/m2"] {
+            assert!(!repo.path(gone).exists(), "round {round}: {gone} left");
+        }
+    }
+}

@@ -901,7 +901,10 @@ fn a_restore_undoing_only_what_its_watched_guard_just_saw_keeps_what_the_guard_c
     assert_eq!(with_daemon, walking, "the same plan, the same outcome");
     assert_eq!(watched_repo.worktree(), walked_repo.worktree());
     let failed = with_daemon["failed"].to_string();
-    assert!(failed.contains("big.txt") && failed.contains("in the way"), "{failed}");
+    assert!(
+        failed.contains("big.txt") && failed.contains("not protected (too_large"),
+        "{failed}"
+    );
     assert_eq!(watched_repo.read("big.txt"), vec![b'B'; 500], "never overwritten");
     assert_eq!(watched_repo.read("a.txt"), b"alpha\n");
     assert_eq!(watched_repo.read("d/x.txt"), b"in d\n");

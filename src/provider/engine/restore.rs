@@ -9,8 +9,8 @@ use crate::provider::scan::{self, BlobSink, Capture};
 use crate::provider::{CkptError, Confirmation, Preview, RestoreReport, ScanMode, Selection, SnapshotRequest};
 use crate::records::{JournalOp, Record, Registry, RestoreJournal};
 use crate::verbs::{
-    EntryKind, FileCounts, PathScope, PinRef, Prestaged, RepoPath, RestoreOp, SeenStats, TreeChange, TreeCheck,
-    TreeItem,
+    EntryKind, FileCounts, PathScope, PinRef, Prestaged, RepoPath, RestoreOp, SeenFile, SeenStats, TreeChange,
+    TreeCheck, TreeItem,
 };
 
 /// The directory of a workspace's state where a restore stages its writes.
@@ -577,8 +577,12 @@ impl Engine {
             .iter()
             .filter_map(|op| match op {
                 RestoreOp::Remove { path, .. } => {
-                    let stat = evidence.capture().files.get(path)?.stat?;
-                    Some((path.clone(), stat))
+                    let file = evidence.capture().files.get(path)?;
+                    let seen = SeenFile {
+                        stat: file.stat?,
+                        linked: file.linked,
+                    };
+                    Some((path.clone(), seen))
                 }
                 _ => None,
             })

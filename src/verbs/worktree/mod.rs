@@ -302,8 +302,18 @@ struct Worktree<'a> {
     seen: Option<&'a SeenStats>,
 }
 
-/// What the evidence of a restore saw at paths it may remove: each file's stat as captured.
-pub type SeenStats = HashMap<RepoPath, FileStat>;
+/// What the evidence of a restore saw of a file it may remove.
+#[derive(Debug, Clone, Copy)]
+pub struct SeenFile {
+    /// Its stat as captured.
+    pub stat: FileStat,
+    /// It had other hard links: what happens to them (this restore removing one included)
+    /// moves its ctime, which then proves nothing.
+    pub linked: bool,
+}
+
+/// What the evidence of a restore saw at paths it may remove.
+pub type SeenStats = HashMap<RepoPath, SeenFile>;
 
 /// How many writes are staged at once before their fsyncs: each holds its temp file and its
 /// directory open, so a chunk takes at most a quarter of what the open-file limit leaves after

@@ -361,7 +361,12 @@ impl Worktree<'_> {
         // and the execute bit only).
         let before = rustix::fs::statat(parent, leaf, AtFlags::SYMLINK_NOFOLLOW).ok();
         if let (Some(seen), Some(now)) = (self.seen.and_then(|seen| seen.get(path)), &before) {
-            if super::file_stat(now) != *seen {
+            let mut stat_now = super::file_stat(now);
+            if seen.linked || now.st_nlink != 1 {
+                // A `chmod` still shows in the mode; a `chown` of a linked file goes unseen.
+                stat_now.ctime = seen.stat.ctime;
+            }
+            if stat_now != seen.stat {
                 return Err(worktree_error(
                     path,
                     format!(
