@@ -522,7 +522,10 @@ fn hard_links_among_the_restored_files_do_not_fail_an_undisturbed_restore() {
         let repo = TestRepo::new();
         repo.write("a", b"a\n");
         repo.write("b", b"b\n");
-        repo.commit_all("two files");
+        for i in 0..10 {
+            repo.write(format!("g{}/t{i}", i % 3), format!("own {i}\n").as_bytes());
+        }
+        repo.commit_all("files");
         let id = repo.snapshot(&[]);
         repo.write("n1", b"q\n");
         std::fs::hard_link(repo.path("n1"), repo.path("n2")).unwrap();
@@ -534,12 +537,21 @@ fn hard_links_among_the_restored_files_do_not_fail_an_undisturbed_restore() {
         let mut appended = repo.read("a");
         appended.extend_from_slice(b"X\n");
         std::fs::write(repo.path("a"), &appended).unwrap();
+        // Many names of one inode, each swapped for a file of its own at once.
+        for i in 1..10 {
+            let name = format!("g{}/t{i}", i % 3);
+            std::fs::remove_file(repo.path(&name)).unwrap();
+            std::fs::hard_link(repo.path("g0/t0"), repo.path(&name)).unwrap();
+        }
         let run = repo.ckpt_json(&["restore", &id, "--yes", "--exact"], 0);
         assert_eq!(run.one("restore")["verified"], true, "round {round}: {}", run.stdout);
         assert_eq!(repo.read("a"), b"a\n");
         assert_eq!(repo.read("b"), b"b\n");
         for gone in ["n1", "n2", "n3", "e/m1", "e/m2"] {
             assert!(!repo.path(gone).exists(), "round {round}: {gone} left");
+        }
+        for i in 0..10 {
+            assert_eq!(repo.read(format!("g{}/t{i}", i % 3)), format!("own {i}\n").as_bytes());
         }
     }
 }
