@@ -386,6 +386,30 @@ fn missing_objects_fail_loudly_never_restored_zero_files() {
     assert!(run.json.iter().all(|v| v["type"] != "restore"), "no success record");
 }
 
+/// A damaged loose copy of a blob a pack also holds does not stop a restore: the sound packed
+/// copy is what git itself reads, and what the restore writes.
+#[test]
+fn a_damaged_loose_copy_of_a_packed_blob_restores_from_the_pack() {
+    let repo = TestRepo::new();
+    repo.write("kept.txt", b"content the pack holds\n");
+    let id = repo.snapshot(&[]);
+    repo.git(&["repack", "-a", "-d", "-q"]);
+    let blob = repo.git(&["rev-parse", &format!("{id}:kept.txt")]).trim().to_owned();
+    let object = repo.common_dir().join("objects").join(&blob[..2]).join(&blob[2..]);
+    assert!(!object.exists(), "repack packed the blob");
+    std::fs::create_dir_all(object.parent().unwrap()).unwrap();
+    std::fs::write(&object, b"not zlib at all").unwrap();
+    repo.write("kept.txt", b"later edit\n");
+    let run = repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(
+        run.one("restore")["written"],
+        serde_json::json!(["kept.txt"]),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(repo.read("kept.txt"), b"content the pack holds\n");
+}
+
 #[test]
 fn bad_targets_and_labels_are_usage_errors() {
     let repo = TestRepo::new();
@@ -486,10 +510,33 @@ fn a_target_whose_content_is_not_a_readable_blob_changes_nothing() {
     let decoy = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"the fake content\n");
     let decoy_file = repo.common_dir().join("objects").join(&decoy[..2]).join(&decoy[2..]);
     std::fs::copy(&decoy_file, &object).unwrap();
+    // A loose blob cut off halfway, and one whose header claims more than it holds.
+    let overwrite = |id: &str, bytes: &[u8]| {
+        let object = repo.common_dir().join("objects").join(&id[..2]).join(&id[2..]);
+        let mut perms = std::fs::metadata(&object).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        std::fs::set_permissions(&object, perms).unwrap();
+        std::fs::write(&object, bytes).unwrap();
+    };
+    let cut = git_stdin(&repo, &["hash-object", "-w", "--stdin"], &[b'x'; 5000]);
+    let whole = std::fs::read(repo.common_dir().join("objects").join(&cut[..2]).join(&cut[2..])).unwrap();
+    overwrite(&cut, &whole[..whole.len() / 2]);
+    let short = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"seventeen bytes!\n");
+    let mut deflated = vec![0u8; 256];
+    let (lying, rc) = zlib_rs::compress_slice(
+        &mut deflated,
+        b"blob 100\0seventeen bytes!\n",
+        zlib_rs::DeflateConfig::default(),
+    );
+    assert_eq!(rc, zlib_rs::ReturnCode::Ok);
+    overwrite(&short, lying);
     for (name, entry_id) in [
         ("tree-as-file", &sub),
         ("garbage-blob", &garbage),
         ("damaged-blob", &damaged),
+        ("cut-blob", &cut),
+        ("short-blob", &short),
     ] {
         let mut tree = format!("100644 {name}\0").into_bytes();
         tree.extend(raw_id(entry_id));
