@@ -338,7 +338,10 @@ fn blob_content(
 /// no loose file for `id` (it is packed, or absent). gix maps each loose object into memory, and
 /// in a process with many threads every map and unmap waits for the others' page faults: a
 /// restore that stages a hundred blobs this way was measured 13-18% faster.
-fn read_loose(objects: &std::path::Path, id: &ObjectId) -> Option<Result<(gix::objs::Kind, Vec<u8>), String>> {
+pub(super) fn read_loose(
+    objects: &std::path::Path,
+    id: &ObjectId,
+) -> Option<Result<(gix::objs::Kind, Vec<u8>), String>> {
     let hex = id.0.to_hex().to_string();
     let compressed = match std::fs::read(objects.join(&hex[..2]).join(&hex[2..])) {
         Ok(bytes) => bytes,

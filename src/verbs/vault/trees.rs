@@ -82,9 +82,17 @@ fn canonical_mode(mode: u16) -> bool {
 /// [`read_level`]; with `strict_modes`, an entry of a mode git never writes is an error too
 /// (for the trees a restore would write from; a user's own history is read as git reads it).
 fn decode_level(repo: &gix::Repository, id: &ObjectId, strict_modes: bool) -> Result<Vec<LevelEntry>, VerbError> {
-    let tree = repo.find_tree(id.0).map_err(|e| lookup_error(repo, id, "tree", e))?;
-    let decoded = tree
-        .decode()
+    let data = match super::objects::read_loose(repo.objects.store_ref().path(), id) {
+        Some(Ok((gix::objs::Kind::Tree, data))) => data,
+        // Not loose, or a loose copy that is not a sound tree: as git reads it, packs first.
+        _ => {
+            repo.find_tree(id.0)
+                .map_err(|e| lookup_error(repo, id, "tree", e))?
+                .detach()
+                .data
+        }
+    };
+    let decoded = gix::objs::TreeRef::from_bytes(&data, repo.object_hash())
         .map_err(|e| VerbError::git(format!("decoding tree {id}"), e))?;
     if strict_modes {
         if let Some(odd) = decoded.entries.iter().find(|e| !canonical_mode(e.mode.value())) {
