@@ -285,6 +285,47 @@ fn restore_needs_confirmation_and_unknown_paths_fail_loudly() {
     assert_eq!(repo.read("README.md"), b"edited");
 }
 
+/// A filter naming a path git ignores is refused as ignored, not as absent: the file is right
+/// there on disk, and the user needs to hear why no checkpoint holds it. With the daemon too,
+/// where the restore looks at the filter's paths alone.
+#[test]
+fn a_filter_naming_an_ignored_path_says_it_is_ignored() {
+    for watched in [false, true] {
+        let repo = TestRepo::new();
+        repo.write(".gitignore", b"*.log\ntarget/\n");
+        repo.write("build.log", b"ignored output\n");
+        repo.write("target/out.bin", b"ignored build\n");
+        if watched {
+            for _ in 0..3 {
+                repo.ckpt_json(&["snapshot", "--watch"], 0);
+            }
+        }
+        let id = repo.snapshot(&[]);
+        repo.write("README.md", b"edited");
+        for filter in ["build.log", "target/out.bin", "target"] {
+            let run = repo.ckpt_json(&["restore", &id, "--yes", "--", filter], 1);
+            let error = run.one("error");
+            assert_eq!(error["code"], "not_found", "{error}");
+            let message = error["message"].as_str().unwrap();
+            assert!(
+                message.contains("ignored by git's ignore rules") && message.contains(filter),
+                "watched {watched}: {message}"
+            );
+        }
+        let run = repo.ckpt_json(&["restore", &id, "--yes", "--", "no/such.log"], 1);
+        let message = run.one("error")["message"].as_str().unwrap().to_owned();
+        assert!(
+            message.contains("neither in the checkpoint nor in the worktree"),
+            "watched {watched}: {message}"
+        );
+        assert_eq!(repo.read("README.md"), b"edited");
+        assert_eq!(repo.read("build.log"), b"ignored output\n");
+        if watched {
+            repo.ckpt_json(&["watch", "stop"], 0);
+        }
+    }
+}
+
 #[test]
 fn restore_after_gc_prune_still_works() {
     let repo = TestRepo::new();

@@ -153,13 +153,10 @@ impl Engine {
         plan.unmatched_filter
             .retain(|f| !capture.files.keys().any(|p| p.is_within(f)));
         Self::match_filters_naming_unprotected(&mut plan, capture);
-        if let Some(unmatched) = plan.unmatched_filter.first() {
-            return Err(CkptError::NotFound(format!(
-                "path {} is neither in the checkpoint nor in the worktree",
-                unmatched.display()
-            )));
+        match plan.unmatched_filter.first() {
+            Some(unmatched) => Err(Self::unmatched_filter(unmatched, capture)),
+            None => Ok(plan),
         }
-        Ok(plan)
     }
 
     pub(super) fn not_protected(record: &Record, capture: &Capture, selection: &Selection) -> Vec<(RepoPath, String)> {
@@ -234,6 +231,26 @@ impl Engine {
             .retain(|f| !capture.skipped.iter().any(|(p, _)| p.is_within(f) || f.is_within(p)));
     }
 
+    /// The refusal of a filter path that matched nothing: a path git ignores is named as one
+    /// (ckpt never captures what git ignores, so no checkpoint holds it), anything else as absent.
+    fn unmatched_filter(path: &RepoPath, capture: &Capture) -> CkptError {
+        let ignored = capture
+            .ignored
+            .iter()
+            .any(|(ignored, whole_dir)| ignored.is_within(path) || (*whole_dir && path.is_within(ignored)));
+        CkptError::NotFound(if ignored {
+            format!(
+                "path {} is ignored by git's ignore rules: ckpt never captures ignored files, so the checkpoint does not hold it",
+                path.display()
+            )
+        } else {
+            format!(
+                "path {} is neither in the checkpoint nor in the worktree",
+                path.display()
+            )
+        })
+    }
+
     pub(super) fn make_plan(
         target: &BTreeMap<RepoPath, TreeItem>,
         record: &Record,
@@ -249,13 +266,10 @@ impl Engine {
             exact: selection.exact,
         });
         Self::match_filters_naming_unprotected(&mut plan, capture);
-        if let Some(unmatched) = plan.unmatched_filter.first() {
-            return Err(CkptError::NotFound(format!(
-                "path {} is neither in the checkpoint nor in the worktree",
-                unmatched.display()
-            )));
+        match plan.unmatched_filter.first() {
+            Some(unmatched) => Err(Self::unmatched_filter(unmatched, capture)),
+            None => Ok(plan),
         }
-        Ok(plan)
     }
 
     pub(super) fn preview_from(
