@@ -337,7 +337,7 @@ fn blob_content(
 /// A loose object's kind and content, read with plain `read` calls; `None` when `objects` holds
 /// no loose file for `id` (it is packed, or absent). gix maps each loose object into memory, and
 /// in a process with many threads every map and unmap waits for the others' page faults: a
-/// restore that stages a hundred blobs this way was measured 13-18% faster.
+/// restore that stages a hundred blobs this way was measured 6.5% faster (median, shuffled A/B).
 pub(super) fn read_loose(
     objects: &std::path::Path,
     id: &ObjectId,
