@@ -410,6 +410,83 @@ fn a_damaged_loose_copy_of_a_packed_blob_restores_from_the_pack() {
     assert_eq!(repo.read("kept.txt"), b"content the pack holds\n");
 }
 
+/// A loose object's file that is a FIFO, or a link to a device, is refused by name at once:
+/// read, it would block forever or never end (found by a review: a restore hung holding the
+/// workspace lock, or grew until the OOM killer ended it). Nothing is written.
+#[test]
+fn a_loose_object_that_is_no_regular_file_is_refused_without_hanging() {
+    for what in ["a FIFO", "a device"] {
+        let repo = TestRepo::new();
+        repo.write("f.txt", b"checkpoint content\n");
+        let id = repo.snapshot(&[]);
+        let blob = repo.git(&["rev-parse", &format!("{id}:f.txt")]).trim().to_owned();
+        let object = repo.common_dir().join("objects").join(&blob[..2]).join(&blob[2..]);
+        std::fs::remove_file(&object).unwrap();
+        match what {
+            "a FIFO" => mkfifo(&object),
+            _ => std::os::unix::fs::symlink("/dev/zero", &object).unwrap(),
+        }
+        repo.write("f.txt", b"later edit\n");
+        let before = repo.worktree();
+        let run = ckpt_json_within_30s(&repo, &["restore", &id, "--yes"]);
+        assert_eq!(run.code, 1, "{what}: {}", run.stdout);
+        let message = run.one("error")["message"].as_str().unwrap().to_owned();
+        assert!(
+            message.contains(what) && message.contains("not a regular file"),
+            "{what}: {message}"
+        );
+        assert_eq!(repo.worktree(), before, "{what}: nothing may be written");
+        let audit = ckpt_json_within_30s(&repo, &["audit"]);
+        assert_eq!(audit.code, 1, "{what}: audit names the object: {}", audit.stdout);
+    }
+}
+
+/// A loose tree forged to name other content (sound zlib and syntax, but not hashing to its id)
+/// is refused before any write; where a pack holds a sound copy, the restore reads that (found
+/// by a review: the forged tree was restored and reported verified).
+#[test]
+fn a_forged_loose_tree_is_refused_or_read_from_a_sound_pack() {
+    for packed in [false, true] {
+        let repo = TestRepo::new();
+        repo.write("u.txt", b"the real content\n");
+        let id = repo.snapshot(&[]);
+        if packed {
+            repo.git(&["repack", "-a", "-d", "-q"]);
+        }
+        let tree = repo.git(&["rev-parse", &format!("{id}^{{tree}}")]).trim().to_owned();
+        let evil = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"EVIL CONTENT\n");
+        let mut body = repo.git_raw(&["cat-file", "tree", &tree]).stdout;
+        let at = body
+            .windows(6)
+            .position(|w| w == b"u.txt\0")
+            .expect("u.txt in the tree")
+            + 6;
+        body.splice(at..at + 20, raw_id(&evil));
+        let mut raw = format!("tree {}\0", body.len()).into_bytes();
+        raw.extend_from_slice(&body);
+        let mut deflated = vec![0u8; raw.len() + 64];
+        let (forged, rc) = zlib_rs::compress_slice(&mut deflated, &raw, zlib_rs::DeflateConfig::default());
+        assert_eq!(rc, zlib_rs::ReturnCode::Ok);
+        let object = repo.common_dir().join("objects").join(&tree[..2]).join(&tree[2..]);
+        std::fs::create_dir_all(object.parent().unwrap()).unwrap();
+        if object.exists() {
+            std::fs::remove_file(&object).unwrap();
+        }
+        std::fs::write(&object, forged).unwrap();
+        repo.write("u.txt", b"MODIFIED\n");
+        let before = repo.worktree();
+        if packed {
+            repo.ckpt_json(&["restore", &id, "--yes"], 0);
+            assert_eq!(repo.read("u.txt"), b"the real content\n");
+        } else {
+            let run = repo.ckpt_json(&["restore", &id, "--yes"], 1);
+            let message = run.one("error")["message"].as_str().unwrap().to_owned();
+            assert!(message.contains("corrupt"), "{message}");
+            assert_eq!(repo.worktree(), before, "nothing may be written");
+        }
+    }
+}
+
 #[test]
 fn bad_targets_and_labels_are_usage_errors() {
     let repo = TestRepo::new();

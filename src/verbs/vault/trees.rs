@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::objects::NewTreeEntry;
-use super::{lookup_error, Vault};
+use super::Vault;
 use crate::verbs::types::{EntryKind, IdMap, ObjectId, RepoPath, TreeItem};
 use crate::verbs::{InvalidInput, VerbError};
 
@@ -82,16 +82,8 @@ fn canonical_mode(mode: u16) -> bool {
 /// [`read_level`]; with `strict_modes`, an entry of a mode git never writes is an error too
 /// (for the trees a restore would write from; a user's own history is read as git reads it).
 fn decode_level(repo: &gix::Repository, id: &ObjectId, strict_modes: bool) -> Result<Vec<LevelEntry>, VerbError> {
-    let data = match super::objects::read_loose(repo.objects.store_ref().path(), id) {
-        Some(Ok((gix::objs::Kind::Tree, data))) => data,
-        // Not loose, or a loose copy that is not a sound tree: as git reads it, packs first.
-        _ => {
-            repo.find_tree(id.0)
-                .map_err(|e| lookup_error(repo, id, "tree", e))?
-                .detach()
-                .data
-        }
-    };
+    // Hash-checked: a forged tree would name whatever content and paths its forger chose.
+    let data = super::objects::read_checked(repo, id, gix::objs::Kind::Tree)?;
     let decoded = gix::objs::TreeRef::from_bytes(&data, repo.object_hash())
         .map_err(|e| VerbError::git(format!("decoding tree {id}"), e))?;
     if strict_modes {

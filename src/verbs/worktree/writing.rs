@@ -165,10 +165,9 @@ impl Worktree<'_> {
         item: &TreeItem,
         repo: &gix::Repository,
     ) -> Result<StagedWrite, VerbError> {
-        let content = repo
-            .find_blob(item.id.0)
-            .map_err(|e| crate::verbs::vault::lookup_error(repo, &item.id, "blob", e))?
-            .take_data();
+        // Read back exactly, as a staged write's content is: a blob that changed on disk since
+        // the restore checked it is refused here too.
+        let content = crate::verbs::vault::checked_blob(repo, &item.id)?;
         let replaced = Self::replaced_file(&parent, path);
         let temp = temp_name();
         let file = match item.kind {
