@@ -487,6 +487,82 @@ fn a_forged_loose_tree_is_refused_or_read_from_a_sound_pack() {
     }
 }
 
+/// Replaces the loose file of object `id` with `bytes` (making it writable first).
+fn overwrite_loose(repo: &TestRepo, id: &str, bytes: &[u8]) {
+    let object = repo.common_dir().join("objects").join(&id[..2]).join(&id[2..]);
+    std::fs::create_dir_all(object.parent().unwrap()).unwrap();
+    if object.exists() {
+        std::fs::remove_file(&object).unwrap();
+    }
+    std::fs::write(&object, bytes).unwrap();
+}
+
+fn zlib(raw: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8; zlib_rs::compress_bound(raw.len())];
+    let (written, rc) = zlib_rs::compress_slice(&mut out, raw, zlib_rs::DeflateConfig::default());
+    assert_eq!(rc, zlib_rs::ReturnCode::Ok);
+    written.to_vec()
+}
+
+/// Found by a review of the hash-checked reader: a loose blob whose header says 13 bytes but
+/// whose stream inflates far past that (a zlib bomb) is refused for what it is, after reading
+/// no more than its header allows (gix, asked again, inflated all of it and aborted); a forged
+/// loose commit is refused even with the registry gone (it used to name another tree, which a
+/// restore then wrote); `diff` shows no forged content; and a latest checkpoint whose tree can
+/// no longer be read does not stop the next snapshot.
+#[test]
+fn damaged_loose_objects_are_refused_everywhere_and_never_stop_a_snapshot() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"checkpoint content\n");
+    let id = repo.snapshot(&[]);
+    let blob = repo.git(&["rev-parse", &format!("{id}:a.txt")]).trim().to_owned();
+    let mut bomb = b"blob 13\0".to_vec();
+    bomb.resize(bomb.len() + 20_000_000, b'x');
+    overwrite_loose(&repo, &blob, &zlib(&bomb));
+    repo.write("a.txt", b"later edit\n");
+    let before = repo.worktree();
+    let run = repo.ckpt_json(&["restore", &id, "--yes"], 1);
+    let message = run.one("error")["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("holds more than its header says"), "{message}");
+    assert_eq!(repo.worktree(), before);
+    // diff reads blobs through the same check: no forged content is shown.
+    overwrite_loose(&repo, &blob, &zlib(b"blob 13\0EVIL CONTENT\n"));
+    let run = repo.ckpt(&["diff", &id]);
+    assert_ne!(run.code, 0, "diff showed a forged blob: {}", run.stdout);
+    assert!(!run.stdout.contains("EVIL"), "{}", run.stdout);
+
+    // A forged commit (another tree), with the registry gone so nothing cross-checks it.
+    let repo = TestRepo::new();
+    repo.write("b.txt", b"checkpoint content\n");
+    let id = repo.snapshot(&[]);
+    let body = repo.git_raw(&["cat-file", "commit", &id]).stdout;
+    let head_tree = repo.git(&["rev-parse", "HEAD^{tree}"]).trim().to_owned();
+    let mut forged = body.clone();
+    forged.splice(5..45, head_tree.bytes());
+    let mut raw = format!("commit {}\0", forged.len()).into_bytes();
+    raw.extend_from_slice(&forged);
+    overwrite_loose(&repo, &id, &zlib(&raw));
+    std::fs::remove_file(repo.git_dir().join("ckpt").join("main").join("records.json")).unwrap();
+    repo.write("b.txt", b"later edit\n");
+    let before = repo.worktree();
+    let run = repo.ckpt(&["restore", &id, "--yes", "--exact"]);
+    assert_ne!(run.code, 0, "a forged commit was restored: {}", run.stdout);
+    assert_eq!(repo.worktree(), before, "nothing may be written");
+
+    // The latest checkpoint's root tree is a FIFO: the next snapshots still take checkpoints.
+    let repo = TestRepo::new();
+    repo.write("c.txt", b"one\n");
+    let id = repo.snapshot(&[]);
+    let tree = repo.git(&["rev-parse", &format!("{id}^{{tree}}")]).trim().to_owned();
+    let object = repo.common_dir().join("objects").join(&tree[..2]).join(&tree[2..]);
+    std::fs::remove_file(&object).unwrap();
+    mkfifo(&object);
+    repo.write("c.txt", b"two\n");
+    let run = ckpt_json_within_30s(&repo, &["snapshot"]);
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    assert_eq!(run.one("snapshot")["created"], true);
+}
+
 #[test]
 fn bad_targets_and_labels_are_usage_errors() {
     let repo = TestRepo::new();

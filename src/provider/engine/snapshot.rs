@@ -72,7 +72,10 @@ impl Engine {
             tree: base_tree,
             changed_dirs: &changed,
         };
+        // The base is only an accelerator: one whose trees cannot be read back (damaged since)
+        // must not stop every later snapshot, so the trees are then built from the capture alone.
         treebuild::build_trees(&self.vault, &files, Some(&base))
+            .or_else(|_| treebuild::build_trees(&self.vault, &files, None))
     }
 
     /// The snapshot transaction; the caller holds the workspace lock. All or nothing: the record

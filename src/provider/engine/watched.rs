@@ -367,7 +367,14 @@ impl Engine {
                 .iter()
                 .map(|(path, file)| (path.as_bytes(), file.map(|f| f.item)))
                 .collect();
-            treebuild::edit_trees(&self.vault, base_tree, &edits)?
+            match treebuild::edit_trees(&self.vault, base_tree, &edits) {
+                Ok(tree) => tree,
+                Err(e) => {
+                    return Ok(Err(format!(
+                        "the last checkpoint's trees cannot be read back ({e}); a full snapshot builds them from the worktree"
+                    )))
+                }
+            }
         };
         self.phase_time("trees (changed directories only)", started);
         (hooks.before_writing)()?;

@@ -154,32 +154,6 @@ pub fn absolute_parent_canonical(dir: &Path) -> std::io::Result<PathBuf> {
     }
 }
 
-/// Tells a missing object from one that is there but of another kind or unreadable, so a
-/// corrupt object or a ref to the wrong kind is never reported as "missing".
-pub(super) fn lookup_error(
-    repo: &gix::Repository,
-    id: &ObjectId,
-    what: &'static str,
-    error: impl std::fmt::Display,
-) -> VerbError {
-    match repo.find_header(id.0) {
-        Err(_) if !repo.has_object(id.0) => VerbError::MissingObject {
-            id: *id,
-            what: what.into(),
-        },
-        Ok(header) if header.kind().as_bytes() != what.as_bytes() => VerbError::UnusableObject {
-            id: *id,
-            what: what.into(),
-            why: format!("it is a {}", header.kind()),
-        },
-        _ => VerbError::UnusableObject {
-            id: *id,
-            what: what.into(),
-            why: error.to_string(),
-        },
-    }
-}
-
 impl Vault {
     /// Finds the repository containing `dir` (searching upwards). `Ok(None)` when `dir` is not
     /// inside a repository with a worktree.
