@@ -504,6 +504,16 @@ fn zlib(raw: &[u8]) -> Vec<u8> {
     written.to_vec()
 }
 
+/// Commit `id` as a loose object's raw bytes, forged to name HEAD's tree instead of its own.
+fn raw_commit_naming(repo: &TestRepo, id: &str) -> Vec<u8> {
+    let mut forged = repo.git_raw(&["cat-file", "commit", id]).stdout;
+    let head_tree = repo.git(&["rev-parse", "HEAD^{tree}"]).trim().to_owned();
+    forged.splice(5..45, head_tree.bytes());
+    let mut raw = format!("commit {}\0", forged.len()).into_bytes();
+    raw.extend_from_slice(&forged);
+    raw
+}
+
 /// Found by a review of the hash-checked reader: a loose blob whose header says 13 bytes but
 /// whose stream inflates far past that (a zlib bomb) is refused for what it is, after reading
 /// no more than its header allows (gix, asked again, inflated all of it and aborted); a forged
@@ -535,19 +545,22 @@ fn damaged_loose_objects_are_refused_everywhere_and_never_stop_a_snapshot() {
     let repo = TestRepo::new();
     repo.write("b.txt", b"checkpoint content\n");
     let id = repo.snapshot(&[]);
-    let body = repo.git_raw(&["cat-file", "commit", &id]).stdout;
-    let head_tree = repo.git(&["rev-parse", "HEAD^{tree}"]).trim().to_owned();
-    let mut forged = body.clone();
-    forged.splice(5..45, head_tree.bytes());
-    let mut raw = format!("commit {}\0", forged.len()).into_bytes();
-    raw.extend_from_slice(&forged);
-    overwrite_loose(&repo, &id, &zlib(&raw));
+    overwrite_loose(&repo, &id, &zlib(&raw_commit_naming(&repo, &id)));
     std::fs::remove_file(repo.git_dir().join("ckpt").join("main").join("records.json")).unwrap();
     repo.write("b.txt", b"later edit\n");
     let before = repo.worktree();
     let run = repo.ckpt(&["restore", &id, "--yes", "--exact"]);
     assert_ne!(run.code, 0, "a forged commit was restored: {}", run.stdout);
     assert_eq!(repo.worktree(), before, "nothing may be written");
+    // With a sound copy in a pack (and the registry back), that copy is what is read.
+    let repo = TestRepo::new();
+    repo.write("b.txt", b"checkpoint content\n");
+    let id = repo.snapshot(&[]);
+    repo.git(&["repack", "-a", "-d", "-q"]);
+    overwrite_loose(&repo, &id, &zlib(&raw_commit_naming(&repo, &id)));
+    repo.write("b.txt", b"later edit\n");
+    repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(repo.read("b.txt"), b"checkpoint content\n");
 
     // The latest checkpoint's root tree is a FIFO: the next snapshots still take checkpoints.
     let repo = TestRepo::new();

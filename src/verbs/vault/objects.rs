@@ -294,7 +294,12 @@ pub(crate) fn read_checked(repo: &gix::Repository, id: &ObjectId, kind: gix::obj
         // Only a packed copy is worth asking gix for (it reads packs first): without one it
         // would read the same damaged loose file again, and inflate all of it however much
         // longer than its header says it is (found by a review: a zlib bomb aborted ckpt).
-        if !matches!(repo.find_header(id.0), Ok(gix::odb::find::Header::Packed(_))) {
+        // gix loads pack indices only when a lookup misses, and a loose file is a hit: loaded
+        // here, or a packed copy would go unseen (found by a review: a forged loose commit was
+        // refused although a pack held it whole).
+        if repo.objects.packed_object_count().is_err()
+            || !matches!(repo.find_header(id.0), Ok(gix::odb::find::Header::Packed(_)))
+        {
             return Err(unusable(why));
         }
     }
