@@ -420,7 +420,7 @@ fn a_loose_object_that_is_no_regular_file_is_refused_without_hanging() {
         repo.write("f.txt", b"checkpoint content\n");
         let id = repo.snapshot(&[]);
         let blob = repo.git(&["rev-parse", &format!("{id}:f.txt")]).trim().to_owned();
-        let object = repo.common_dir().join("objects").join(&blob[..2]).join(&blob[2..]);
+        let object = loose_path(&repo, &blob);
         std::fs::remove_file(&object).unwrap();
         match what {
             "a FIFO" => mkfifo(&object),
@@ -464,15 +464,7 @@ fn a_forged_loose_tree_is_refused_or_read_from_a_sound_pack() {
         body.splice(at..at + 20, raw_id(&evil));
         let mut raw = format!("tree {}\0", body.len()).into_bytes();
         raw.extend_from_slice(&body);
-        let mut deflated = vec![0u8; raw.len() + 64];
-        let (forged, rc) = zlib_rs::compress_slice(&mut deflated, &raw, zlib_rs::DeflateConfig::default());
-        assert_eq!(rc, zlib_rs::ReturnCode::Ok);
-        let object = repo.common_dir().join("objects").join(&tree[..2]).join(&tree[2..]);
-        std::fs::create_dir_all(object.parent().unwrap()).unwrap();
-        if object.exists() {
-            std::fs::remove_file(&object).unwrap();
-        }
-        std::fs::write(&object, forged).unwrap();
+        overwrite_loose(&repo, &tree, &zlib(&raw));
         repo.write("u.txt", b"MODIFIED\n");
         let before = repo.worktree();
         if packed {
@@ -487,9 +479,14 @@ fn a_forged_loose_tree_is_refused_or_read_from_a_sound_pack() {
     }
 }
 
-/// Replaces the loose file of object `id` with `bytes` (making it writable first).
+/// Where the loose file of object `id` is (or would be).
+fn loose_path(repo: &TestRepo, id: &str) -> std::path::PathBuf {
+    repo.common_dir().join("objects").join(&id[..2]).join(&id[2..])
+}
+
+/// Replaces the loose file of object `id` with `bytes` (a new file, whatever stood there).
 fn overwrite_loose(repo: &TestRepo, id: &str, bytes: &[u8]) {
-    let object = repo.common_dir().join("objects").join(&id[..2]).join(&id[2..]);
+    let object = loose_path(repo, id);
     std::fs::create_dir_all(object.parent().unwrap()).unwrap();
     if object.exists() {
         std::fs::remove_file(&object).unwrap();
@@ -567,7 +564,7 @@ fn damaged_loose_objects_are_refused_everywhere_and_never_stop_a_snapshot() {
     repo.write("c.txt", b"one\n");
     let id = repo.snapshot(&[]);
     let tree = repo.git(&["rev-parse", &format!("{id}^{{tree}}")]).trim().to_owned();
-    let object = repo.common_dir().join("objects").join(&tree[..2]).join(&tree[2..]);
+    let object = loose_path(&repo, &tree);
     std::fs::remove_file(&object).unwrap();
     mkfifo(&object);
     repo.write("c.txt", b"two\n");
@@ -677,26 +674,11 @@ fn a_target_whose_content_is_not_a_readable_blob_changes_nothing() {
     let decoy_file = repo.common_dir().join("objects").join(&decoy[..2]).join(&decoy[2..]);
     std::fs::copy(&decoy_file, &object).unwrap();
     // A loose blob cut off halfway, and one whose header claims more than it holds.
-    let overwrite = |id: &str, bytes: &[u8]| {
-        let object = repo.common_dir().join("objects").join(&id[..2]).join(&id[2..]);
-        let mut perms = std::fs::metadata(&object).unwrap().permissions();
-        #[allow(clippy::permissions_set_readonly_false)]
-        perms.set_readonly(false);
-        std::fs::set_permissions(&object, perms).unwrap();
-        std::fs::write(&object, bytes).unwrap();
-    };
     let cut = git_stdin(&repo, &["hash-object", "-w", "--stdin"], &[b'x'; 5000]);
-    let whole = std::fs::read(repo.common_dir().join("objects").join(&cut[..2]).join(&cut[2..])).unwrap();
-    overwrite(&cut, &whole[..whole.len() / 2]);
+    let whole = std::fs::read(loose_path(&repo, &cut)).unwrap();
+    overwrite_loose(&repo, &cut, &whole[..whole.len() / 2]);
     let short = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"seventeen bytes!\n");
-    let mut deflated = vec![0u8; 256];
-    let (lying, rc) = zlib_rs::compress_slice(
-        &mut deflated,
-        b"blob 100\0seventeen bytes!\n",
-        zlib_rs::DeflateConfig::default(),
-    );
-    assert_eq!(rc, zlib_rs::ReturnCode::Ok);
-    overwrite(&short, lying);
+    overwrite_loose(&repo, &short, &zlib(b"blob 100\0seventeen bytes!\n"));
     for (name, entry_id) in [
         ("tree-as-file", &sub),
         ("garbage-blob", &garbage),

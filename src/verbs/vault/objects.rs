@@ -267,8 +267,9 @@ pub(crate) fn checked_blob(repo: &gix::Repository, id: &ObjectId) -> Result<Vec<
 
 /// The content of object `id`, read back exactly: present, of `kind`, and hashing to its id.
 /// Its loose file is read first, streamed and never past what the file holds; a loose copy that
-/// fails any check gives way to gix, which reads packs first, as git does. A loose file that is
-/// no regular file (a FIFO would block the read forever) is refused.
+/// fails any check gives way to a copy a pack holds (what git reads first), and without one is
+/// refused for what is wrong with it. A loose file that is no regular file (a FIFO would block
+/// the read forever) is refused.
 pub(crate) fn read_checked(repo: &gix::Repository, id: &ObjectId, kind: gix::objs::Kind) -> Result<Vec<u8>, VerbError> {
     let what = match kind {
         gix::objs::Kind::Commit => "commit",
