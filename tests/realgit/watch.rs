@@ -689,6 +689,26 @@ fn a_burst_of_edits_is_stored_as_one_valid_pack() {
         "verify-pack",
         &format!("{}/objects/pack/{idx}", repo.common_dir().display()),
     ]);
+    // ckpt writes the index itself: byte for byte the one git's own index-pack makes.
+    let copy = tempfile::tempdir().unwrap();
+    let pack = repo
+        .common_dir()
+        .join("objects/pack")
+        .join(idx.replace(".idx", ".pack"));
+    std::fs::copy(&pack, copy.path().join("copy.pack")).unwrap();
+    let ours = copy.path().join("ours.idx");
+    std::fs::copy(repo.common_dir().join("objects/pack").join(idx), &ours).unwrap();
+    let gits = copy.path().join("copy.idx");
+    repo.git(&[
+        "index-pack",
+        "-o",
+        &gits.display().to_string(),
+        &copy.path().join("copy.pack").display().to_string(),
+    ]);
+    assert!(
+        std::fs::read(&ours).unwrap() == std::fs::read(&gits).unwrap(),
+        "ckpt's pack index differs from git index-pack's"
+    );
     repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
     assert_walk_agrees(&repo, &burst.id, "a burst of edits");
 

@@ -2,9 +2,11 @@
 //! edits: a blob per changed file, a tree per changed directory) collects them in memory and
 //! writes them as one pack with its index instead of one loose file each, which on a journaling
 //! filesystem costs a create, a rename and often a directory entry per object. Small batches are
-//! written loose as before. The pack is indexed by gix from its own bytes, and the index must
-//! name exactly the batch's ids, so an object is only ever stored under the id of its bytes; an
-//! unfinished batch writes nothing. A batch may be written uncompressed (zlib's stored blocks:
+//! written loose as before. ckpt writes the pack's index itself from what it encoded (having gix
+//! index the pack from its bytes hashed everything twice more: two thirds of the pack's time):
+//! each object is hashed again as it is encoded and must give its id, and gix must read the
+//! index back as naming exactly the batch's ids, so an object is only ever stored under the id
+//! of its bytes; an unfinished batch writes nothing. A batch may be written uncompressed (zlib's stored blocks:
 //! compressing, and gix inflating again to index it, were half a watched snapshot's pack time);
 //! its caller has it compressed later by merging. It writes only objects.
 
@@ -185,16 +187,19 @@ impl<W: std::io::Write> PackStream<W> {
     /// Adds an object, compressed here.
     fn object(&mut self, kind: gix::objs::Kind, data: &[u8]) -> std::io::Result<()> {
         let compressed = self.compressor.compress(data)?;
-        self.entry(kind, data.len(), &compressed)
+        let mut header = std::mem::take(&mut self.scratch);
+        header.clear();
+        push_entry_header(&mut header, kind, data.len());
+        let added = self.raw_entry(&header, &compressed);
+        self.scratch = header;
+        added
     }
 
-    /// Adds an object of `len` bytes, already compressed as `compressed`.
-    fn entry(&mut self, kind: gix::objs::Kind, len: usize, compressed: &[u8]) -> std::io::Result<()> {
-        self.scratch.clear();
-        push_entry_header(&mut self.scratch, kind, len);
-        self.hasher.update(&self.scratch);
+    /// Adds an entry whose header and zlib stream are made already.
+    fn raw_entry(&mut self, header: &[u8], compressed: &[u8]) -> std::io::Result<()> {
+        self.hasher.update(header);
         self.hasher.update(compressed);
-        self.out.write_all(&self.scratch)?;
+        self.out.write_all(header)?;
         self.out.write_all(compressed)
     }
 
@@ -288,30 +293,113 @@ fn deflate(compressor: &mut gix::zlib::stream::deflate::Compress, data: &[u8]) -
     }
 }
 
-/// A pack (version 2, no deltas) of `objects`, its trailer the hash of everything before it.
+/// Where one object of an encoded pack lies, as a version-2 pack index records it.
+struct Placed {
+    id: ObjectId,
+    offset: u64,
+    /// CRC-32 of the entry's bytes in the pack (its header and its zlib stream).
+    crc32: u32,
+}
+
+/// A pack (version 2, no deltas) of `objects`, its trailer the hash of everything before it, and
+/// where each object lies in it. Each object's bytes are hashed again as they are encoded (on
+/// every core) and must give its id: the index written from these ids then names each object
+/// by exactly its bytes, as one gix would build by reading the pack back.
 fn encode_pack(
     hash: gix::hash::Kind,
     objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
     compression: PackCompression,
-) -> Result<Vec<u8>, VerbError> {
+) -> Result<(Vec<u8>, Vec<Placed>), VerbError> {
     // One compressor per rayon job, reused for its objects.
-    let deflated: Vec<Vec<u8>> = objects
+    let entries: Vec<(Vec<u8>, Vec<u8>)> = objects
         .par_iter()
         .map_init(
             || Compressor::new(compression),
-            |compressor, (_, _, data)| compressor.compress(data),
+            |compressor, (id, kind, data)| {
+                let hashed = gix::objs::compute_hash(hash, *kind, data).map_err(std::io::Error::other)?;
+                if hashed != id.0 {
+                    return Err(std::io::Error::other(format!(
+                        "object {id}'s bytes hash to {hashed}, not to its id"
+                    )));
+                }
+                let mut header = Vec::with_capacity(10);
+                push_entry_header(&mut header, *kind, data.len());
+                Ok((header, compressor.compress(data)?))
+            },
         )
         .collect::<std::io::Result<_>>()
-        .map_err(|e| VerbError::git("compressing objects for a pack", e))?;
+        .map_err(|e| VerbError::git("encoding objects for a pack", e))?;
     let count = u32::try_from(objects.len())
         .map_err(|_| VerbError::git_because("writing a pack", "too many objects for one pack"))?;
-    let capacity = 12 + deflated.iter().map(|d| d.len() + 10).sum::<usize>() + 32;
+    let capacity = 12 + entries.iter().map(|(h, d)| h.len() + d.len()).sum::<usize>() + hash.len_in_bytes();
     let failed = |e: std::io::Error| VerbError::git("writing a pack", e);
     let mut pack = PackStream::new(Vec::with_capacity(capacity), hash, count, compression).map_err(failed)?;
-    for ((_, kind, data), compressed) in objects.iter().zip(&deflated) {
-        pack.entry(*kind, data.len(), compressed).map_err(failed)?;
+    let mut placed = Vec::with_capacity(objects.len());
+    let mut offset = 12u64;
+    for ((id, _, _), (header, compressed)) in objects.iter().zip(&entries) {
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(header);
+        crc.update(compressed);
+        placed.push(Placed {
+            id: *id,
+            offset,
+            crc32: crc.finalize(),
+        });
+        pack.raw_entry(header, compressed).map_err(failed)?;
+        offset += (header.len() + compressed.len()) as u64;
     }
-    pack.finish().map_err(failed)
+    Ok((pack.finish().map_err(failed)?, placed))
+}
+
+/// The version-2 index of a pack whose trailer is `pack_checksum` and whose objects lie where
+/// `placed` says: the fan-out table, the sorted ids, their CRC-32s, their offsets (past 2 GiB in
+/// a table of 64-bit ones), the pack's checksum and the index's own. Byte for byte what `git
+/// index-pack` writes for that pack.
+fn index_v2(hash: gix::hash::Kind, mut placed: Vec<Placed>, pack_checksum: &[u8]) -> Result<Vec<u8>, VerbError> {
+    placed.sort_by_key(|a| a.id);
+    let mut out = Vec::with_capacity(8 + 1024 + placed.len() * (hash.len_in_bytes() + 8) + 2 * hash.len_in_bytes());
+    out.extend_from_slice(b"\xfftOc");
+    out.extend_from_slice(&2u32.to_be_bytes());
+    let mut below = 0u32;
+    let mut first_bytes = placed.iter().map(|p| p.id.0.as_bytes()[0]).peekable();
+    for byte in 0..=255u8 {
+        while first_bytes.next_if(|first| *first == byte).is_some() {
+            below += 1;
+        }
+        out.extend_from_slice(&below.to_be_bytes());
+    }
+    for entry in &placed {
+        out.extend_from_slice(entry.id.0.as_bytes());
+    }
+    for entry in &placed {
+        out.extend_from_slice(&entry.crc32.to_be_bytes());
+    }
+    let mut large = Vec::new();
+    for entry in &placed {
+        let small = match u32::try_from(entry.offset) {
+            Ok(offset) if offset < 0x8000_0000 => offset,
+            _ => {
+                let at = u32::try_from(large.len())
+                    .ok()
+                    .filter(|at| *at < 0x8000_0000)
+                    .ok_or_else(|| VerbError::git_because("writing a pack index", "too many large offsets"))?;
+                large.push(entry.offset);
+                0x8000_0000 | at
+            }
+        };
+        out.extend_from_slice(&small.to_be_bytes());
+    }
+    for offset in large {
+        out.extend_from_slice(&offset.to_be_bytes());
+    }
+    out.extend_from_slice(pack_checksum);
+    let mut hasher = gix::hash::hasher(hash);
+    hasher.update(&out);
+    let own = hasher
+        .try_finalize()
+        .map_err(|e| VerbError::git("writing a pack index", e))?;
+    out.extend_from_slice(own.as_bytes());
+    Ok(out)
 }
 
 /// An open batch: new blobs and trees are collected until [`OpenBatch::finish`] writes them.
@@ -403,17 +491,73 @@ impl Vault {
         })
     }
 
-    /// Writes `objects` as one pack with its index; the index gix builds from the pack's bytes
-    /// must name exactly their ids, or the pack is removed and this fails. The pack's name when
-    /// this call created it (`None`: an identical pack was there already, and is not ours).
+    /// Writes `objects` as one pack with its index, both made here: each object is hashed
+    /// again as it is encoded and must give its id, and gix must read the index back as naming
+    /// exactly those ids, or nothing is left and this fails. The pack's name when this call
+    /// created it (`None`: an identical pack was there already, and is not ours).
     fn write_pack(
         &self,
         objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
         compression: PackCompression,
     ) -> Result<Option<ObjectId>, VerbError> {
-        let pack = encode_pack(self.repo.object_hash(), objects, compression)?;
-        let expected: HashSet<ObjectId> = objects.iter().map(|(id, _, _)| *id).collect();
-        self.index_pack(&mut pack.as_slice(), &expected)
+        let hash = self.repo.object_hash();
+        let (pack, placed) = encode_pack(hash, objects, compression)?;
+        let checksum = &pack[pack.len() - hash.len_in_bytes()..];
+        let name =
+            ObjectId::from_bytes(checksum).map_err(|e| VerbError::git_because("writing a pack", e.to_string()))?;
+        let index = index_v2(hash, placed, checksum)?;
+        let directory = self.repo.objects.store_ref().path().join("pack");
+        std::fs::create_dir_all(&directory).map_err(|e| VerbError::git("creating the pack directory", e))?;
+        let data_path = directory.join(format!("pack-{}.pack", name.to_hex()));
+        let index_path = data_path.with_extension("idx");
+        // git makes packs read-only for everyone the repository is shared with; the pack
+        // directory's own read bits say who that is.
+        let shared = {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&directory).map_or(0o755, |m| m.permissions().mode());
+            std::fs::Permissions::from_mode(0o444 & (0o400 | (mode & 0o044)))
+        };
+        // Each file is written whole under a temp name (the pack writer's pattern, so a leftover
+        // is found as one) and only then given its name; never over a file that is there: an
+        // identical pack is not ours to replace. The index comes last: it makes the pack visible.
+        let place = |bytes: &[u8], path: &std::path::Path| -> Result<bool, VerbError> {
+            let failed = |e: std::io::Error| VerbError::git(format!("writing {}", path.display()), e);
+            if std::fs::symlink_metadata(path).is_ok() {
+                return Ok(false);
+            }
+            let mut temp = tempfile::NamedTempFile::new_in(&directory).map_err(failed)?;
+            std::io::Write::write_all(temp.as_file_mut(), bytes).map_err(failed)?;
+            temp.as_file().set_permissions(shared.clone()).map_err(failed)?;
+            match temp.persist_noclobber(path) {
+                Ok(_) => Ok(true),
+                Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+                Err(e) => Err(failed(e.error)),
+            }
+        };
+        let created = place(&pack, &data_path)?;
+        let indexed = place(&index, &index_path).and_then(|_| {
+            let expected: HashSet<ObjectId> = objects.iter().map(|(id, _, _)| *id).collect();
+            let read_back: Option<HashSet<ObjectId>> = gix_pack::index::File::at(&index_path, hash)
+                .ok()
+                .map(|index| index.iter().map(|entry| ObjectId(entry.oid)).collect());
+            if read_back.as_ref() == Some(&expected) {
+                Ok(())
+            } else {
+                Err(VerbError::git_because(
+                    "writing a pack",
+                    "its index does not name exactly the objects it was written for",
+                ))
+            }
+        });
+        if let Err(e) = indexed {
+            // Removed only if this call created them (an identical pack already there is not ours).
+            if created {
+                std::fs::remove_file(&index_path).ok();
+                std::fs::remove_file(&data_path).ok();
+            }
+            return Err(e);
+        }
+        Ok(created.then_some(name))
     }
 
     /// Writes the pack `stream` holds, with the index gix builds from its bytes, into the pack
@@ -657,6 +801,70 @@ impl Vault {
 
 #[cfg(test)]
 mod tests {
+    use super::{encode_pack, index_v2, PackCompression, Placed};
+    use crate::verbs::types::ObjectId;
+
+    fn blob(text: &[u8]) -> (ObjectId, gix::objs::Kind, Vec<u8>) {
+        let id = gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::objs::Kind::Blob, text).expect("hashes");
+        (ObjectId(id), gix::objs::Kind::Blob, text.to_vec())
+    }
+
+    /// An object whose bytes do not hash to the id it came with is never encoded under it.
+    #[test]
+    fn an_object_is_packed_only_under_the_id_of_its_bytes() {
+        let mut objects = vec![blob(b"one\n"), blob(b"two\n")];
+        assert!(encode_pack(gix::hash::Kind::Sha1, &objects, PackCompression::Stored).is_ok());
+        objects[1].2 = b"tw0\n".to_vec();
+        let refused = encode_pack(gix::hash::Kind::Sha1, &objects, PackCompression::Stored)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(refused.contains("not to its id"), "{refused}");
+    }
+
+    /// gix reads the index back: every id at its offset (past 2 GiB too, through the table of
+    /// large offsets) with its CRC-32, and the fan-out finds each.
+    #[test]
+    fn the_index_names_every_object_at_its_offset() {
+        let ids: Vec<ObjectId> = (0u32..300)
+            .map(|n| blob(format!("object {n}\n").as_bytes()).0)
+            .collect();
+        let placed: Vec<Placed> = ids
+            .iter()
+            .enumerate()
+            .map(|(n, id)| Placed {
+                id: *id,
+                offset: if n % 7 == 0 {
+                    (5u64 << 30) + n as u64
+                } else {
+                    12 + n as u64 * 40
+                },
+                crc32: n as u32 * 31,
+            })
+            .collect();
+        let checksum = [7u8; 20];
+        let bytes = index_v2(gix::hash::Kind::Sha1, placed, &checksum).expect("an index");
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let path = dir.path().join("pack-x.idx");
+        std::fs::write(&path, &bytes).expect("written");
+        let index = gix_pack::index::File::at(&path, gix::hash::Kind::Sha1).expect("gix reads it");
+        assert_eq!(index.num_objects(), 300);
+        assert_eq!(index.pack_checksum().as_bytes(), &checksum);
+        for (n, id) in ids.iter().enumerate() {
+            let at = index.lookup(id.0).expect("found through the fan-out");
+            let want = if n % 7 == 0 {
+                (5u64 << 30) + n as u64
+            } else {
+                12 + n as u64 * 40
+            };
+            assert_eq!(index.pack_offset_at_index(at), want, "object {n}");
+            assert_eq!(index.crc32_at_index(at), Some(n as u32 * 31), "object {n}");
+        }
+        assert!(index
+            .verify_checksum(&mut gix::progress::Discard, &std::sync::atomic::AtomicBool::new(false))
+            .is_ok());
+    }
+
     #[test]
     fn only_the_pack_writers_temp_names_are_taken_for_its_leftovers() {
         assert!(super::is_pack_writer_temp(".tmpAb3xZ9"));
