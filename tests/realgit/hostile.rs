@@ -410,6 +410,67 @@ fn a_damaged_loose_copy_of_a_packed_blob_restores_from_the_pack() {
     assert_eq!(repo.read("kept.txt"), b"content the pack holds\n");
 }
 
+/// Adler-32 of `data`, as a zlib stream ends with it.
+fn adler32(data: &[u8]) -> u32 {
+    let (mut a, mut b) = (1u32, 0u32);
+    for byte in data {
+        a = (a + u32::from(*byte)) % 65521;
+        b = (b + a) % 65521;
+    }
+    (b << 16) | a
+}
+
+/// A packed copy forged to hold other content (its zlib stream sound, its index naming the real
+/// id) is never restored: ckpt reads packs first, and what it reads must hash to the id. A sound
+/// loose copy is read instead; without one the restore is refused and writes nothing.
+#[test]
+fn a_forged_packed_copy_is_refused_or_read_from_a_sound_loose_one() {
+    let real = b"content the pack holds: 0123456789\n";
+    let forged = b"content the pack holds: 9876543210\n";
+    for loose_copy in [true, false] {
+        let repo = TestRepo::new();
+        repo.write("kept.txt", real);
+        let id = repo.snapshot(&[]);
+        // Uncompressed (zlib's stored blocks), so the content lies in the pack as it is.
+        repo.git(&["-c", "pack.compression=0", "repack", "-a", "-d", "-q"]);
+        let pack_dir = repo.common_dir().join("objects/pack");
+        let pack = std::fs::read_dir(&pack_dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "pack"))
+            .unwrap();
+        let mut bytes = std::fs::read(&pack).unwrap();
+        let at = bytes
+            .windows(real.len())
+            .position(|w| w == real)
+            .expect("stored as it is");
+        bytes[at..at + real.len()].copy_from_slice(forged);
+        let end = at + real.len();
+        bytes[end..end + 4].copy_from_slice(&adler32(forged).to_be_bytes());
+        let mut permissions = std::fs::metadata(&pack).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        permissions.set_readonly(false);
+        std::fs::set_permissions(&pack, permissions).unwrap();
+        std::fs::write(&pack, &bytes).unwrap();
+        let blob = repo.git(&["rev-parse", &format!("{id}:kept.txt")]).trim().to_owned();
+        if loose_copy {
+            let mut raw = format!("blob {}\0", real.len()).into_bytes();
+            raw.extend_from_slice(real);
+            overwrite_loose(&repo, &blob, &zlib(&raw));
+        }
+        repo.write("kept.txt", b"later edit\n");
+        let before = repo.worktree();
+        let run = repo.ckpt_json(&["restore", &id, "--yes"], if loose_copy { 0 } else { 1 });
+        if loose_copy {
+            assert_eq!(repo.read("kept.txt"), real, "{}", run.stdout);
+        } else {
+            let message = run.one("error")["message"].as_str().unwrap().to_owned();
+            assert!(message.contains("corrupt"), "{message}");
+            assert_eq!(repo.worktree(), before, "nothing may be written");
+        }
+    }
+}
+
 /// A loose object's file that is a FIFO, or a link to a device, is refused by name at once:
 /// read, it would block forever or never end (found by a review: a restore hung holding the
 /// workspace lock, or grew until the OOM killer ended it). Nothing is written.

@@ -12,6 +12,7 @@ mod durable;
 mod gc;
 mod listing;
 mod objects;
+mod packed;
 mod pins;
 mod private;
 mod trees;

@@ -266,10 +266,12 @@ pub(crate) fn checked_blob(repo: &gix::Repository, id: &ObjectId) -> Result<Vec<
 }
 
 /// The content of object `id`, read back exactly: present, of `kind`, and hashing to its id.
-/// Its loose file is read first, streamed and never past what the file holds; a loose copy that
-/// fails any check gives way to a copy a pack holds (what git reads first), and without one is
-/// refused for what is wrong with it. A loose file that is no regular file (a FIFO would block
-/// the read forever) is refused.
+/// A whole copy in one of the repository's own packs is read first ([`super::packed`], as git
+/// reads packs first); otherwise, or when that copy fails a check, its loose file, streamed and
+/// never past what the file holds; a loose copy that fails any check gives way to a copy a pack
+/// holds (a delta, or one in an alternate store), and without one is refused for what is wrong
+/// with it. A loose file that is no regular file (a FIFO would block the read forever) is
+/// refused.
 pub(crate) fn read_checked(repo: &gix::Repository, id: &ObjectId, kind: gix::objs::Kind) -> Result<Vec<u8>, VerbError> {
     let what = match kind {
         gix::objs::Kind::Commit => "commit",
@@ -282,7 +284,13 @@ pub(crate) fn read_checked(repo: &gix::Repository, id: &ObjectId, kind: gix::obj
         what: what.into(),
         why,
     };
-    let loose_fault = match read_loose(repo.objects.store_ref().path(), id) {
+    let objects = repo.objects.store_ref().path();
+    if let Some((found, data)) = super::packed::read_whole(objects, repo.object_hash(), id) {
+        if let Ok(data) = exactly(repo, id, kind, found, data) {
+            return Ok(data);
+        }
+    }
+    let loose_fault = match read_loose(objects, id) {
         Loose::Read(found, data) => match exactly(repo, id, kind, found, data) {
             Ok(data) => return Ok(data),
             Err(why) => Some(why),
