@@ -641,6 +641,36 @@ fn watched_snapshots_read_only_the_stat_cache_runs_they_need_and_agree_with_a_wa
     stop(&repo);
 }
 
+/// A FIFO named like a pack index in the pack directory is passed over, never opened: opening
+/// it would block a watched snapshot forever while it holds the workspace lock (it did: the
+/// batch's look at the pack indices opened it). The burst is still packed and restorable.
+#[test]
+fn a_fifo_among_the_pack_indices_never_blocks_a_snapshot_or_a_restore() {
+    let repo = TestRepo::new();
+    write_spread(&repo, 60, 12, "original");
+    repo.commit_all("sixty files");
+    warm(&repo);
+    let base = watched(&repo).id;
+    mkfifo(
+        &repo
+            .common_dir()
+            .join("objects/pack/pack-0123456789012345678901234567890123456789.idx"),
+    );
+    write_spread(&repo, 60, 12, "edited");
+    let run = ckpt_json_within_30s(&repo, &["snapshot", "--watch"]);
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    let snap = run.one("snapshot");
+    assert_eq!(snap["scan"]["mode"], "watch", "{}", run.stdout);
+    let burst = snap["id"].as_str().unwrap().to_owned();
+    let run = ckpt_json_within_30s(&repo, &["restore", &base, "--yes", "--exact"]);
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    assert_eq!(run.one("restore")["verified"], true, "{}", run.stdout);
+    let run = ckpt_json_within_30s(&repo, &["restore", &burst, "--yes", "--exact"]);
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    assert_eq!(repo.read(spread_path(0, 12)), b"edited 0\n");
+    stop(&repo);
+}
+
 fn packs(repo: &TestRepo) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(repo.common_dir().join("objects/pack"))
         .map(|dir| {

@@ -64,6 +64,8 @@ impl ObjectBatch {
                     return Vec::new();
                 };
                 dir.filter_map(Result::ok)
+                    // Regular files only: opening a FIFO would block.
+                    .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_file()))
                     .map(|entry| entry.path())
                     .filter(|path| path.extension().is_some_and(|ext| ext == "idx"))
                     .filter_map(|path| gix_pack::index::File::at(&path, self.object_hash).ok())

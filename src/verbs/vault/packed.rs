@@ -54,6 +54,8 @@ fn listed(objects: &Path, hash: gix::hash::Kind) -> Option<Arc<Listed>> {
     let packs = std::fs::read_dir(&dir)
         .ok()?
         .filter_map(Result::ok)
+        // Regular files only: opening a FIFO would block (a symlink is left to gix).
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_file()))
         .map(|entry| entry.path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "idx"))
         .filter_map(|path| {
@@ -79,7 +81,10 @@ pub(super) fn read_whole(objects: &Path, hash: gix::hash::Kind, id: &ObjectId) -
     let offset = pack.index.pack_offset_at_index(pack.index.lookup(id.0)?);
     let data = pack
         .data
-        .get_or_init(|| gix_pack::data::File::at(&pack.data_path, hash).ok())
+        .get_or_init(|| {
+            let regular = std::fs::symlink_metadata(&pack.data_path).is_ok_and(|meta| meta.is_file());
+            regular.then(|| gix_pack::data::File::at(&pack.data_path, hash).ok())?
+        })
         .as_ref()?;
     if offset >= data.data_len() as u64 {
         return None;
