@@ -671,6 +671,59 @@ fn a_fifo_among_the_pack_indices_never_blocks_a_snapshot_or_a_restore() {
     stop(&repo);
 }
 
+/// A `git repack -a -d` that runs after a snapshot wrote its pack and before its pin exists
+/// finds those objects unreachable: without the pack's keep file it deleted the pack, and the
+/// checkpoint was published with its trees and blobs gone (found by a review, one snapshot in a
+/// few hundred beside a repack loop). Held exactly there, the repack must leave them, and once
+/// pinned no keep file is left behind.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_repack_between_the_pack_and_its_pin_leaves_the_checkpoint_whole() {
+    let repo = TestRepo::new();
+    write_spread(&repo, 60, 12, "original");
+    repo.commit_all("sixty files");
+    warm(&repo);
+    write_spread(&repo, 60, 12, "edited");
+    let out = crate::safety::run_paused(&repo, "snapshot:before-pin", &["--json", "snapshot", "--watch"], || {
+        assert!(
+            packs(&repo).iter().any(|name| name.ends_with(".keep")),
+            "no keep file guards the unpinned pack: {:?}",
+            packs(&repo)
+        );
+        repo.git(&["repack", "-a", "-d", "-q"]);
+    });
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let snap: serde_json::Value = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|v| v["type"] == "snapshot")
+        .expect("a snapshot line");
+    assert_eq!(snap["scan"]["mode"], "watch", "{stdout}");
+    let id = snap["id"].as_str().unwrap().to_owned();
+    let listed = repo.git(&["ls-tree", "-r", &id]);
+    assert_eq!(
+        listed.lines().filter(|line| line.contains("\td")).count(),
+        60,
+        "{listed}"
+    );
+    repo.git(&["fsck", "--full", "--no-dangling"]);
+    assert!(
+        !packs(&repo).iter().any(|name| name.ends_with(".keep")),
+        "a keep file outlived the pin: {:?}",
+        packs(&repo)
+    );
+    write_spread(&repo, 60, 12, "later");
+    let run = repo.ckpt_json(&["restore", &id, "--yes", "--exact"], 0);
+    assert_eq!(run.one("restore")["verified"], true, "{}", run.stdout);
+    assert_eq!(repo.read(spread_path(7, 12)), b"edited 7\n");
+    stop(&repo);
+}
+
 fn packs(repo: &TestRepo) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(repo.common_dir().join("objects/pack"))
         .map(|dir| {

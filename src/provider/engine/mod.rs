@@ -115,7 +115,9 @@ impl Engine {
                     name,
                     uncompressed: written.compression == Some(PackCompression::Stored),
                 };
-                self.merge_ckpt_packs(registry, lock, Some(pack), MAX_CKPT_PACKS_INLINE, false);
+                // Listed now, merged (if due) only once a pin covers it: until then it is kept
+                // from git's repack, and a merge leaves kept packs alone.
+                self.merge_ckpt_packs(registry, lock, Some(pack), usize::MAX, false);
             }
         }
         Ok(())

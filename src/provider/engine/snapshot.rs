@@ -253,6 +253,7 @@ impl Engine {
             .vault
             .write_commit(&tree, head.as_ref(), &trailers.format(), unix)?;
         crate::fault::point("snapshot:after-commit");
+        crate::fault::pause("snapshot:before-pin");
         let pin = PinRef::for_checkpoint(&self.workspace, &commit);
         self.vault.pin(&pin, &commit, None)?;
         crate::fault::point("snapshot:after-pin");
@@ -264,6 +265,9 @@ impl Engine {
             return Err(error.into());
         }
         self.phase_time("commit, pin and record", started);
+        // Past the inline limit (no daemon kept up), packs are merged here, once the pin covers
+        // the newest: until then its keep file holds it out of every merge.
+        self.merge_ckpt_packs(registry, lock, None, super::MAX_CKPT_PACKS_INLINE, false);
         Ok(record)
     }
 

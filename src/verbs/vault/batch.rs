@@ -23,6 +23,9 @@ use crate::verbs::VerbError;
 /// every pack is one more file each object lookup consults until git repacks.
 const PACK_AT_LEAST: usize = 32;
 
+/// What the `.keep` file of a pack awaiting its pin says, for whoever finds one.
+const PACK_KEEP_NOTE: &[u8] = b"ckpt: new checkpoint objects, until their pin is written\n";
+
 /// How the objects of a pack are compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PackCompression {
@@ -536,7 +539,21 @@ impl Vault {
                 Err(e) => Err(failed(e.error)),
             }
         };
-        let created = place(&pack, &data_path)?;
+        // A `.keep` first, as git's own fetch does: until a pin makes these objects reachable,
+        // a `git repack -a -d` running beside this snapshot would delete the pack with them
+        // (found by a review: one snapshot in a few hundred beside a repack loop was published
+        // with its objects gone). Loose objects outlive a repack; a new pack needs this.
+        let keep_path = data_path.with_extension("keep");
+        let kept = !data_path.exists() && place(PACK_KEEP_NOTE, &keep_path)?;
+        let created = match place(&pack, &data_path) {
+            Ok(created) => created,
+            Err(e) => {
+                if kept {
+                    std::fs::remove_file(&keep_path).ok();
+                }
+                return Err(e);
+            }
+        };
         let indexed = place(&index, &index_path).and_then(|_| {
             let expected: HashSet<ObjectId> = objects.iter().map(|(id, _, _)| *id).collect();
             let read_back: Option<HashSet<ObjectId>> = gix_pack::index::File::at(&index_path, hash)
@@ -557,9 +574,24 @@ impl Vault {
                 std::fs::remove_file(&index_path).ok();
                 std::fs::remove_file(&data_path).ok();
             }
+            if kept {
+                std::fs::remove_file(&keep_path).ok();
+            }
             return Err(e);
         }
+        if kept {
+            self.pending_keeps.borrow_mut().push(keep_path);
+        }
         Ok(created.then_some(name))
+    }
+
+    /// Removes the `.keep` files of the packs this vault wrote and no pin has covered yet:
+    /// called once a pin is written (their objects are reachable), and when the vault is
+    /// dropped (a snapshot that ended without a pin leaves garbage that git may collect).
+    pub(super) fn release_pack_keeps(&self) {
+        for keep in self.pending_keeps.borrow_mut().drain(..) {
+            std::fs::remove_file(keep).ok();
+        }
     }
 
     /// Writes the pack `stream` holds, with the index gix builds from its bytes, into the pack
@@ -588,9 +620,9 @@ impl Vault {
             options,
         )
         .map_err(|e| VerbError::git("writing a pack", e))?;
-        // The keep file guards a fetched pack until refs point to it; these objects are as safe
-        // without it as loose ones are (new, so within every prune grace period), and with it git
-        // would never repack them, even after the checkpoints are pruned.
+        // The keep file guards a fetched pack until refs point to it. A merge runs only under
+        // the workspace lock after the pins of the packs it merges were written, so its objects
+        // are reachable already; kept, git would never repack them, even once pruned.
         if let Some(keep) = &outcome.keep_path {
             std::fs::remove_file(keep).map_err(|e| VerbError::git("removing the pack's keep file", e))?;
         }

@@ -44,6 +44,7 @@ pub fn collect_private_garbage(
             batch: Default::default(),
             kept_index: Default::default(),
             prefetched_index: Default::default(),
+            pending_keeps: Default::default(),
             vouched_index: Default::default(),
         };
         // Every ref under refs/ckpt/ keeps its objects: pins, quarantined pins, anything else.

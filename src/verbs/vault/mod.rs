@@ -71,6 +71,15 @@ pub struct Vault {
     vouched_index: std::cell::Cell<Option<IndexIdentity>>,
     /// An index being read on a thread of its own ([`Vault::prefetch_index`]).
     prefetched_index: std::cell::RefCell<Option<std::thread::JoinHandle<Option<KeptIndex>>>>,
+    /// `.keep` files guarding packs this vault wrote until a pin makes their objects reachable
+    /// (see [`Vault::pin`]); removed then, or when the vault is dropped.
+    pending_keeps: std::cell::RefCell<Vec<PathBuf>>,
+}
+
+impl Drop for Vault {
+    fn drop(&mut self) {
+        self.release_pack_keeps();
+    }
 }
 
 /// A decoded index with the identity its file had when the read began.
@@ -211,6 +220,7 @@ impl Vault {
             batch: Default::default(),
             kept_index: Default::default(),
             prefetched_index: Default::default(),
+            pending_keeps: Default::default(),
             vouched_index: Default::default(),
         }))
     }

@@ -48,7 +48,10 @@ impl Vault {
                 expected,
                 new: Target::Object(commit.0),
             },
-        )
+        )?;
+        // The new packs' objects are reachable from a ref now: git's repack keeps them.
+        self.release_pack_keeps();
+        Ok(())
     }
 
     /// Deletes `pin`, only if it still points at `expected`.

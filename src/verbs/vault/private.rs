@@ -218,6 +218,7 @@ impl Vault {
             batch: Default::default(),
             kept_index: Default::default(),
             prefetched_index: Default::default(),
+            pending_keeps: Default::default(),
             vouched_index: Default::default(),
         })
     }
