@@ -471,6 +471,83 @@ fn a_forged_packed_copy_is_refused_or_read_from_a_sound_loose_one() {
     }
 }
 
+/// A snapshot that reads a file whose content the store already holds, packed but damaged
+/// (a flipped byte: it no longer inflates) or forged (it inflates to other bytes), stores a
+/// sound copy instead of pointing at the bad one: the file restores byte-exact afterwards
+/// (found by a review: the snapshot succeeded, and the restore then failed on the damaged copy).
+/// Through a plain snapshot and through a watched one (whose new objects go into a batch).
+#[test]
+fn content_whose_stored_copy_is_damaged_is_stored_again_soundly() {
+    let real = b"content the pack holds: 0123456789\n";
+    for (how, watched) in [
+        ("damaged", false),
+        ("forged", false),
+        ("damaged", true),
+        ("forged", true),
+    ] {
+        let repo = TestRepo::new();
+        repo.write("kept.txt", real);
+        let base = repo.snapshot(&[]);
+        if watched {
+            for _ in 0..3 {
+                repo.ckpt_json(&["snapshot", "--watch"], 0);
+            }
+        }
+        repo.git(&["-c", "pack.compression=0", "repack", "-a", "-d", "-q"]);
+        let pack = std::fs::read_dir(repo.common_dir().join("objects/pack"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "pack"))
+            .unwrap();
+        let mut bytes = std::fs::read(&pack).unwrap();
+        let at = bytes
+            .windows(real.len())
+            .position(|w| w == real)
+            .expect("stored as it is");
+        if how == "forged" {
+            let forged = b"content the pack holds: 9876543210\n";
+            bytes[at..at + real.len()].copy_from_slice(forged);
+            let end = at + real.len();
+            bytes[end..end + 4].copy_from_slice(&adler32(forged).to_be_bytes());
+        } else {
+            bytes[at + 3] ^= 0x20;
+        }
+        let mut permissions = std::fs::metadata(&pack).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        permissions.set_readonly(false);
+        std::fs::set_permissions(&pack, permissions).unwrap();
+        std::fs::write(&pack, &bytes).unwrap();
+        // The same bytes written again: the snapshot reads the file and finds its blob stored.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        repo.write("kept.txt", real);
+        repo.write("other.txt", b"a change beside it\n");
+        let args: &[&str] = if watched {
+            &["snapshot", "--watch"]
+        } else {
+            &["snapshot"]
+        };
+        let run = repo.ckpt_json(args, 0);
+        let snap = run.one("snapshot");
+        if watched {
+            assert_eq!(snap["scan"]["mode"], "watch", "{}", run.stdout);
+        }
+        let id = snap["id"].as_str().unwrap().to_owned();
+        assert_ne!(id, base);
+        repo.write("kept.txt", b"later edit\n");
+        let run = repo.ckpt_json(&["restore", &id, "--yes", "--exact"], 0);
+        assert_eq!(
+            run.one("restore")["verified"],
+            true,
+            "{how}, watched {watched}: {}",
+            run.stdout
+        );
+        assert_eq!(repo.read("kept.txt"), real, "{how}, watched {watched}");
+        if watched {
+            repo.ckpt_json(&["watch", "stop"], 0);
+        }
+    }
+}
+
 /// A loose object's file that is a FIFO, or a link to a device, is refused by name at once:
 /// read, it would block forever or never end (found by a review: a restore hung holding the
 /// workspace lock, or grew until the OOM killer ended it). Nothing is written.
