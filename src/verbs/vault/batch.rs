@@ -468,10 +468,7 @@ impl Vault {
             // Trees join a batch unchecked ([`Vault::write_tree`]); loose, a stored one is kept.
             for (id, kind, data) in objects.iter().filter(|(id, _, _)| !self.stored_already(id)) {
                 use gix::objs::Write as _;
-                let written = self
-                    .repo
-                    .objects
-                    .write_buf(*kind, data)
+                let written = super::objects::retried_once(|| self.repo.objects.write_buf(*kind, data))
                     .map_err(|e| VerbError::git(format!("writing object {id}"), e))?;
                 if written != id.0 {
                     return Err(VerbError::git_because(

@@ -69,10 +69,7 @@ impl LocalBlobs {
             return Ok(PutBlob { id, fresh: false });
         }
         use gix::objs::Write as _;
-        let written = self
-            .repo
-            .objects
-            .write_buf(gix::objs::Kind::Blob, bytes)
+        let written = super::objects::retried_once(|| self.repo.objects.write_buf(gix::objs::Kind::Blob, bytes))
             .map(ObjectId)
             .map_err(|e| VerbError::git("writing a blob", e))?;
         if written != id {

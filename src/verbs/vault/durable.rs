@@ -56,6 +56,18 @@ impl Vault {
                 Ok(()) => Ok(()),
                 // Some filesystems cannot sync a directory at all.
                 Err(e) if is_dir && e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => Ok(()),
+                // Gone since it was listed: a `git repack` moved its objects into a pack of its
+                // own, which git syncs itself (ckpt's newest packs are kept from it until
+                // pinned; found by a review: a repack beside a restore failed the restore).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                // A pack ckpt may not read is not one it wrote (it writes its own readable), nor
+                // one it could restore from (found by a review: an unreadable copy of a pack
+                // failed every restore).
+                Err(e)
+                    if !is_dir && e.kind() == std::io::ErrorKind::PermissionDenied && path.starts_with(&pack_dir) =>
+                {
+                    Ok(())
+                }
                 Err(e) => Err(VerbError::Git {
                     action: format!(
                         "syncing {} to disk (the guard checkpoint must be on disk before the restore changes anything)",
@@ -65,6 +77,7 @@ impl Vault {
                 }),
             }
         };
+        crate::fault::pause("restore:guard-listed");
         files.par_iter().try_for_each(|file| sync(file, false))?;
         dirs.par_iter().try_for_each(|dir| sync(dir, true))
     }

@@ -72,12 +72,26 @@ fn listed(objects: &Path, hash: gix::hash::Kind) -> Option<Arc<Listed>> {
     Some(listed)
 }
 
-/// The kind and content a pack in `objects/pack` holds for `id` as a whole object (not a delta),
-/// as that pack says: not yet checked against the id. `None` when no listed pack holds it whole
-/// or it cannot be read there; the caller then reads it another way.
-pub(super) fn read_whole(objects: &Path, hash: gix::hash::Kind, id: &ObjectId) -> Option<(gix::objs::Kind, Vec<u8>)> {
+/// The content of `id` as the first listed pack holding it whole (not as a delta) gives it and
+/// `accept` takes it (`accept` checks the kind and content against the id, and returns what to
+/// keep). Every pack that holds `id` is tried in turn: one that cannot be read, or whose copy
+/// `accept` refuses, does not hide a sound copy in another. `None` when no pack gives one; the
+/// caller then reads it another way.
+pub(super) fn read_whole(
+    objects: &Path,
+    hash: gix::hash::Kind,
+    id: &ObjectId,
+    mut accept: impl FnMut(gix::objs::Kind, Vec<u8>) -> Option<Vec<u8>>,
+) -> Option<Vec<u8>> {
     let listed = listed(objects, hash)?;
-    let pack = listed.packs.iter().find(|pack| pack.index.lookup(id.0).is_some())?;
+    listed.packs.iter().find_map(|pack| {
+        let (kind, data) = read_from(pack, hash, id)?;
+        accept(kind, data)
+    })
+}
+
+/// The kind and content `pack` holds for `id` as a whole object, as that pack says.
+fn read_from(pack: &Pack, hash: gix::hash::Kind, id: &ObjectId) -> Option<(gix::objs::Kind, Vec<u8>)> {
     let offset = pack.index.pack_offset_at_index(pack.index.lookup(id.0)?);
     let data = pack
         .data
