@@ -112,80 +112,6 @@ fn build_dir(
     store.write_tree(entries)
 }
 
-/// A [`TreeStore`] that answers [`TreeStore::tree_level`] from levels read ahead of the build,
-/// while the caller would otherwise wait (a watched snapshot waits for the index): the levels
-/// along some paths, read before their edits are known. Content-addressed, so a level read
-/// early is the level read late. A level it was not given, or could not read, is read from
-/// the store then (and fails then, with the store's error).
-pub struct ReadAhead<'a> {
-    store: &'a dyn TreeStore,
-    levels: std::cell::RefCell<std::collections::HashMap<ObjectId, Vec<LevelEntry>>>,
-}
-
-impl<'a> ReadAhead<'a> {
-    /// Reads, from `base`, the level of every directory above one of `paths` (not the levels
-    /// inside a path that is itself a directory: that subtree may be large, and is read when
-    /// edits below it need it).
-    pub fn along(store: &'a dyn TreeStore, base: ObjectId, paths: &[&[u8]]) -> Self {
-        let mut levels = std::collections::HashMap::new();
-        read_levels_along(store, base, 0, paths, &mut levels);
-        ReadAhead {
-            store,
-            levels: std::cell::RefCell::new(levels),
-        }
-    }
-}
-
-/// `paths` all lie below the directory whose tree is `tree` and whose paths start `prefix_len`
-/// bytes in; reads that level and, recursively, the subtrees a path continues into.
-fn read_levels_along(
-    store: &dyn TreeStore,
-    tree: ObjectId,
-    prefix_len: usize,
-    paths: &[&[u8]],
-    levels: &mut std::collections::HashMap<ObjectId, Vec<LevelEntry>>,
-) {
-    if levels.contains_key(&tree) {
-        return;
-    }
-    let Ok(level) = store.tree_level(&tree) else {
-        return;
-    };
-    let mut below: std::collections::BTreeMap<&[u8], Vec<&[u8]>> = std::collections::BTreeMap::new();
-    for path in paths {
-        let rel = &path[prefix_len.min(path.len())..];
-        let name = rel.split(|b| *b == b'/').next().unwrap_or_default();
-        below.entry(name).or_default().push(path);
-    }
-    let subtrees: Vec<(ObjectId, usize, Vec<&[u8]>)> = below
-        .into_iter()
-        .filter_map(|(name, paths)| {
-            let (_, _, id) = level.iter().find(|(entry, kind, _)| entry == name && kind.is_none())?;
-            Some((*id, prefix_len + name.len() + 1, paths))
-        })
-        .collect();
-    levels.insert(tree, level);
-    for (id, prefix_len, paths) in subtrees {
-        let deeper: Vec<&[u8]> = paths.into_iter().filter(|p| p.len() > prefix_len).collect();
-        if !deeper.is_empty() {
-            read_levels_along(store, id, prefix_len, &deeper, levels);
-        }
-    }
-}
-
-impl TreeStore for ReadAhead<'_> {
-    fn write_tree(&self, entries: Vec<NewTreeEntry>) -> Result<ObjectId, CkptError> {
-        self.store.write_tree(entries)
-    }
-
-    fn tree_level(&self, tree: &ObjectId) -> Result<Vec<LevelEntry>, CkptError> {
-        match self.levels.borrow_mut().remove(tree) {
-            Some(level) => Ok(level),
-            None => self.store.tree_level(tree),
-        }
-    }
-}
-
 /// One file-level change to a tree: `path` now holds `item`, or (`None`) nothing.
 pub type TreeEdit<'a> = (&'a [u8], Option<TreeItem>);
 
@@ -264,13 +190,12 @@ mod tests {
     use std::cell::RefCell;
     use std::collections::{BTreeMap, HashMap};
 
-    /// A content-addressed in-memory tree store that counts writes and reads.
+    /// A content-addressed in-memory tree store that counts writes.
     #[derive(Default)]
     struct MemoryStore {
         trees: RefCell<HashMap<ObjectId, Vec<LevelEntry>>>,
         by_content: RefCell<HashMap<Vec<LevelEntry>, ObjectId>>,
         writes: RefCell<usize>,
-        reads: RefCell<usize>,
     }
 
     impl TreeStore for MemoryStore {
@@ -288,7 +213,6 @@ mod tests {
         }
 
         fn tree_level(&self, tree: &ObjectId) -> Result<Vec<LevelEntry>, CkptError> {
-            *self.reads.borrow_mut() += 1;
             Ok(self.trees.borrow()[tree].clone())
         }
     }
@@ -439,36 +363,6 @@ mod tests {
             edit_trees(&store, middle, &back).unwrap(),
             build(&store, &want_back, None)
         );
-    }
-
-    #[test]
-    fn levels_read_ahead_are_those_above_the_paths_and_the_edit_needs_no_other() {
-        let store = MemoryStore::default();
-        let mut files = BTreeMap::new();
-        for name in ["a.txt", "dir/c.txt", "dir/sub/d.txt", "other/e.txt"] {
-            files.insert(path(name), blob(1));
-        }
-        let base = build(&store, &files, None);
-        // Only above a path naming a directory: nothing inside it.
-        *store.reads.borrow_mut() = 0;
-        ReadAhead::along(&store, base, &[b"dir".as_slice()]);
-        assert_eq!(*store.reads.borrow(), 1);
-        // Root, dir and dir/sub; not other/, and new/ is not in the base.
-        *store.reads.borrow_mut() = 0;
-        let ahead = ReadAhead::along(&store, base, &[b"dir/sub/d.txt".as_slice(), b"new/x", b"dir.d"]);
-        assert_eq!(*store.reads.borrow(), 3);
-        let edits: Vec<TreeEdit<'_>> = vec![
-            (b"dir.d", Some(blob(4))),
-            (b"dir/sub/d.txt", Some(blob(2))),
-            (b"new/x", Some(blob(3))),
-        ];
-        let edited = edit_trees(&ahead, base, &edits).unwrap();
-        assert_eq!(
-            *store.reads.borrow(),
-            3,
-            "the edit read a level that was not read ahead"
-        );
-        assert_eq!(edited, edit_trees(&store, base, &edits).unwrap());
     }
 
     fn flatten(store: &MemoryStore, tree: ObjectId, prefix: &[u8]) -> Vec<(Vec<u8>, ObjectId)> {

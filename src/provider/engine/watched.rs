@@ -320,13 +320,6 @@ impl Engine {
                 crate::records::statcache::MAX_DELTA_ENTRIES
             )));
         }
-        // The base's levels above the changed paths, read while the index is still being read
-        // on its own thread (the listing below waits for it).
-        let started = std::time::Instant::now();
-        let scope_paths: Vec<RepoPath> = scope.paths().collect();
-        let raw_paths: Vec<&[u8]> = scope_paths.iter().map(RepoPath::as_bytes).collect();
-        let read_ahead = treebuild::ReadAhead::along(&self.vault, base_tree, &raw_paths);
-        self.phase_time("trees read ahead", started);
         let started = std::time::Instant::now();
         let progress = self.reporter.progress();
         // New objects go into one pack in the user's repository, uncompressed: compressing them,
@@ -374,7 +367,7 @@ impl Engine {
                 .iter()
                 .map(|(path, file)| (path.as_bytes(), file.map(|f| f.item)))
                 .collect();
-            match treebuild::edit_trees(&read_ahead, base_tree, &edits) {
+            match treebuild::edit_trees(&self.vault, base_tree, &edits) {
                 Ok(tree) => tree,
                 Err(e) => {
                     return Ok(Err(format!(
