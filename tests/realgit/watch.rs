@@ -724,6 +724,61 @@ fn a_repack_between_the_pack_and_its_pin_leaves_the_checkpoint_whole() {
     stop(&repo);
 }
 
+/// A snapshot whose pin is refused after its pack was written (a `packed-refs.lock` left by a
+/// crashed git) fails, and leaves no keep file: the pack's objects are garbage git may collect
+/// (found by a review: the keep file stayed for good, and so did the pack).
+#[test]
+fn a_refused_pin_leaves_no_keep_file() {
+    let repo = TestRepo::new();
+    write_spread(&repo, 60, 12, "original");
+    repo.commit_all("sixty files");
+    warm(&repo);
+    write_spread(&repo, 60, 12, "edited");
+    let lock = repo.common_dir().join("packed-refs.lock");
+    std::fs::write(&lock, b"").unwrap();
+    let run = ckpt_json_within_30s(&repo, &["snapshot", "--watch"]);
+    std::fs::remove_file(&lock).unwrap();
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(
+        !packs(&repo).iter().any(|name| name.ends_with(".keep")),
+        "{:?}",
+        packs(&repo)
+    );
+    stop(&repo);
+}
+
+/// A keep file ckpt wrote and a ckpt killed before its pin left behind is removed once it is old
+/// (10 minutes), when ckpt next looks at its packs; a keep file of anyone else, or a young one,
+/// stays.
+#[test]
+fn a_stale_keep_file_of_ckpts_own_is_removed_and_no_other() {
+    let repo = TestRepo::new();
+    write_spread(&repo, 10, 2, "original");
+    repo.commit_all("ten files");
+    repo.git(&["repack", "-a", "-d", "-q"]);
+    let pack_dir = repo.common_dir().join("objects/pack");
+    let note = b"ckpt: new checkpoint objects, until their pin is written\n";
+    let stale = pack_dir.join(format!("pack-{}.keep", "1".repeat(40)));
+    let young = pack_dir.join(format!("pack-{}.keep", "2".repeat(40)));
+    let users = pack_dir.join(format!("pack-{}.keep", "3".repeat(40)));
+    std::fs::write(&stale, note).unwrap();
+    std::fs::write(&young, note).unwrap();
+    std::fs::write(&users, b"kept by hand\n").unwrap();
+    for old in [&stale, &users] {
+        let status = std::process::Command::new("touch")
+            .args(["-d", "1 hour ago"])
+            .arg(old)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    repo.write("d0/f0.txt", b"a change\n");
+    repo.ckpt_json(&["snapshot"], 0);
+    assert!(!stale.exists(), "a stale keep file of ckpt's own stayed");
+    assert!(young.exists(), "a young keep file went");
+    assert!(users.exists(), "someone else's keep file went");
+}
+
 fn packs(repo: &TestRepo) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(repo.common_dir().join("objects/pack"))
         .map(|dir| {

@@ -91,6 +91,9 @@ fn now_rfc3339() -> (i64, String) {
 pub const MAX_CKPT_PACKS: usize = 8;
 /// More than this, and the snapshot that wrote the last one merges them (no daemon kept up).
 const MAX_CKPT_PACKS_INLINE: usize = 24;
+/// A keep file ckpt wrote that is older than this was left by a ckpt that was killed before its
+/// pin ([`crate::verbs::Vault::remove_stale_pack_keeps`]).
+const STALE_PACK_KEEP: std::time::Duration = std::time::Duration::from_secs(600);
 /// How many of the largest packs a merge leaves as they are.
 const KEPT_LARGEST_PACKS: usize = 3;
 
@@ -142,6 +145,9 @@ impl Engine {
         compress: bool,
     ) -> Option<String> {
         let started = std::time::Instant::now();
+        // Under the workspace lock: a snapshot of this workspace is not between its pack and its
+        // pin now, and another one's holds its keep file for moments, not minutes.
+        self.vault.remove_stale_pack_keeps(STALE_PACK_KEEP);
         let listed = registry.ckpt_packs();
         let mut packs = listed.clone();
         packs.extend(new);

@@ -86,6 +86,7 @@ impl Engine {
         lock: &RegistryLock,
         request: &SnapshotRequest,
     ) -> Result<(SnapshotOutcome, Capture), CkptError> {
+        let _keeps = self.vault.pack_keeps_released_on_return();
         let t0 = std::time::Instant::now();
         let reconciled = self.reconcile(registry.load()?)?;
         self.phase_time("registry + refs", t0);

@@ -302,6 +302,7 @@ impl Engine {
         scope: &PathScope,
         hooks: &GuardHooks<'_>,
     ) -> Result<Result<(SnapshotOutcome, Capture), String>, CkptError> {
+        let _keeps = self.vault.pack_keeps_released_on_return();
         // The scoped listing reads the index; on a thread of its own, it overlaps the stat cache.
         self.vault.prefetch_index();
         let started = std::time::Instant::now();

@@ -407,6 +407,15 @@ fn index_v2(hash: gix::hash::Kind, mut placed: Vec<Placed>, pack_checksum: &[u8]
     Ok(out)
 }
 
+/// See [`Vault::pack_keeps_released_on_return`].
+pub struct PackKeepsRelease<'a>(&'a Vault);
+
+impl Drop for PackKeepsRelease<'_> {
+    fn drop(&mut self) {
+        self.0.release_pack_keeps();
+    }
+}
+
 /// An open batch: new blobs and trees are collected until [`OpenBatch::finish`] writes them.
 /// Dropped unfinished (an error, or a snapshot that falls back to another path), it discards
 /// them: nothing was written, and later writes go to the store again.
@@ -583,12 +592,51 @@ impl Vault {
     }
 
     /// Removes the `.keep` files of the packs this vault wrote and no pin has covered yet:
-    /// called once a pin is written (their objects are reachable), and when the vault is
-    /// dropped (a snapshot that ended without a pin leaves garbage that git may collect).
+    /// called once a pin is written (their objects are reachable), and when the guard
+    /// [`Self::pack_keeps_released_on_return`] gave, or the vault itself, is dropped (a snapshot
+    /// that ended without a pin leaves garbage that git may collect).
     pub(super) fn release_pack_keeps(&self) {
         for keep in self.pending_keeps.borrow_mut().drain(..) {
             std::fs::remove_file(keep).ok();
         }
+    }
+
+    /// Removes the keep files ckpt wrote (their text is ckpt's own) that are older than
+    /// `older_than`: a ckpt killed between writing a pack and its pin leaves one, and git then
+    /// keeps that pack for good (found by a review: a quarter of the snapshots killed during a
+    /// large burst left one). A snapshot holds its keep file for the moments between its pack
+    /// and its pin, so an old one is no snapshot's any more. A keep file with any other text is
+    /// git's or the user's, and left alone. How many were removed.
+    pub fn remove_stale_pack_keeps(&self, older_than: std::time::Duration) -> usize {
+        let directory = self.repo.objects.store_ref().path().join("pack");
+        let Ok(entries) = std::fs::read_dir(&directory) else {
+            return 0;
+        };
+        let now = std::time::SystemTime::now();
+        entries
+            .filter_map(Result::ok)
+            .filter(|entry| entry.path().extension().is_some_and(|ext| ext == "keep"))
+            .filter(|entry| {
+                entry.metadata().is_ok_and(|meta| {
+                    meta.is_file()
+                        && meta.len() == PACK_KEEP_NOTE.len() as u64
+                        && meta
+                            .modified()
+                            .is_ok_and(|at| now.duration_since(at).is_ok_and(|age| age > older_than))
+                })
+            })
+            .filter(|entry| std::fs::read(entry.path()).is_ok_and(|text| text == PACK_KEEP_NOTE))
+            .filter(|entry| std::fs::remove_file(entry.path()).is_ok())
+            .count()
+    }
+
+    /// A guard that releases the keep files of this vault's unpinned packs when dropped: a
+    /// snapshot holds it from before its batch is written until it returns, so one that fails
+    /// after writing its pack (its pin refused, say) or publishes nothing leaves no keep file
+    /// behind (found by a review: a refused pin left one for good; a command's provider is
+    /// never dropped, so the vault's own drop does not run).
+    pub fn pack_keeps_released_on_return(&self) -> PackKeepsRelease<'_> {
+        PackKeepsRelease(self)
     }
 
     /// Writes the pack `stream` holds, with the index gix builds from its bytes, into the pack

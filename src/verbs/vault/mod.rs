@@ -72,7 +72,8 @@ pub struct Vault {
     /// An index being read on a thread of its own ([`Vault::prefetch_index`]).
     prefetched_index: std::cell::RefCell<Option<std::thread::JoinHandle<Option<KeptIndex>>>>,
     /// `.keep` files guarding packs this vault wrote until a pin makes their objects reachable
-    /// (see [`Vault::pin`]); removed then, or when the vault is dropped.
+    /// (see [`Vault::pin`]); removed then, or when the snapshot that wrote them returns
+    /// ([`Vault::pack_keeps_released_on_return`]), or when the vault is dropped.
     pending_keeps: std::cell::RefCell<Vec<PathBuf>>,
 }
 
