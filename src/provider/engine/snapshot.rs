@@ -250,6 +250,7 @@ impl Engine {
             skipped,
         };
         let started = std::time::Instant::now();
+        crate::fault::pause("snapshot:before-commit");
         let commit = self
             .vault
             .write_commit(&tree, head.as_ref(), &trailers.format(), unix)?;

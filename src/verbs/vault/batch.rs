@@ -413,6 +413,8 @@ pub struct PackKeepsRelease<'a>(&'a Vault);
 impl Drop for PackKeepsRelease<'_> {
     fn drop(&mut self) {
         self.0.release_pack_keeps();
+        // What a snapshot that published nothing wrote is not the next pin's to check.
+        self.0.take_written_loose();
     }
 }
 
@@ -485,6 +487,7 @@ impl Vault {
                         "the object store named it differently",
                     ));
                 }
+                super::note_written(&self.written_loose, *id);
             }
             return Ok(BatchWritten {
                 objects: objects.len(),
@@ -637,6 +640,16 @@ impl Vault {
     /// never dropped, so the vault's own drop does not run).
     pub fn pack_keeps_released_on_return(&self) -> PackKeepsRelease<'_> {
         PackKeepsRelease(self)
+    }
+
+    /// Takes the ids of the loose objects written since the last pin, leaving none.
+    pub(super) fn take_written_loose(&self) -> Vec<ObjectId> {
+        std::mem::take(
+            &mut *self
+                .written_loose
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// Writes the pack `stream` holds, with the index gix builds from its bytes, into the pack

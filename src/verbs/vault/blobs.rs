@@ -16,6 +16,7 @@ pub struct ParallelBlobs {
     repo: gix::ThreadSafeRepository,
     store: bool,
     batch: Option<std::sync::Arc<super::batch::ObjectBatch>>,
+    written: super::WrittenLoose,
 }
 
 /// One thread's blob hasher/writer.
@@ -24,6 +25,8 @@ pub struct LocalBlobs {
     store: bool,
     /// Where new blobs go while a batch is open (else straight to the store, loose).
     batch: Option<std::sync::Arc<super::batch::ObjectBatch>>,
+    /// Where the loose blobs it writes are noted, for the next pin to check.
+    written: super::WrittenLoose,
 }
 
 /// Files at least this large are hashed and stored as streams, never read whole.
@@ -40,6 +43,7 @@ impl ParallelBlobs {
             repo,
             store: self.store,
             batch: self.batch.clone(),
+            written: self.written.clone(),
         }
     }
 }
@@ -78,6 +82,7 @@ impl LocalBlobs {
                 "the object store named it differently",
             ));
         }
+        super::note_written(&self.written, id);
         Ok(PutBlob { id, fresh: true })
     }
 
@@ -169,7 +174,10 @@ impl LocalBlobs {
                         return Ok(FileRead::Unreadable(e));
                     }
                     match self.put_stream(&mut reader, before.size, true)? {
-                        Streamed::Whole(stored) if stored == id => Some(PutBlob { id, fresh: true }),
+                        Streamed::Whole(stored) if stored == id => {
+                            super::note_written(&self.written, id);
+                            Some(PutBlob { id, fresh: true })
+                        }
                         Streamed::Whole(_) | Streamed::LengthChanged => None,
                         Streamed::Unreadable(e) => return Ok(FileRead::Unreadable(e)),
                     }
@@ -352,6 +360,7 @@ impl Vault {
             repo: self.repo.clone().into_sync(),
             store,
             batch: self.batch().filter(|_| store),
+            written: self.written_loose.clone(),
         }
     }
 }

@@ -45,6 +45,7 @@ pub fn collect_private_garbage(
             kept_index: Default::default(),
             prefetched_index: Default::default(),
             pending_keeps: Default::default(),
+            written_loose: Default::default(),
             vouched_index: Default::default(),
         };
         // Every ref under refs/ckpt/ keeps its objects: pins, quarantined pins, anything else.

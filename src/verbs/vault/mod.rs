@@ -75,6 +75,20 @@ pub struct Vault {
     /// (see [`Vault::pin`]); removed then, or when the snapshot that wrote them returns
     /// ([`Vault::pack_keeps_released_on_return`]), or when the vault is dropped.
     pending_keeps: std::cell::RefCell<Vec<PathBuf>>,
+    /// Loose objects written since the last pin (by this vault and its blob writers): the pin
+    /// checks they are all still stored ([`Vault::pin`]).
+    written_loose: WrittenLoose,
+}
+
+/// The ids of the loose objects written since the last pin, shared with the blob writers.
+pub(super) type WrittenLoose = std::sync::Arc<std::sync::Mutex<Vec<ObjectId>>>;
+
+/// Notes `id` as written loose.
+pub(super) fn note_written(written: &WrittenLoose, id: ObjectId) {
+    written
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(id);
 }
 
 impl Drop for Vault {
@@ -222,6 +236,7 @@ impl Vault {
             kept_index: Default::default(),
             prefetched_index: Default::default(),
             pending_keeps: Default::default(),
+            written_loose: Default::default(),
             vouched_index: Default::default(),
         }))
     }

@@ -139,9 +139,11 @@ impl Vault {
             batch.add(id, gix::objs::Kind::Tree, &encoded);
             return Ok(id);
         }
-        retried_once(|| self.repo.write_object(&tree))
+        let id = retried_once(|| self.repo.write_object(&tree))
             .map(|id| ObjectId(id.detach()))
-            .map_err(|e| VerbError::git("writing a tree", e))
+            .map_err(|e| VerbError::git("writing a tree", e))?;
+        super::note_written(&self.written_loose, id);
+        Ok(id)
     }
 
     /// Writes a commit with ckpt's own fixed identity. It is not attached to any branch.
@@ -169,9 +171,11 @@ impl Vault {
             message: message.into(),
             extra_headers: Vec::new(),
         };
-        retried_once(|| self.repo.write_object(&commit))
+        let id = retried_once(|| self.repo.write_object(&commit))
             .map(|id| ObjectId(id.detach()))
-            .map_err(|e| VerbError::git("writing a commit", e))
+            .map_err(|e| VerbError::git("writing a commit", e))?;
+        super::note_written(&self.written_loose, id);
+        Ok(id)
     }
 
     pub fn read_commit(&self, id: &ObjectId) -> Result<CommitInfo, VerbError> {

@@ -72,6 +72,11 @@ fn listed(objects: &Path, hash: gix::hash::Kind) -> Option<Arc<Listed>> {
     Some(listed)
 }
 
+/// Whether a pack in `objects/pack` (as listed now) names `id` in its index.
+pub(super) fn holds(objects: &Path, hash: gix::hash::Kind, id: &ObjectId) -> bool {
+    listed(objects, hash).is_some_and(|listed| listed.packs.iter().any(|pack| pack.index.lookup(id.0).is_some()))
+}
+
 /// The content of `id` as the first listed pack holding it whole (not as a delta) gives it and
 /// `accept` takes it (`accept` checks the kind and content against the id, and returns what to
 /// keep). Every pack that holds `id` is tried in turn: one that cannot be read, or whose copy

@@ -51,6 +51,30 @@ impl Vault {
         )?;
         // The new packs' objects are reachable from a ref now: git's repack keeps them.
         self.release_pack_keeps();
+        // So are the new loose objects, from now on. Until the ref existed a `git prune` (which
+        // deletes every unreachable loose object, however new) could take them; one that did
+        // leaves a checkpoint that cannot be restored, so it is not published (found by a
+        // review: a prune loop beside snapshots broke one in 150, and every later `git gc`).
+        let written = self.take_written_loose();
+        let objects = self.repo.objects.store_ref().path().to_path_buf();
+        let hash = self.repo.object_hash();
+        let stored = |id: &&ObjectId| {
+            let hex = id.to_hex();
+            std::fs::symlink_metadata(objects.join(&hex[..2]).join(&hex[2..])).is_ok_and(|meta| meta.is_file())
+                || super::packed::holds(&objects, hash, id)
+        };
+        let gone: Vec<&ObjectId> = written.iter().filter(|id| !stored(id)).collect();
+        if let Some(first) = gone.first() {
+            self.unpin(pin, commit).ok();
+            return Err(VerbError::git_because(
+                format!("pinning {}", pin.as_str()),
+                format!(
+                    "{} of the {} objects written for it ({first} among them) were removed before its pin was written (a `git prune` running beside ckpt removes every unreachable loose object); nothing was published, take the checkpoint again",
+                    gone.len(),
+                    written.len()
+                ),
+            ));
+        }
         Ok(())
     }
 

@@ -219,6 +219,7 @@ impl Vault {
             kept_index: Default::default(),
             prefetched_index: Default::default(),
             pending_keeps: Default::default(),
+            written_loose: Default::default(),
             vouched_index: Default::default(),
         })
     }
