@@ -420,6 +420,41 @@ fn adler32(data: &[u8]) -> u32 {
     (b << 16) | a
 }
 
+/// The repository's one pack (after a `git repack -a -d`).
+fn only_pack(repo: &TestRepo) -> std::path::PathBuf {
+    std::fs::read_dir(repo.common_dir().join("objects/pack"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "pack"))
+        .expect("a pack")
+}
+
+/// Repacks every object uncompressed (zlib's stored blocks, so `real` lies in the pack as it
+/// is), then lets `change` alter the pack's bytes, told where `real` starts in them.
+fn repack_and_alter(repo: &TestRepo, real: &[u8], change: impl FnOnce(&mut [u8], usize)) {
+    repo.git(&["-c", "pack.compression=0", "repack", "-a", "-d", "-q"]);
+    let pack = only_pack(repo);
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let at = bytes
+        .windows(real.len())
+        .position(|w| w == real)
+        .expect("stored as it is");
+    change(&mut bytes, at);
+    let mut permissions = std::fs::metadata(&pack).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    permissions.set_readonly(false);
+    std::fs::set_permissions(&pack, permissions).unwrap();
+    std::fs::write(&pack, &bytes).unwrap();
+}
+
+/// Puts `forged` (as long as what lies at `at`) in the place of a stored block's content, with
+/// the zlib stream's checksum after it made right: a sound stream of other content.
+fn forge_in_pack(bytes: &mut [u8], at: usize, forged: &[u8]) {
+    bytes[at..at + forged.len()].copy_from_slice(forged);
+    let end = at + forged.len();
+    bytes[end..end + 4].copy_from_slice(&adler32(forged).to_be_bytes());
+}
+
 /// A packed copy forged to hold other content (its zlib stream sound, its index naming the real
 /// id) is never restored: ckpt reads packs first, and what it reads must hash to the id. A sound
 /// loose copy is read instead; without one the restore is refused and writes nothing.
@@ -431,27 +466,7 @@ fn a_forged_packed_copy_is_refused_or_read_from_a_sound_loose_one() {
         let repo = TestRepo::new();
         repo.write("kept.txt", real);
         let id = repo.snapshot(&[]);
-        // Uncompressed (zlib's stored blocks), so the content lies in the pack as it is.
-        repo.git(&["-c", "pack.compression=0", "repack", "-a", "-d", "-q"]);
-        let pack_dir = repo.common_dir().join("objects/pack");
-        let pack = std::fs::read_dir(&pack_dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.extension().is_some_and(|e| e == "pack"))
-            .unwrap();
-        let mut bytes = std::fs::read(&pack).unwrap();
-        let at = bytes
-            .windows(real.len())
-            .position(|w| w == real)
-            .expect("stored as it is");
-        bytes[at..at + real.len()].copy_from_slice(forged);
-        let end = at + real.len();
-        bytes[end..end + 4].copy_from_slice(&adler32(forged).to_be_bytes());
-        let mut permissions = std::fs::metadata(&pack).unwrap().permissions();
-        #[allow(clippy::permissions_set_readonly_false)]
-        permissions.set_readonly(false);
-        std::fs::set_permissions(&pack, permissions).unwrap();
-        std::fs::write(&pack, &bytes).unwrap();
+        repack_and_alter(&repo, real, |bytes, at| forge_in_pack(bytes, at, forged));
         let blob = repo.git(&["rev-parse", &format!("{id}:kept.txt")]).trim().to_owned();
         if loose_copy {
             let mut raw = format!("blob {}\0", real.len()).into_bytes();
@@ -493,30 +508,13 @@ fn content_whose_stored_copy_is_damaged_is_stored_again_soundly() {
                 repo.ckpt_json(&["snapshot", "--watch"], 0);
             }
         }
-        repo.git(&["-c", "pack.compression=0", "repack", "-a", "-d", "-q"]);
-        let pack = std::fs::read_dir(repo.common_dir().join("objects/pack"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.extension().is_some_and(|e| e == "pack"))
-            .unwrap();
-        let mut bytes = std::fs::read(&pack).unwrap();
-        let at = bytes
-            .windows(real.len())
-            .position(|w| w == real)
-            .expect("stored as it is");
-        if how == "forged" {
-            let forged = b"content the pack holds: 9876543210\n";
-            bytes[at..at + real.len()].copy_from_slice(forged);
-            let end = at + real.len();
-            bytes[end..end + 4].copy_from_slice(&adler32(forged).to_be_bytes());
-        } else {
-            bytes[at + 3] ^= 0x20;
-        }
-        let mut permissions = std::fs::metadata(&pack).unwrap().permissions();
-        #[allow(clippy::permissions_set_readonly_false)]
-        permissions.set_readonly(false);
-        std::fs::set_permissions(&pack, permissions).unwrap();
-        std::fs::write(&pack, &bytes).unwrap();
+        repack_and_alter(&repo, real, |bytes, at| {
+            if how == "forged" {
+                forge_in_pack(bytes, at, b"content the pack holds: 9876543210\n");
+            } else {
+                bytes[at + 3] ^= 0x20;
+            }
+        });
         // The same bytes written again: the snapshot reads the file and finds its blob stored.
         std::thread::sleep(std::time::Duration::from_millis(20));
         repo.write("kept.txt", real);
@@ -560,11 +558,7 @@ fn a_pack_that_cannot_be_read_never_hides_a_sound_one_holding_the_same_objects()
     let id = repo.snapshot(&[]);
     repo.git(&["repack", "-a", "-d", "-q"]);
     let pack_dir = repo.common_dir().join("objects/pack");
-    let pack = std::fs::read_dir(&pack_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "pack"))
-        .unwrap();
+    let pack = only_pack(&repo);
     let mut decoy = std::fs::read(&pack).unwrap();
     decoy[3] = b'X';
     let index = std::fs::read(pack.with_extension("idx")).unwrap();
@@ -592,11 +586,7 @@ fn a_pack_removed_while_the_guard_is_made_durable_does_not_fail_the_restore() {
     let id = checkpoint_then_edit_spread(&repo, 10, 2);
     repo.git(&["repack", "-a", "-d", "-q"]);
     let pack_dir = repo.common_dir().join("objects/pack");
-    let pack = std::fs::read_dir(&pack_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "pack"))
-        .unwrap();
+    let pack = only_pack(&repo);
     let copy = pack_dir.join(format!("pack-{}", "a".repeat(40)));
     std::fs::copy(&pack, copy.with_extension("pack")).unwrap();
     std::fs::copy(pack.with_extension("idx"), copy.with_extension("idx")).unwrap();
