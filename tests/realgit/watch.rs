@@ -772,11 +772,31 @@ fn a_stale_keep_file_of_ckpts_own_is_removed_and_no_other() {
             .unwrap();
         assert!(status.success());
     }
+    // Neither followed nor blocked on: a link to an old note elsewhere, and a FIFO.
+    let elsewhere = repo.home.join("old-note.keep");
+    std::fs::copy(&stale, &elsewhere).unwrap();
+    let status = std::process::Command::new("touch")
+        .args(["-d", "1 hour ago"])
+        .arg(&elsewhere)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let link = pack_dir.join(format!("pack-{}.keep", "4".repeat(40)));
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    let fifo = pack_dir.join(format!("pack-{}.keep", "5".repeat(40)));
+    mkfifo(&fifo);
     repo.write("d0/f0.txt", b"a change\n");
-    repo.ckpt_json(&["snapshot"], 0);
+    let run = ckpt_json_within_30s(&repo, &["snapshot"]);
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
     assert!(!stale.exists(), "a stale keep file of ckpt's own stayed");
     assert!(young.exists(), "a young keep file went");
     assert!(users.exists(), "someone else's keep file went");
+    assert!(
+        link.symlink_metadata().is_ok() && elsewhere.exists(),
+        "a link was followed"
+    );
+    assert!(fifo.symlink_metadata().is_ok(), "a FIFO went");
+    std::fs::remove_file(&fifo).unwrap();
 }
 
 fn packs(repo: &TestRepo) -> Vec<String> {

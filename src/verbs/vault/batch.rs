@@ -616,20 +616,34 @@ impl Vault {
             return 0;
         };
         let now = std::time::SystemTime::now();
+        // Opened without following a link or blocking (a FIFO swapped in since the listing),
+        // and judged by what the open file is.
+        let stale_note = |path: &std::path::Path| -> bool {
+            use std::os::unix::fs::OpenOptionsExt;
+            let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+            let Ok(mut file) = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(flags.bits() as i32)
+                .open(path)
+            else {
+                return false;
+            };
+            let old_file = file.metadata().is_ok_and(|meta| {
+                meta.is_file()
+                    && meta.len() == PACK_KEEP_NOTE.len() as u64
+                    && meta
+                        .modified()
+                        .is_ok_and(|at| now.duration_since(at).is_ok_and(|age| age > older_than))
+            });
+            let mut text = Vec::new();
+            old_file && std::io::Read::read_to_end(&mut file, &mut text).is_ok() && text == PACK_KEEP_NOTE
+        };
         entries
             .filter_map(Result::ok)
-            .filter(|entry| entry.path().extension().is_some_and(|ext| ext == "keep"))
-            .filter(|entry| {
-                entry.metadata().is_ok_and(|meta| {
-                    meta.is_file()
-                        && meta.len() == PACK_KEEP_NOTE.len() as u64
-                        && meta
-                            .modified()
-                            .is_ok_and(|at| now.duration_since(at).is_ok_and(|age| age > older_than))
-                })
-            })
-            .filter(|entry| std::fs::read(entry.path()).is_ok_and(|text| text == PACK_KEEP_NOTE))
-            .filter(|entry| std::fs::remove_file(entry.path()).is_ok())
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "keep"))
+            .filter(|path| stale_note(path))
+            .filter(|path| std::fs::remove_file(path).is_ok())
             .count()
     }
 
