@@ -78,6 +78,8 @@ pub struct Vault {
     /// Loose objects written since the last pin (by this vault and its blob writers): the pin
     /// checks they are all still stored ([`Vault::pin`]).
     written_loose: WrittenLoose,
+    /// Tree levels read or written in this process ([`trees::LevelCache`]).
+    levels: trees::LevelCache,
 }
 
 /// The ids of the loose objects written since the last pin, shared with the blob writers.
@@ -225,8 +227,8 @@ impl Vault {
             return Ok(None);
         };
         let mut repo = repo;
-        // A restore reads the same trees up to three times (validation, the guard's tree edit,
-        // the diff); decoded objects are kept so the second and third reads cost nothing.
+        // Objects gix itself reads are kept decoded for a second read; tree levels ckpt reads
+        // or writes are kept by the vault ([`trees::LevelCache`]).
         repo.object_cache_size_if_unset(OBJECT_CACHE_BYTES);
         Ok(Some(Vault {
             repo,
@@ -237,6 +239,7 @@ impl Vault {
             prefetched_index: Default::default(),
             pending_keeps: Default::default(),
             written_loose: Default::default(),
+            levels: Default::default(),
             vouched_index: Default::default(),
         }))
     }

@@ -137,12 +137,14 @@ impl Vault {
             // loose skips the ones stored already; a pack may hold a copy (harmless; git's next
             // repack keeps one).
             batch.add(id, gix::objs::Kind::Tree, &encoded);
+            self.levels.keep_written(id, &tree.entries);
             return Ok(id);
         }
         let id = retried_once(|| self.repo.write_object(&tree))
             .map(|id| ObjectId(id.detach()))
             .map_err(|e| VerbError::git("writing a tree", e))?;
         super::note_written(&self.written_loose, id);
+        self.levels.keep_written(id, &tree.entries);
         Ok(id)
     }
 

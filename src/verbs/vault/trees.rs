@@ -82,19 +82,86 @@ fn canonical_mode(mode: u16) -> bool {
 /// [`read_level`]; with `strict_modes`, an entry of a mode git never writes is an error too
 /// (for the trees a restore would write from; a user's own history is read as git reads it).
 fn decode_level(repo: &gix::Repository, id: &ObjectId, strict_modes: bool) -> Result<Vec<LevelEntry>, VerbError> {
+    let level = decode_level_whole(repo, id)?;
+    if strict_modes {
+        level.refuse_odd_modes()?;
+    }
+    Ok(level.entries)
+}
+
+/// A decoded tree level, with the first name whose mode git never writes (if any): a strict
+/// reader refuses the level for it, a lenient one reads the mode by its type bits.
+#[derive(Debug, Clone)]
+pub(super) struct DecodedLevel {
+    entries: Vec<LevelEntry>,
+    odd_mode: Option<Vec<u8>>,
+}
+
+impl DecodedLevel {
+    fn refuse_odd_modes(&self) -> Result<(), VerbError> {
+        match &self.odd_mode {
+            Some(name) => Err(InvalidInput::TreeName {
+                name: String::from_utf8_lossy(name).into_owned(),
+                why: "its file mode is none git writes (a corrupt or hand-made tree)",
+            }
+            .into()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Tree levels a vault has read hash-checked, or written, in this process: an id names one
+/// content forever, so a level one step of a restore decoded (the guard's new trees, the
+/// previous checkpoint's levels its edits read) is not read and checked again by the next.
+/// Bounded; past the bound, levels are read as if no cache were there.
+#[derive(Debug, Default)]
+pub(super) struct LevelCache(std::cell::RefCell<IdMap<DecodedLevel>>);
+
+impl LevelCache {
+    const MOST_LEVELS: usize = 16_384;
+
+    fn get(&self, id: &ObjectId) -> Option<DecodedLevel> {
+        self.0.borrow().get(id).cloned()
+    }
+
+    pub(super) fn keep(&self, id: ObjectId, level: &DecodedLevel) {
+        let mut levels = self.0.borrow_mut();
+        if levels.len() < Self::MOST_LEVELS {
+            levels.entry(id).or_insert_with(|| level.clone());
+        }
+    }
+
+    /// The level of a tree this vault is writing: its entries, as a read would decode them.
+    pub(super) fn keep_written(&self, id: ObjectId, entries: &[gix::objs::tree::Entry]) {
+        if self.0.borrow().len() >= Self::MOST_LEVELS {
+            return;
+        }
+        let level = DecodedLevel {
+            entries: entries
+                .iter()
+                .map(|e| (e.filename.to_vec(), entry_kind(e.mode), ObjectId(e.oid)))
+                .collect(),
+            odd_mode: entries
+                .iter()
+                .find(|e| !canonical_mode(e.mode.value()))
+                .map(|e| e.filename.to_vec()),
+        };
+        self.keep(id, &level);
+    }
+}
+
+/// One level of a tree, hash-checked and with its names checked for duplicates; modes as
+/// stored (see [`DecodedLevel`]).
+fn decode_level_whole(repo: &gix::Repository, id: &ObjectId) -> Result<DecodedLevel, VerbError> {
     // Hash-checked: a forged tree would name whatever content and paths its forger chose.
     let data = super::objects::read_checked(repo, id, gix::objs::Kind::Tree)?;
     let decoded = gix::objs::TreeRef::from_bytes(&data, repo.object_hash())
         .map_err(|e| VerbError::git(format!("decoding tree {id}"), e))?;
-    if strict_modes {
-        if let Some(odd) = decoded.entries.iter().find(|e| !canonical_mode(e.mode.value())) {
-            return Err(InvalidInput::TreeName {
-                name: odd.filename.to_string(),
-                why: "its file mode is none git writes (a corrupt or hand-made tree)",
-            }
-            .into());
-        }
-    }
+    let odd_mode = decoded
+        .entries
+        .iter()
+        .find(|e| !canonical_mode(e.mode.value()))
+        .map(|e| e.filename.to_vec());
     let entries: Vec<LevelEntry> = decoded
         .entries
         .iter()
@@ -111,7 +178,7 @@ fn decode_level(repo: &gix::Repository, id: &ObjectId, strict_modes: bool) -> Re
         }
         .into());
     }
-    Ok(entries)
+    Ok(DecodedLevel { entries, odd_mode })
 }
 
 /// What `tree` holds at `path` when that is a file, an executable or a symlink, read as a
@@ -167,7 +234,24 @@ impl Vault {
     /// One level of a stored tree: name, kind (`None` for a subtree), id. A name twice in the
     /// level is an error.
     pub fn tree_level(&self, tree: &ObjectId) -> Result<Vec<LevelEntry>, VerbError> {
-        read_level(&self.repo, tree)
+        self.cached_level(tree, false)
+    }
+
+    /// One level of `tree` as [`decode_level`] reads it, taken from this vault's
+    /// [`LevelCache`] where a read or a write here has put it.
+    fn cached_level(&self, tree: &ObjectId, strict_modes: bool) -> Result<Vec<LevelEntry>, VerbError> {
+        let level = match self.levels.get(tree) {
+            Some(level) => level,
+            None => {
+                let level = decode_level_whole(&self.repo, tree)?;
+                self.levels.keep(*tree, &level);
+                level
+            }
+        };
+        if strict_modes {
+            level.refuse_odd_modes()?;
+        }
+        Ok(level.entries)
     }
 
     /// Reads every tree below `tree` and checks every name the way [`Self::read_tree`] does
@@ -448,7 +532,7 @@ impl Vault {
             }
         }
         if let Some(new) = new {
-            for (name, kind, id) in decode_level(&self.repo, &new, strict_new).map_err(in_dir)? {
+            for (name, kind, id) in self.cached_level(&new, strict_new).map_err(in_dir)? {
                 merged.entry(name).or_default().1 = Some((kind, id));
             }
         }
@@ -471,5 +555,67 @@ impl Vault {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gix::prelude::Write;
+
+    fn scratch_vault(dir: &std::path::Path) -> Vault {
+        gix::init(dir).expect("a scratch repository");
+        opened(dir)
+    }
+
+    fn opened(dir: &std::path::Path) -> Vault {
+        Vault::discover(dir).expect("opened").expect("a worktree repository")
+    }
+
+    fn stored_tree(vault: &Vault, raw: &[u8]) -> ObjectId {
+        ObjectId(vault.repo.write_buf(gix::objs::Kind::Tree, raw).expect("tree written"))
+    }
+
+    #[test]
+    fn a_written_level_reads_as_a_fresh_read_of_its_stored_tree() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vault = scratch_vault(dir.path());
+        let blob = ObjectId(vault.repo.write_blob(b"content\n").expect("blob").detach());
+        let inner = vault
+            .write_tree(vec![
+                NewTreeEntry::new(b"f", Some(EntryKind::File), blob).expect("entry")
+            ])
+            .expect("inner tree");
+        let entries = vec![
+            NewTreeEntry::new(b"z-link", Some(EntryKind::Symlink), blob).expect("entry"),
+            NewTreeEntry::new(b"a.x", Some(EntryKind::Executable), blob).expect("entry"),
+            NewTreeEntry::new(b"a", None, inner).expect("entry"),
+            NewTreeEntry::new(b"a-", Some(EntryKind::File), blob).expect("entry"),
+        ];
+        let tree = vault.write_tree(entries).expect("tree");
+        let fresh = opened(dir.path());
+        assert!(fresh.levels.get(&tree).is_none());
+        assert_eq!(
+            vault.tree_level(&tree).expect("cached"),
+            fresh.tree_level(&tree).expect("read")
+        );
+        assert_eq!(
+            vault.tree_level(&inner).expect("cached"),
+            fresh.tree_level(&inner).expect("read")
+        );
+    }
+
+    #[test]
+    fn a_level_read_leniently_is_still_refused_by_a_strict_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vault = scratch_vault(dir.path());
+        let blob = ObjectId(vault.repo.write_blob(b"/etc\n").expect("blob").detach());
+        let mut raw = b"100600 odd\0".to_vec();
+        raw.extend_from_slice(blob.0.as_bytes());
+        let tree = stored_tree(&vault, &raw);
+        assert_eq!(vault.tree_level(&tree).expect("lenient").len(), 1);
+        assert!(vault.levels.get(&tree).is_some(), "the lenient read is kept");
+        let strict = vault.diff_trees_to_restore(None, Some(&tree)).expect_err("refused");
+        assert!(strict.to_string().contains("file mode"), "{strict}");
     }
 }
