@@ -2,6 +2,7 @@
 //! and diffed level by level so only differing subtrees are read. Read-only.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use super::objects::NewTreeEntry;
 use super::Vault;
@@ -91,7 +92,7 @@ fn decode_level(repo: &gix::Repository, id: &ObjectId, strict_modes: bool) -> Re
 
 /// A decoded tree level, with the first name whose mode git never writes (if any): a strict
 /// reader refuses the level for it, a lenient one reads the mode by its type bits.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct DecodedLevel {
     entries: Vec<LevelEntry>,
     odd_mode: Option<Vec<u8>>,
@@ -115,16 +116,16 @@ impl DecodedLevel {
 /// previous checkpoint's levels its edits read) is not read and checked again by the next.
 /// Bounded; past the bound, levels are read as if no cache were there.
 #[derive(Debug, Default)]
-pub(super) struct LevelCache(std::cell::RefCell<IdMap<DecodedLevel>>);
+pub(super) struct LevelCache(std::cell::RefCell<IdMap<Rc<DecodedLevel>>>);
 
 impl LevelCache {
     const MOST_LEVELS: usize = 16_384;
 
-    fn get(&self, id: &ObjectId) -> Option<DecodedLevel> {
+    fn get(&self, id: &ObjectId) -> Option<Rc<DecodedLevel>> {
         self.0.borrow().get(id).cloned()
     }
 
-    pub(super) fn keep(&self, id: ObjectId, level: &DecodedLevel) {
+    fn keep(&self, id: ObjectId, level: &Rc<DecodedLevel>) {
         let mut levels = self.0.borrow_mut();
         if levels.len() < Self::MOST_LEVELS {
             levels.entry(id).or_insert_with(|| level.clone());
@@ -146,7 +147,7 @@ impl LevelCache {
                 .find(|e| !canonical_mode(e.mode.value()))
                 .map(|e| e.filename.to_vec()),
         };
-        self.keep(id, &level);
+        self.keep(id, &Rc::new(level));
     }
 }
 
@@ -208,6 +209,13 @@ pub(crate) fn item_at(
     None
 }
 
+/// A level's entries in plain name order.
+fn by_name(level: &DecodedLevel) -> Vec<&LevelEntry> {
+    let mut entries: Vec<&LevelEntry> = level.entries.iter().collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    entries
+}
+
 fn split_side(side: Option<(Option<EntryKind>, ObjectId)>) -> (Option<TreeItem>, Option<ObjectId>) {
     match side {
         Some((Some(kind), id)) => (Some(TreeItem { kind, id }), None),
@@ -240,10 +248,15 @@ impl Vault {
     /// One level of `tree` as [`decode_level`] reads it, taken from this vault's
     /// [`LevelCache`] where a read or a write here has put it.
     fn cached_level(&self, tree: &ObjectId, strict_modes: bool) -> Result<Vec<LevelEntry>, VerbError> {
+        Ok(self.shared_level(tree, strict_modes)?.entries.clone())
+    }
+
+    /// [`Self::cached_level`], shared with the cache rather than copied.
+    fn shared_level(&self, tree: &ObjectId, strict_modes: bool) -> Result<Rc<DecodedLevel>, VerbError> {
         let level = match self.levels.get(tree) {
             Some(level) => level,
             None => {
-                let level = decode_level_whole(&self.repo, tree)?;
+                let level = Rc::new(decode_level_whole(&self.repo, tree)?);
                 self.levels.keep(*tree, &level);
                 level
             }
@@ -251,7 +264,7 @@ impl Vault {
         if strict_modes {
             level.refuse_odd_modes()?;
         }
-        Ok(level.entries)
+        Ok(level)
     }
 
     /// Reads every tree below `tree` and checks every name the way [`Self::read_tree`] does
@@ -523,24 +536,41 @@ impl Vault {
         if old == new {
             return Ok(());
         }
-        type Side = (Option<EntryKind>, ObjectId);
-        let mut merged: BTreeMap<Vec<u8>, (Option<Side>, Option<Side>)> = BTreeMap::new();
         let in_dir = |e: VerbError| e.at_tree_path(prefix);
-        if let Some(old) = old {
-            for (name, kind, id) in self.tree_level(&old).map_err(in_dir)? {
-                merged.entry(name).or_default().0 = Some((kind, id));
-            }
-        }
-        if let Some(new) = new {
-            for (name, kind, id) in self.cached_level(&new, strict_new).map_err(in_dir)? {
-                merged.entry(name).or_default().1 = Some((kind, id));
-            }
-        }
-        for (name, (a, b)) in merged {
+        let level = |tree: Option<ObjectId>, strict: bool| match tree {
+            Some(tree) => self.shared_level(&tree, strict).map_err(in_dir),
+            None => Ok(Rc::default()),
+        };
+        let (old_level, new_level) = (level(old, false)?, level(new, strict_new)?);
+        // Git orders a tree's entries with a subtree's name read as ending in `/`; matched by
+        // plain name here, each side is put in plain name order (no level holds a name twice).
+        let (olds, news) = (by_name(&old_level), by_name(&new_level));
+        let side = |entry: &LevelEntry| Some((entry.1, entry.2));
+        let (mut i, mut j) = (0, 0);
+        loop {
+            let (name, a, b) = match (olds.get(i), news.get(j)) {
+                (None, None) => break,
+                (Some(a), Some(b)) if a.0 == b.0 => {
+                    (i, j) = (i + 1, j + 1);
+                    (&a.0, side(a), side(b))
+                }
+                (Some(a), Some(b)) if a.0 < b.0 => {
+                    i += 1;
+                    (&a.0, side(a), None)
+                }
+                (Some(a), None) => {
+                    i += 1;
+                    (&a.0, side(a), None)
+                }
+                (_, Some(b)) => {
+                    j += 1;
+                    (&b.0, None, side(b))
+                }
+            };
             if a == b {
                 continue;
             }
-            let path = Self::child_path(prefix, &name).map_err(in_dir)?;
+            let path = Self::child_path(prefix, name).map_err(in_dir)?;
             let (a_item, a_tree) = split_side(a);
             let (b_item, b_tree) = split_side(b);
             if a_item != b_item {
@@ -617,5 +647,66 @@ mod tests {
         assert!(vault.levels.get(&tree).is_some(), "the lenient read is kept");
         let strict = vault.diff_trees_to_restore(None, Some(&tree)).expect_err("refused");
         assert!(strict.to_string().contains("file mode"), "{strict}");
+    }
+
+    /// Random trees over names that git orders differently from plain byte order (`a`, `a-`,
+    /// `a.x`, and `a` as a directory), with files turning into directories and back.
+    fn random_tree(vault: &Vault, state: &mut u64, depth: u32, blobs: &[ObjectId]) -> ObjectId {
+        let mut next = || {
+            *state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (*state >> 33) as usize
+        };
+        let mut entries = Vec::new();
+        for name in [&b"a"[..], b"a-", b"a.x", b"b", b"c0"] {
+            match next() % 4 {
+                0 => {}
+                1 if depth > 0 => {
+                    let mut inner = next() as u64;
+                    entries.push(
+                        NewTreeEntry::new(name, None, random_tree(vault, &mut inner, depth - 1, blobs)).expect("entry"),
+                    );
+                }
+                _ => {
+                    let kind = [EntryKind::File, EntryKind::Executable, EntryKind::Symlink][next() % 3];
+                    entries.push(NewTreeEntry::new(name, Some(kind), blobs[next() % blobs.len()]).expect("entry"));
+                }
+            }
+        }
+        vault.write_tree(entries).expect("tree")
+    }
+
+    #[test]
+    fn a_diff_names_exactly_the_paths_whose_entries_differ() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vault = scratch_vault(dir.path());
+        let blobs: Vec<ObjectId> = (0..2)
+            .map(|n| ObjectId(vault.repo.write_blob(format!("{n}").as_bytes()).expect("blob").detach()))
+            .collect();
+        let mut state = 7;
+        for round in 0..200 {
+            let old = random_tree(&vault, &mut state, 3, &blobs);
+            let new = random_tree(&vault, &mut state, 3, &blobs);
+            let (before, after) = (vault.read_tree(&old).expect("old"), vault.read_tree(&new).expect("new"));
+            let mut expected: Vec<TreeChange> = before
+                .keys()
+                .chain(after.keys())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .filter(|path| before.get(*path) != after.get(*path))
+                .map(|path| TreeChange {
+                    path: path.clone(),
+                    old: before.get(path).copied(),
+                    new: after.get(path).copied(),
+                })
+                .collect();
+            expected.sort_by(|a, b| a.path.cmp(&b.path));
+            let fresh = opened(dir.path());
+            for reader in [&vault, &fresh] {
+                let (changes, _) = reader.diff_trees_to_restore(Some(&old), Some(&new)).expect("diff");
+                assert_eq!(changes, expected, "round {round}");
+            }
+        }
     }
 }
