@@ -114,27 +114,40 @@ impl DecodedLevel {
 /// Tree levels a vault has read hash-checked, or written, in this process: an id names one
 /// content forever, so a level one step of a restore decoded (the guard's new trees, the
 /// previous checkpoint's levels its edits read) is not read and checked again by the next.
-/// Bounded; past the bound, levels are read as if no cache were there.
+/// Bounded by the entries it holds (a long-lived process, the web view, keeps its vault);
+/// past the bound, levels are read as if no cache were there.
 #[derive(Debug, Default)]
-pub(super) struct LevelCache(std::cell::RefCell<IdMap<Rc<DecodedLevel>>>);
+pub(super) struct LevelCache {
+    levels: std::cell::RefCell<IdMap<Rc<DecodedLevel>>>,
+    entries: std::cell::Cell<usize>,
+}
 
 impl LevelCache {
-    const MOST_LEVELS: usize = 16_384;
+    /// About 20 MB of entries: a restore of a few hundred changed paths in a 200k-file tree
+    /// reads well under half of it.
+    const MOST_ENTRIES: usize = 262_144;
 
     fn get(&self, id: &ObjectId) -> Option<Rc<DecodedLevel>> {
-        self.0.borrow().get(id).cloned()
+        self.levels.borrow().get(id).cloned()
+    }
+
+    fn room_for(&self, entries: usize) -> bool {
+        self.entries.get() + entries <= Self::MOST_ENTRIES
     }
 
     fn keep(&self, id: ObjectId, level: &Rc<DecodedLevel>) {
-        let mut levels = self.0.borrow_mut();
-        if levels.len() < Self::MOST_LEVELS {
-            levels.entry(id).or_insert_with(|| level.clone());
+        if !self.room_for(level.entries.len()) {
+            return;
+        }
+        if let std::collections::hash_map::Entry::Vacant(slot) = self.levels.borrow_mut().entry(id) {
+            slot.insert(level.clone());
+            self.entries.set(self.entries.get() + level.entries.len());
         }
     }
 
     /// The level of a tree this vault is writing: its entries, as a read would decode them.
     pub(super) fn keep_written(&self, id: ObjectId, entries: &[gix::objs::tree::Entry]) {
-        if self.0.borrow().len() >= Self::MOST_LEVELS {
+        if !self.room_for(entries.len()) {
             return;
         }
         let level = DecodedLevel {
@@ -633,6 +646,28 @@ mod tests {
             vault.tree_level(&inner).expect("cached"),
             fresh.tree_level(&inner).expect("read")
         );
+    }
+
+    #[test]
+    fn the_level_cache_holds_no_more_entries_than_its_bound() {
+        let cache = LevelCache::default();
+        let id = |n: u8| ObjectId(gix::ObjectId::Sha1([n; 20]));
+        let level = |entries: usize| {
+            Rc::new(DecodedLevel {
+                entries: vec![(b"f".to_vec(), Some(EntryKind::File), id(0)); entries],
+                odd_mode: None,
+            })
+        };
+        let third = LevelCache::MOST_ENTRIES / 3;
+        for n in 1..=3 {
+            cache.keep(id(n), &level(third));
+        }
+        cache.keep(id(1), &level(third));
+        assert_eq!(cache.entries.get(), 3 * third, "a level kept twice counts once");
+        cache.keep(id(4), &level(third));
+        assert!(cache.get(&id(4)).is_none(), "past the bound nothing more is kept");
+        assert!(cache.get(&id(3)).is_some());
+        assert!(cache.entries.get() <= LevelCache::MOST_ENTRIES);
     }
 
     #[test]
