@@ -78,7 +78,15 @@ impl Vault {
             }
         };
         crate::fault::pause("restore:guard-listed");
-        files.par_iter().try_for_each(|file| sync(file, false))?;
-        dirs.par_iter().try_for_each(|dir| sync(dir, true))
+        // Each sync waits on the disk, not on a core: a walking guard's few hundred loose
+        // objects are synced by more threads than cores (the filesystem commits them together).
+        let sync_all = || -> Result<(), VerbError> {
+            files.par_iter().try_for_each(|file| sync(file, false))?;
+            dirs.par_iter().try_for_each(|dir| sync(dir, true))
+        };
+        match crate::verbs::worktree::io_pool(files.len()) {
+            Some(pool) => pool.install(sync_all),
+            None => sync_all(),
+        }
     }
 }

@@ -420,9 +420,9 @@ impl DirectorySyncs {
     }
 }
 
-/// Threads for a run of worktree writes: each one spends most of its time waiting for an
-/// fsync, so a few per core. `None` if the pool cannot be made (the global pool is used then).
-fn io_pool(ops: usize) -> Option<rayon::ThreadPool> {
+/// Threads for a run of worktree writes, or of syncs: each one spends most of its time waiting
+/// for an fsync, so a few per core. `None` if the pool cannot be made (the global pool is used then).
+pub(in crate::verbs) fn io_pool(ops: usize) -> Option<rayon::ThreadPool> {
     const PER_CORE: usize = 4;
     const MAX: usize = 16;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
