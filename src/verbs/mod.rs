@@ -37,10 +37,16 @@ pub enum InvalidInput {
     Path { path: String, why: &'static str },
     #[error("invalid tree entry name {name:?}: {why}")]
     TreeName { name: String, why: &'static str },
+    #[error("tree entry {name:?} has file mode {mode:06o}, a mode git never writes (a corrupt or hand-made tree)")]
+    TreeMode { name: String, mode: u16 },
     #[error(
         "the tree holds {files} or more paths, more than ckpt reads ({most}): a hand-made tree that names the same subtree many times?"
     )]
     TreeTooLarge { files: u64, most: u64 },
+    #[error(
+        "the tree holds a path of {bytes} bytes (`{start}…`): with the worktree's own path it is longer than this system lets a file be named ({most} bytes); a hand-made tree?"
+    )]
+    PathTooLong { start: String, bytes: usize, most: usize },
 }
 
 /// A verb that could not be carried out.
@@ -90,6 +96,10 @@ impl VerbError {
             VerbError::Invalid(InvalidInput::TreeName { name, why }) => VerbError::Invalid(InvalidInput::TreeName {
                 name: format!("{}/{name}", dir.display()),
                 why,
+            }),
+            VerbError::Invalid(InvalidInput::TreeMode { name, mode }) => VerbError::Invalid(InvalidInput::TreeMode {
+                name: format!("{}/{name}", dir.display()),
+                mode,
             }),
             VerbError::MissingObject { id, what } => VerbError::MissingObject { id, what: at(what) },
             VerbError::UnusableObject { id, what, why } => VerbError::UnusableObject {

@@ -1084,3 +1084,47 @@ fn odd_modes_are_refused(listed_as_checked: bool) -> TestRepo {
     }
     repo
 }
+
+/// A planted tree nested so deep that a path in it, with the worktree's own path, is longer
+/// than the system's path limit: a restore could still create it by opening its directories
+/// one by one, but no walk could name it again, so every later snapshot (and the undo of that
+/// restore) failed (found by a review, at 2,500 levels). It is refused with nothing written; a
+/// long path that fits is restored.
+#[test]
+fn a_path_too_long_for_the_system_is_refused_and_one_that_fits_is_restored() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"deep\n");
+    let nested = |levels: usize| {
+        let name = "d".repeat(200);
+        let mut tree = b"100644 leaf\0".to_vec();
+        tree.extend(raw_id(&blob));
+        for _ in 0..levels {
+            let id = git_stdin(
+                &repo,
+                &["hash-object", "-t", "tree", "--literally", "-w", "--stdin"],
+                &tree,
+            );
+            tree = format!("40000 {name}\0").into_bytes();
+            tree.extend(raw_id(&id));
+        }
+        plant_checkpoint(&repo, &tree, &format!("{levels} levels"), true)
+    };
+    let too_deep = nested(21);
+    let before = (repo.worktree(), repo.ckpt_refs());
+    let run = repo.ckpt_json(&["restore", &too_deep, "--yes"], 2);
+    let error = run.one("error");
+    assert_eq!(error["code"], "invalid_input", "{error}");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("longer than this system lets a file be named"),
+        "{error}"
+    );
+    assert_eq!((repo.worktree(), repo.ckpt_refs()), before, "nothing written");
+    let fits = nested(10);
+    let run = repo.ckpt_json(&["restore", &fits, "--yes"], 0);
+    assert_eq!(run.one("restore")["verified"], true);
+    repo.ckpt_json(&["snapshot"], 0);
+}

@@ -95,15 +95,16 @@ fn decode_level(repo: &gix::Repository, id: &ObjectId, strict_modes: bool) -> Re
 #[derive(Debug, Clone, Default)]
 pub(super) struct DecodedLevel {
     entries: Vec<LevelEntry>,
-    odd_mode: Option<Vec<u8>>,
+    /// The first entry of a mode git never writes, with that mode.
+    odd_mode: Option<(Vec<u8>, u16)>,
 }
 
 impl DecodedLevel {
     fn refuse_odd_modes(&self) -> Result<(), VerbError> {
         match &self.odd_mode {
-            Some(name) => Err(InvalidInput::TreeName {
+            Some((name, mode)) => Err(InvalidInput::TreeMode {
                 name: String::from_utf8_lossy(name).into_owned(),
-                why: "its file mode is none git writes (a corrupt or hand-made tree)",
+                mode: *mode,
             }
             .into()),
             None => Ok(()),
@@ -155,13 +156,18 @@ impl LevelCache {
                 .iter()
                 .map(|e| (e.filename.to_vec(), entry_kind(e.mode), ObjectId(e.oid)))
                 .collect(),
-            odd_mode: entries
-                .iter()
-                .find(|e| !canonical_mode(e.mode.value()))
-                .map(|e| e.filename.to_vec()),
+            odd_mode: first_odd_mode(entries.iter().map(|e| (e.filename.as_slice(), e.mode.value()))),
         };
         self.keep(id, &Rc::new(level));
     }
+}
+
+/// The first of `entries` (name, mode) whose mode git never writes, with that mode.
+fn first_odd_mode<'a>(entries: impl Iterator<Item = (&'a [u8], u16)>) -> Option<(Vec<u8>, u16)> {
+    entries
+        .into_iter()
+        .find(|(_, mode)| !canonical_mode(*mode))
+        .map(|(name, mode)| (name.to_vec(), mode))
 }
 
 /// One level of a tree, hash-checked and with its names checked for duplicates; modes as
@@ -171,11 +177,7 @@ fn decode_level_whole(repo: &gix::Repository, id: &ObjectId) -> Result<DecodedLe
     let data = super::objects::read_checked(repo, id, gix::objs::Kind::Tree)?;
     let decoded = gix::objs::TreeRef::from_bytes(&data, repo.object_hash())
         .map_err(|e| VerbError::git(format!("decoding tree {id}"), e))?;
-    let odd_mode = decoded
-        .entries
-        .iter()
-        .find(|e| !canonical_mode(e.mode.value()))
-        .map(|e| e.filename.to_vec());
+    let odd_mode = first_odd_mode(decoded.entries.iter().map(|e| (e.filename.as_ref(), e.mode.value())));
     let entries: Vec<LevelEntry> = decoded
         .entries
         .iter()
@@ -262,6 +264,30 @@ impl Vault {
     /// [`LevelCache`] where a read or a write here has put it.
     fn cached_level(&self, tree: &ObjectId, strict_modes: bool) -> Result<Vec<LevelEntry>, VerbError> {
         Ok(self.shared_level(tree, strict_modes)?.entries.clone())
+    }
+
+    /// Refuses a path a restore could create only by opening its directories one by one: with
+    /// the worktree's own path it is at least as long as the system's path limit, so git, and
+    /// every later walk of the worktree (ckpt's own snapshots and the undo of this very
+    /// restore), could no longer name it (found by a review: a tree nested 2,500 levels deep
+    /// was restored, and every later snapshot failed).
+    fn refuse_unnameable(&self, path: &RepoPath) -> Result<(), VerbError> {
+        #[cfg(target_os = "macos")]
+        const PATH_MAX: usize = 1024;
+        #[cfg(not(target_os = "macos"))]
+        const PATH_MAX: usize = 4096;
+        let bytes = path.as_bytes().len();
+        let most = PATH_MAX.saturating_sub(self.workdir.as_os_str().len() + 2);
+        if bytes <= most {
+            return Ok(());
+        }
+        let shown: Vec<u8> = path.as_bytes().iter().take(60).copied().collect();
+        Err(InvalidInput::PathTooLong {
+            start: String::from_utf8_lossy(&shown).into_owned(),
+            bytes,
+            most,
+        }
+        .into())
     }
 
     /// [`Self::cached_level`], shared with the cache rather than copied.
@@ -584,6 +610,9 @@ impl Vault {
                 continue;
             }
             let path = Self::child_path(prefix, name).map_err(in_dir)?;
+            if strict_new && b.is_some() {
+                self.refuse_unnameable(&path)?;
+            }
             let (a_item, a_tree) = split_side(a);
             let (b_item, b_tree) = split_side(b);
             if a_item != b_item {
