@@ -1128,3 +1128,35 @@ fn a_path_too_long_for_the_system_is_refused_and_one_that_fits_is_restored() {
     assert_eq!(run.one("restore")["verified"], true);
     repo.ckpt_json(&["snapshot"], 0);
 }
+
+/// A guard object that a `git prune` takes after the guard is pinned and before the restore
+/// has synced it (whether before or after the restore lists what to sync) stops the restore
+/// with nothing changed: it used to skip what it could not find and restore anyway, leaving an
+/// undo point that could not give the state back.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_guard_object_pruned_before_it_is_synced_stops_the_restore_with_nothing_changed() {
+    for point in ["restore:guard-pinned", "restore:guard-listed"] {
+        let repo = TestRepo::new();
+        let id = checkpoint_then_edit_spread(&repo, 10, 2);
+        let edited = repo.read(spread_path(3, 2));
+        let refs_before = repo.git(&["for-each-ref", "--format=%(refname)", "refs/ckpt/"]);
+        let out = crate::safety::run_paused(&repo, point, &["--json", "restore", &id, "--yes"], || {
+            let refs = repo.git(&["for-each-ref", "--format=%(refname) %(objectname)", "refs/ckpt/"]);
+            let (_, guard) = refs
+                .lines()
+                .map(|line| line.split_once(' ').unwrap())
+                .find(|(name, _)| !refs_before.lines().any(|before| before == *name))
+                .expect("the guard's pin");
+            let loose = repo.common_dir().join("objects").join(&guard[..2]).join(&guard[2..]);
+            std::fs::remove_file(&loose).unwrap();
+        });
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{point}: {stdout}");
+        assert!(
+            stdout.contains("removed before the restore could sync it"),
+            "{point}: {stdout}"
+        );
+        assert_eq!(repo.read(spread_path(3, 2)), edited, "{point}: the worktree changed");
+    }
+}

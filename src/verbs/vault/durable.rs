@@ -13,19 +13,30 @@ use crate::verbs::VerbError;
 impl Vault {
     /// Syncs to disk every file the checkpoint pinned at `pin` needs for `objects` (its commit,
     /// trees and blobs: each loose object's file, and every pack with its index), the pin's
-    /// ref file, and the directories holding them.
+    /// ref file, and the directories holding them. Fails, having synced what it could, when
+    /// one of `objects` is no longer stored at all (a `git prune` took it): the guard could not
+    /// give the state back.
     pub fn make_durable(&self, pin: &PinRef, objects: &[ObjectId]) -> Result<(), VerbError> {
         use rayon::prelude::*;
+        crate::fault::pause("restore:guard-pinned");
         let objects_dir = self.repo.objects.store_ref().path().to_path_buf();
         let is_file = |path: &PathBuf| std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file());
-        let mut files: Vec<PathBuf> = objects
-            .iter()
-            .map(|id| {
-                let hex = id.to_hex();
-                objects_dir.join(&hex[..2]).join(&hex[2..])
-            })
-            .filter(is_file)
-            .collect();
+        let loose_path = |id: &ObjectId| {
+            let hex = id.to_hex();
+            objects_dir.join(&hex[..2]).join(&hex[2..])
+        };
+        // Each object is a loose file (synced below), in a pack (every pack is synced), or
+        // gone: then the guard cannot give this state back, and the restore must not go on.
+        let mut loose = std::collections::HashMap::new();
+        for id in objects {
+            let path = loose_path(id);
+            if is_file(&path) {
+                loose.insert(path, *id);
+            } else if !self.has_object(id) {
+                return Err(guard_object_gone(*id));
+            }
+        }
+        let mut files: Vec<PathBuf> = loose.keys().cloned().collect();
         // Which pack holds an object is not asked: packs are few, and syncing one already on
         // disk costs a fraction of a millisecond.
         let pack_dir = objects_dir.join("pack");
@@ -46,6 +57,7 @@ impl Vault {
         let mut dirs: Vec<PathBuf> = files.iter().filter_map(|f| f.parent().map(PathBuf::from)).collect();
         dirs.sort();
         dirs.dedup();
+        let vanished = std::sync::Mutex::new(Vec::new());
         let sync = |path: &PathBuf, is_dir: bool| -> Result<(), VerbError> {
             let synced = if crate::fault::failing_at("restore:guard-sync", &path.to_string_lossy()) {
                 Err(std::io::Error::from_raw_os_error(rustix::io::Errno::IO.raw_os_error()))
@@ -58,8 +70,15 @@ impl Vault {
                 Err(e) if is_dir && e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => Ok(()),
                 // Gone since it was listed: a `git repack` moved its objects into a pack of its
                 // own, which git syncs itself (ckpt's newest packs are kept from it until
-                // pinned; found by a review: a repack beside a restore failed the restore).
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                // pinned; found by a review: a repack beside a restore failed the restore). A
+                // loose object that no pack holds either was pruned: the guard lost it.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    vanished
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(path.clone());
+                    Ok(())
+                }
                 // A pack ckpt may not read is not one it wrote (it writes its own readable), nor
                 // one it could restore from (found by a review: an unreadable copy of a pack
                 // failed every restore).
@@ -87,6 +106,23 @@ impl Vault {
         match crate::verbs::worktree::io_pool(files.len()) {
             Some(pool) => pool.install(sync_all),
             None => sync_all(),
+        }?;
+        let vanished = vanished.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match vanished
+            .iter()
+            .filter_map(|path| loose.get(path))
+            .find(|id| !self.has_object(id))
+        {
+            Some(id) => Err(guard_object_gone(*id)),
+            None => Ok(()),
         }
+    }
+}
+
+/// A guard object that is no longer stored: the restore stops before the worktree changes.
+fn guard_object_gone(id: ObjectId) -> VerbError {
+    VerbError::MissingObject {
+        id,
+        what: "of the guard checkpoint, removed before the restore could sync it (a `git prune` beside the restore?); nothing was changed".into(),
     }
 }
