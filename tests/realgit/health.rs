@@ -97,6 +97,15 @@ fn audit_reports_missing_objects() {
     assert_eq!(problems(&audit, "audit.problem"), vec!["unreadable_checkpoint"]);
     let message = audit.json[0]["message"].as_str().unwrap();
     assert!(message.contains("only.txt"), "{message}");
+    // The dry run says what --fix will do (found by a review: it said "nothing automatic").
+    let report = repo.ckpt_json(&["doctor"], 1);
+    let actions = report.one("doctor")["actions"].to_string();
+    assert!(
+        actions.contains("refs/ckpt/quarantine/") && !actions.contains("nothing automatic"),
+        "{actions}"
+    );
+    repo.ckpt_json(&["doctor", "--fix"], 0);
+    repo.ckpt_json(&["audit"], 0);
 }
 
 #[cfg(feature = "fault-injection")]

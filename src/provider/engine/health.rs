@@ -445,6 +445,10 @@ impl Engine {
                     "unreadable_pin" if p.id.is_some() => {
                         "move the unreadable pin file into the state directory and re-pin".into()
                     }
+                    "unreadable_checkpoint" if p.id.is_some() => format!(
+                        "move the ref of {} aside to refs/ckpt/quarantine/ (its objects are kept; git's gc needs it gone)",
+                        p.id.as_deref().unwrap_or("?")
+                    ),
                     _ => format!("nothing automatic for: {}", p.message),
                 });
             }
