@@ -21,15 +21,11 @@ impl Vault {
         crate::fault::pause("restore:guard-pinned");
         let objects_dir = self.repo.objects.store_ref().path().to_path_buf();
         let is_file = |path: &PathBuf| std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file());
-        let loose_path = |id: &ObjectId| {
-            let hex = id.to_hex();
-            objects_dir.join(&hex[..2]).join(&hex[2..])
-        };
         // Each object is a loose file (synced below), in a pack (every pack is synced), or
         // gone: then the guard cannot give this state back, and the restore must not go on.
         let mut loose = std::collections::HashMap::new();
         for id in objects {
-            let path = loose_path(id);
+            let path = super::objects::loose_path(&objects_dir, id);
             if is_file(&path) {
                 loose.insert(path, *id);
             } else if !self.has_object(id) {
@@ -123,6 +119,6 @@ impl Vault {
 fn guard_object_gone(id: ObjectId) -> VerbError {
     VerbError::MissingObject {
         id,
-        what: "of the guard checkpoint, removed before the restore could sync it (a `git prune` beside the restore?); nothing was changed".into(),
+        what: "of the guard checkpoint, removed before the restore could sync it (a `git prune` beside the restore?); nothing was changed: run the restore again once no prune runs".into(),
     }
 }

@@ -269,6 +269,12 @@ pub(crate) fn checked_blob(repo: &gix::Repository, id: &ObjectId) -> Result<Vec<
     read_checked(repo, id, gix::objs::Kind::Blob)
 }
 
+/// Where the loose copy of `id` lives below the object directory `objects`.
+pub(super) fn loose_path(objects: &std::path::Path, id: &ObjectId) -> std::path::PathBuf {
+    let hex = id.to_hex();
+    objects.join(&hex[..2]).join(&hex[2..])
+}
+
 /// Runs a loose object write, and once more if it fails: a `git prune` (which `git gc --auto`
 /// runs after a commit) removes an empty `objects/xx/` directory between gix creating it and
 /// moving the object in (found by a review: ~7% of snapshots beside a repack-and-prune loop
@@ -376,11 +382,10 @@ enum Loose {
 /// (median, shuffled A/B). Opened without blocking (a FIFO would block the open itself).
 fn read_loose(objects: &std::path::Path, id: &ObjectId) -> Loose {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    let hex = id.0.to_hex().to_string();
     let file = match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(objects.join(&hex[..2]).join(&hex[2..]))
+        .open(loose_path(objects, id))
     {
         Ok(file) => file,
         Err(e)

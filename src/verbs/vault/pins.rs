@@ -59,8 +59,7 @@ impl Vault {
         let objects = self.repo.objects.store_ref().path().to_path_buf();
         let hash = self.repo.object_hash();
         let stored = |id: &&ObjectId| {
-            let hex = id.to_hex();
-            std::fs::symlink_metadata(objects.join(&hex[..2]).join(&hex[2..])).is_ok_and(|meta| meta.is_file())
+            std::fs::symlink_metadata(super::objects::loose_path(&objects, id)).is_ok_and(|meta| meta.is_file())
                 || super::packed::holds(&objects, hash, id)
         };
         let gone: Vec<&ObjectId> = written.iter().filter(|id| !stored(id)).collect();

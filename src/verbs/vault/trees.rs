@@ -163,9 +163,8 @@ impl LevelCache {
 }
 
 /// The first of `entries` (name, mode) whose mode git never writes, with that mode.
-fn first_odd_mode<'a>(entries: impl Iterator<Item = (&'a [u8], u16)>) -> Option<(Vec<u8>, u16)> {
+fn first_odd_mode<'a>(mut entries: impl Iterator<Item = (&'a [u8], u16)>) -> Option<(Vec<u8>, u16)> {
     entries
-        .into_iter()
         .find(|(_, mode)| !canonical_mode(*mode))
         .map(|(name, mode)| (name.to_vec(), mode))
 }
