@@ -158,10 +158,6 @@ pub(super) fn show(provider: &dyn Provider, args: &TargetArgs, out: &Output) -> 
 
 /// One path a checkpoint did not protect, for people.
 fn not_protected_line(skipped: &crate::records::Skipped) -> String {
-    let path = skipped
-        .path
-        .to_repo_path()
-        .map(|p| output::human_path(&p))
-        .unwrap_or_default();
+    let path = output::human_wire_path(&skipped.path);
     format!("  not protected: {path}  [{}]", skipped.reason)
 }

@@ -78,7 +78,7 @@ pub(super) fn status(provider: &dyn Provider, max_file_size: u64, out: &Output) 
         provider: report.provider,
         workspace: crate::records::WirePath::from_bytes(provider.workdir().as_os_str().as_encoded_bytes()),
         protected: report.protected,
-        not_protected: StatusRecord::not_protected(&report.not_protected),
+        not_protected: StatusRecord::not_protected(&report.not_protected, &report.unnamable),
         checkpoints: report.checkpoints.len(),
         sessions: sessions
             .iter()
@@ -96,10 +96,18 @@ pub(super) fn status(provider: &dyn Provider, max_file_size: u64, out: &Output) 
     if !out.json {
         let mut text = format!("provider {} for {}\n", report.provider, provider.workdir().display());
         text.push_str(&format!("protected now: {} file(s)\n", report.protected));
-        if !report.not_protected.is_empty() {
-            text.push_str(&format!("not protected ({}):\n", report.not_protected.len()));
+        let unprotected = report.not_protected.len() + report.unnamable.len();
+        if unprotected > 0 {
+            text.push_str(&format!("not protected ({unprotected}):\n"));
             for (path, reason) in &report.not_protected {
                 text.push_str(&format!("  {}  [{reason}]\n", output::human_path(path)));
+            }
+            for skipped in &report.unnamable {
+                text.push_str(&format!(
+                    "  {}  [{}]\n",
+                    output::human_wire_path(&skipped.path),
+                    skipped.reason
+                ));
             }
         }
         text.push_str(&format!("checkpoints: {}\n", report.checkpoints.len()));

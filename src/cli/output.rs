@@ -142,9 +142,21 @@ pub fn to_stdout(text: &str) {
 
 /// A path for people: as is when it is printable UTF-8, otherwise quoted with escapes.
 pub fn human_path(path: &RepoPath) -> String {
-    match std::str::from_utf8(path.as_bytes()) {
+    human_path_bytes(path.as_bytes())
+}
+
+/// A recorded path for people, whether or not it is a repository path (a skipped `.Git`).
+pub fn human_wire_path(path: &crate::records::WirePath) -> String {
+    match path.to_bytes() {
+        Ok(bytes) => human_path_bytes(&bytes),
+        Err(e) => format!("(unreadable path: {e})"),
+    }
+}
+
+fn human_path_bytes(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
         Ok(text) if !text.chars().any(char::is_control) => text.to_owned(),
-        _ => format!("\"{}\"", path.as_bytes().escape_ascii()),
+        _ => format!("\"{}\"", bytes.escape_ascii()),
     }
 }
 

@@ -273,7 +273,7 @@ impl<'a> RestoreRecord<'a> {
             written: paths(&report.written),
             deleted: paths(&report.deleted),
             left: paths(&report.left),
-            not_protected: StatusRecord::not_protected(&report.not_protected),
+            not_protected: reasons(&report.not_protected),
             unchanged: report.unchanged,
             failed: report
                 .failed
@@ -367,8 +367,10 @@ pub struct StatusRecord<'a> {
 record_type!(StatusRecord, "status");
 
 impl<'a> StatusRecord<'a> {
-    pub fn not_protected(list: &'a [(RepoPath, String)]) -> Vec<PathReason<'a>> {
-        reasons(list)
+    pub fn not_protected(list: &'a [(RepoPath, String)], unnamable: &'a [Skipped]) -> Vec<PathReason<'a>> {
+        let mut all = reasons(list);
+        all.extend(skipped(unnamable));
+        all
     }
 }
 

@@ -194,6 +194,8 @@ pub struct StatusReport {
     pub provider: &'static str,
     pub protected: usize,
     pub not_protected: Vec<(RepoPath, String)>,
+    /// Not protected and no repository path at all (`.Git`), as records keep such paths.
+    pub unnamable: Vec<Skipped>,
     pub checkpoints: Vec<Record>,
     /// Content only ckpt keeps alive (not in HEAD's tree nor in the index).
     pub ckpt_only_bytes: u64,
@@ -341,7 +343,9 @@ impl ProviderChoice {
 }
 
 /// Picks the provider for `dir`. With `auto`, a repository whose first commit came after copy
-/// checkpoints were taken keeps those checkpoints listed and restorable (by the copy provider).
+/// checkpoints were taken keeps those checkpoints listed and restorable (by the copy provider),
+/// and a repository whose HEAD became unborn again (`git checkout --orphan`) keeps its git
+/// checkpoints and goes on taking them: a workspace has one timeline whatever HEAD is.
 /// `copy_excludes` replaces the copy provider's default exclude patterns (from the config file).
 pub fn open(
     dir: &Path,
@@ -354,6 +358,9 @@ pub fn open(
         ProviderChoice::Git => Ok(Box::new(engine::Engine::open(dir, reporter)?)),
         ProviderChoice::Copy => Ok(Box::new(engine::Engine::open_copy(dir, reporter, excludes)?)),
         ProviderChoice::Auto => match engine::Engine::open(dir, reporter.clone()) {
+            Ok(primary) if primary.head_is_unborn()? && !primary.has_checkpoints()? => {
+                Ok(Box::new(engine::Engine::open_copy(dir, reporter, excludes)?))
+            }
             Ok(primary) => {
                 let layout = copy::CopyLayout::for_root(primary.workdir());
                 let has_copies = layout.is_ok_and(|l| l.state_dir.join("records.json").is_file());

@@ -141,6 +141,24 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// The reason code for a path git itself refuses to name (`.Git`, `.git.`, `git~1`): never
+/// written into a tree, which `git fsck` would reject, and never reached by a restore.
+pub const RESERVED_NAME: &str = "reserved_name";
+
+impl Skipped {
+    /// A skipped path must be a repository path; one skipped for its reserved name need only be
+    /// shaped like one, since no tree and no restore ever holds it.
+    pub fn check(&self) -> Result<(), String> {
+        let bytes = self.path.to_bytes()?;
+        let checked = if self.reason == RESERVED_NAME {
+            RepoPath::check_shape(&bytes)
+        } else {
+            RepoPath::check(&bytes)
+        };
+        checked.map_err(|e| e.to_string())
+    }
+}
+
 /// One checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -250,8 +268,7 @@ impl Record {
             .map_err(|e| format!("record {}: workspace: {e}", self.id))?;
         for skipped in &self.skipped {
             skipped
-                .path
-                .to_repo_path()
+                .check()
                 .map_err(|e| format!("record {}: skipped path: {e}", self.id))?;
         }
         Ok(())

@@ -97,7 +97,7 @@ impl Trailers {
         let mut skipped = Vec::new();
         for (_, value) in fields.iter().filter(|(k, _)| *k == "Skipped") {
             let entry: Skipped = serde_json::from_str(value).map_err(|e| format!("bad Ckpt-Skipped: {e}"))?;
-            entry.path.to_repo_path()?;
+            entry.check()?;
             skipped.push(entry);
         }
         Ok(Trailers {

@@ -11,7 +11,9 @@ mod types;
 mod vault;
 mod worktree;
 
-pub use types::{EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PinRef, RepoPath, TreeItem, WorkspaceKey};
+pub use types::{
+    names_gitmodules, EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PinRef, RepoPath, TreeItem, WorkspaceKey,
+};
 pub use vault::{
     absolute_parent_canonical, collect_private_garbage, enclosing_bare_repository, enclosing_common_dir,
     enclosing_exclude_files, enclosing_worktree, path_key, refuse_blocking_rule_file, refuse_unreadable_packed_refs,

@@ -6,6 +6,80 @@ use std::fmt;
 
 use crate::verbs::InvalidInput;
 
+/// Whether one path component is a name git's own `fsck` reports as `hasDotgit` (a tree holding
+/// it is rejected by any remote with `receive.fsckObjects`): `.git` in any case, the NTFS forms
+/// (`.git` or its short name `git~1` followed only by spaces and dots, or by a `:` stream
+/// suffix), the HFS+ form (`.git` with characters HFS+ ignores inside), and any of these after a
+/// backslash, which NTFS reads as a separator. Git refuses to add such a name; so does ckpt.
+pub fn names_git_dir(component: &[u8]) -> bool {
+    std::iter::once(component)
+        .chain(component.split(|b| *b == b'\\').skip(1))
+        .any(|part| is_ntfs_dot_git(part) || is_hfs_dot_git(part))
+}
+
+fn is_ntfs_dot_git(name: &[u8]) -> bool {
+    let rest = if name.len() >= 4 && name[..4].eq_ignore_ascii_case(b".git") {
+        &name[4..]
+    } else if name.len() >= 5 && name[..3].eq_ignore_ascii_case(b"git") && &name[3..5] == b"~1" {
+        &name[5..]
+    } else {
+        return false;
+    };
+    for &b in rest {
+        match b {
+            b'\\' | b':' => return true,
+            b'.' | b' ' => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Whether a name is one git reads as `.gitmodules` on some file system (any case, NTFS's
+/// trailing spaces and dots, its short names `gitmod~1`…`gitmod~4`, HFS+'s ignored code
+/// points). `git fsck` rejects a tree where such a name is a symlink (`gitmodulesSymlink`).
+pub fn names_gitmodules(component: &[u8]) -> bool {
+    let folded = without_hfs_ignorables(component).to_ascii_lowercase();
+    let rest = if let Some(rest) = folded.strip_prefix(b".gitmodules") {
+        rest
+    } else if let Some(rest) = folded.strip_prefix(b"gitmod~") {
+        match rest.split_first() {
+            Some((b'1'..=b'4', rest)) => rest,
+            _ => return false,
+        }
+    } else {
+        return false;
+    };
+    rest.iter().all(|b| matches!(b, b'.' | b' '))
+}
+
+fn without_hfs_ignorables(name: &[u8]) -> Vec<u8> {
+    let mut kept = Vec::with_capacity(name.len());
+    let mut i = 0;
+    while i < name.len() {
+        let ignorable = matches!(
+            name[i..],
+            [0xe2, 0x80, 0x8c..=0x8f, ..]
+                | [0xe2, 0x80, 0xaa..=0xae, ..]
+                | [0xe2, 0x81, 0xaa..=0xaf, ..]
+                | [0xef, 0xbb, 0xbf, ..]
+        );
+        if ignorable {
+            i += 3;
+        } else {
+            kept.push(name[i]);
+            i += 1;
+        }
+    }
+    kept
+}
+
+/// `.git` once the code points HFS+ drops from names (zero-width and direction marks, U+FEFF)
+/// are left out, compared without ASCII case.
+fn is_hfs_dot_git(name: &[u8]) -> bool {
+    without_hfs_ignorables(name).eq_ignore_ascii_case(b".git")
+}
+
 /// A git object id (SHA-1 or SHA-256), constructible only from validated lowercase hex or from an
 /// id the object database itself produced.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -179,6 +253,20 @@ impl RepoPath {
 
     /// Whether `bytes` would make a valid path, without taking them.
     pub fn check(bytes: &[u8]) -> Result<(), InvalidInput> {
+        Self::check_shape(bytes)?;
+        match bytes.split(|b| *b == b'/').find(|c| names_git_dir(c)) {
+            Some(_) => Err(InvalidInput::Path {
+                path: String::from_utf8_lossy(bytes).into_owned(),
+                why: "`.git` component",
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `bytes` are shaped like a path inside a worktree (relative, no empty, `.` or `..`
+    /// component, no NUL), whatever its names: what a path ckpt reports but never writes, such
+    /// as a `.Git` it skipped, must still be.
+    pub fn check_shape(bytes: &[u8]) -> Result<(), InvalidInput> {
         let reject = |why: &'static str| InvalidInput::Path {
             path: String::from_utf8_lossy(bytes).into_owned(),
             why,
@@ -196,7 +284,6 @@ impl RepoPath {
             match component {
                 b"" => return Err(reject("empty path component")),
                 b"." | b".." => return Err(reject("`.` or `..` component")),
-                c if c.eq_ignore_ascii_case(b".git") => return Err(reject("`.git` component")),
                 _ => {}
             }
         }
@@ -353,12 +440,68 @@ mod tests {
             b".git",
             b".git/config",
             b"sub/.GIT/hooks/x",
+            b".Git",
+            b"docs/.GIT",
+            b".git.",
+            b".git ",
+            b"a/.GIT. .",
+            b"GIT~1",
+            b"git~1/x",
+            b".git::$INDEX_ALLOCATION",
+            b"a\\.git",
+            b".g\xe2\x80\x8cit",
+            b"\xef\xbb\xbf.GIT",
             b"a\0b",
         ] {
             assert!(
                 RepoPath::new(bad.to_vec()).is_err(),
                 "{:?}",
                 String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn gitmodules_names_as_git_reads_them() {
+        for name in [
+            &b".gitmodules"[..],
+            b".GitModules",
+            b".gitmodules. ",
+            b"GITMOD~1",
+            b".git\xe2\x80\x8dmodules",
+        ] {
+            assert!(names_gitmodules(name), "{:?}", String::from_utf8_lossy(name));
+        }
+        for name in [
+            &b".gitmodule"[..],
+            b".gitmodulesx",
+            b"gitmod~5",
+            b"gitmod~1x",
+            b"a.gitmodules",
+        ] {
+            assert!(!names_gitmodules(name), "{:?}", String::from_utf8_lossy(name));
+        }
+    }
+
+    #[test]
+    fn names_near_git_dir_stay_valid() {
+        for good in [
+            &b".gitignore"[..],
+            b".github/workflows/ci.yml",
+            b".gitmodules",
+            b".git-blame-ignore-revs",
+            b".git.x",
+            b".gitx",
+            b"a.git",
+            b"git~2",
+            b"git~1x",
+            b"x\\.gitignore",
+            b".g\xe2\x80\x8cithub",
+        ] {
+            assert!(
+                RepoPath::new(good.to_vec()).is_ok(),
+                "{:?}",
+                String::from_utf8_lossy(good)
             );
         }
     }

@@ -591,7 +591,16 @@ pub fn fingerprint_of(repo: &TestRepo, worktree: &Path) -> Fingerprint {
     );
     Fingerprint {
         head_file: std::fs::read(git_dir.join("HEAD")).expect("HEAD"),
-        head: repo.git_in(worktree, &["rev-parse", "HEAD"]).trim().to_owned(),
+        // An unborn HEAD (a new repository, an orphan branch) has no commit to name.
+        head: {
+            let mut cmd = Command::new("git");
+            isolate(&mut cmd, &repo.home);
+            cmd.current_dir(worktree)
+                .args(["rev-parse", "--verify", "-q", "HEAD^{commit}"]);
+            String::from_utf8_lossy(&cmd.output().expect("git rev-parse").stdout)
+                .trim()
+                .to_owned()
+        },
         index: std::fs::read(git_dir.join("index")).ok(),
         refs,
         reflogs,

@@ -2,6 +2,7 @@
 //! checked against a fingerprint of the user's git state, and every restore byte-for-byte.
 
 mod agents;
+mod badday;
 mod common;
 mod contract;
 mod copy;

@@ -263,17 +263,26 @@ fn linked_worktrees_keep_separate_state_and_share_refs() {
 }
 
 #[test]
-fn the_git_provider_refuses_unborn_heads_and_plain_directories_clearly() {
+fn the_git_provider_refuses_plain_directories_clearly_and_takes_unborn_heads() {
     let plain = TestRepo::bare_dir();
     let run = plain.ckpt_json(&["--provider", "git", "snapshot"], 1);
     assert_eq!(run.one("error")["code"], "no_provider");
+    // Asked for by name in a repository with no commit yet, the git provider takes a
+    // checkpoint commit with no parent (after `checkout --orphan`, its history goes on there).
     let unborn = TestRepo::bare_dir();
     unborn.git(&["init", "-q"]);
     unborn.write("a.txt", b"a");
-    let run = unborn.ckpt_json(&["--provider", "git", "snapshot"], 1);
-    assert_eq!(run.one("error")["code"], "no_provider");
-    assert!(run.one("error")["message"].as_str().unwrap().contains("unborn"));
-    assert!(!unborn.git_dir().join("ckpt").exists(), "a refusal writes nothing");
+    let run = unborn.ckpt_json(&["--provider", "git", "snapshot"], 0);
+    let id = run.one("snapshot")["id"].as_str().unwrap().to_owned();
+    assert_eq!(run.one("snapshot")["provider"], "git");
+    assert_eq!(unborn.git(&["rev-list", "--count", &id]).trim(), "1");
+    assert_eq!(unborn.git(&["show", &format!("{id}:a.txt")]), "a");
+    let fallback = unborn.ckpt_json(&["status"], 0);
+    assert_eq!(
+        fallback.one("status")["provider"],
+        "git",
+        "auto follows the workspace's git history"
+    );
 }
 
 #[test]

@@ -126,6 +126,7 @@ impl Engine {
             provider: self.name(),
             protected: survey.protected,
             not_protected: survey.unprotected,
+            unnamable: super::snapshot::unnamable_list(&survey.unnamable),
             checkpoints: reconciled.records,
             blobs: census.blobs.len(),
             ..Default::default()

@@ -233,12 +233,6 @@ impl Engine {
                 dir.display()
             )));
         };
-        if vault.head_commit()?.is_none() {
-            return Err(CkptError::NoProvider(format!(
-                "the repository at {} has no commit yet (unborn HEAD); use --provider copy or auto",
-                vault.workdir().display()
-            )));
-        }
         let workdir = vault.workdir().canonicalize().map_err(|source| CkptError::Io {
             path: vault.workdir().to_path_buf(),
             source,
@@ -260,6 +254,22 @@ impl Engine {
             kind: StoreKind::Repository,
             _store_lock: None,
         })
+    }
+
+    /// Whether HEAD has no commit yet (a new repository, or an orphan branch an agent checked
+    /// out): a checkpoint commit then has no parent.
+    pub fn head_is_unborn(&self) -> Result<bool, CkptError> {
+        Ok(self.vault.head_commit()?.is_none())
+    }
+
+    /// Whether this workspace has git checkpoints: a registry, or a pin a killed snapshot left
+    /// before its record. Read-only.
+    pub fn has_checkpoints(&self) -> Result<bool, CkptError> {
+        if !self.stored_records()?.is_empty() {
+            return Ok(true);
+        }
+        let (pins, _) = self.vault.list_pin_names()?;
+        Ok(pins.iter().any(|(pin, _)| pin.workspace() == self.workspace))
     }
 
     fn registry(&self) -> Result<Registry, CkptError> {

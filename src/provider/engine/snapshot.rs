@@ -27,7 +27,20 @@ const FULL_SNAPSHOT_PACK_AT_LEAST: usize = 1024;
 
 /// What a capture did not protect, as records keep it.
 pub(super) fn skipped_of(capture: &Capture) -> Vec<Skipped> {
-    skipped_list(&capture.skipped)
+    let mut skipped = skipped_list(&capture.skipped);
+    skipped.extend(unnamable_list(&capture.unnamable));
+    skipped
+}
+
+/// Paths that are not repository paths, as records keep them (raw bytes).
+pub(super) fn unnamable_list(unnamable: &[(Vec<u8>, String)]) -> Vec<Skipped> {
+    unnamable
+        .iter()
+        .map(|(path, reason)| Skipped {
+            path: WirePath::from_bytes(path),
+            reason: reason.clone(),
+        })
+        .collect()
 }
 
 pub(super) fn skipped_list(skipped: &[(RepoPath, String)]) -> Vec<Skipped> {

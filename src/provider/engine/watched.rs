@@ -14,7 +14,7 @@ use crate::records::watch::{WatchBase, WatchFiles};
 use crate::records::{Record, Registry, RegistryLock, WirePath};
 use crate::verbs::{ObjectId, PackCompression, PathScope, RepoPath, TreeItem};
 
-use super::snapshot::{skipped_list, Counts};
+use super::snapshot::{skipped_list, unnamable_list, Counts};
 use super::{Engine, StoreKind};
 
 /// What a snapshot looked at on disk, for a restore planned from it.
@@ -65,17 +65,26 @@ fn scope_of(paths: &[WirePath]) -> Option<PathScope> {
 }
 
 /// What the previous checkpoint did not protect outside `scope`, plus what the delta found
-/// inside it, sorted.
-fn skipped_after(previous: &Record, scope: &PathScope, delta: &Delta) -> Vec<(RepoPath, String)> {
-    let mut skipped: Vec<(RepoPath, String)> = previous
-        .skipped
-        .iter()
-        .filter_map(|s| Some((s.path.to_repo_path().ok()?, s.reason.clone())))
-        .filter(|(path, _)| !scope.covers(path.as_bytes()))
-        .collect();
-    skipped.extend(delta.skipped.iter().cloned());
-    skipped.sort();
-    skipped.dedup();
+/// inside it, sorted. A previous path that is no repository path (`.Git`) stays: a daemon that
+/// names one gives no scope, so a scoped snapshot never saw it change.
+fn skipped_after(previous: &Record, scope: &PathScope, delta: &Delta) -> Vec<crate::records::Skipped> {
+    let mut kept: Vec<(RepoPath, String)> = Vec::new();
+    let mut unnamable: Vec<crate::records::Skipped> = Vec::new();
+    for s in &previous.skipped {
+        match s.path.to_repo_path() {
+            Ok(path) if !scope.covers(path.as_bytes()) => kept.push((path, s.reason.clone())),
+            Ok(_) => {}
+            Err(_) => unnamable.push(s.clone()),
+        }
+    }
+    kept.extend(delta.skipped.iter().cloned());
+    kept.sort();
+    kept.dedup();
+    unnamable.extend(unnamable_list(&delta.unnamable));
+    unnamable.sort_by_key(|s| s.path.to_bytes().unwrap_or_default());
+    unnamable.dedup();
+    let mut skipped = skipped_list(&kept);
+    skipped.extend(unnamable);
     skipped
 }
 
@@ -383,7 +392,7 @@ impl Engine {
         if tree == base_tree {
             save_cache(previous_id);
             let mut outcome = self.unchanged_outcome(previous);
-            outcome.not_protected = skipped_list(&skipped);
+            outcome.not_protected = skipped.clone();
             outcome.warnings = warnings;
             outcome.scan = stats;
             return Ok(Ok((outcome, within)));
@@ -402,15 +411,7 @@ impl Engine {
             bytes,
         };
         let head = self.checkpoint_parent()?;
-        let record = self.publish(
-            registry,
-            lock,
-            &mut records,
-            request,
-            (tree, head),
-            counts,
-            skipped_list(&skipped),
-        )?;
+        let record = self.publish(registry, lock, &mut records, request, (tree, head), counts, skipped)?;
         if let Ok(id) = record.object_id() {
             save_cache(id);
         }

@@ -47,6 +47,9 @@ pub struct Capture {
     pub skipped: Vec<(RepoPath, String)>,
     /// Ignored paths (`true`: a whole ignored directory).
     pub ignored: Vec<(RepoPath, bool)>,
+    /// Present on disk, not protected, and not even a repository path (a name git's fsck
+    /// rejects, such as `.Git`): raw bytes, with the reason code.
+    pub unnamable: Vec<(Vec<u8>, String)>,
     /// Names that cannot be represented as a repository path, for the user's information.
     pub warnings: Vec<String>,
     pub stats: CaptureStats,
@@ -203,13 +206,19 @@ fn prepare_and_run<T>(
     out.ignored = listing.ignored;
     out.skipped
         .extend(listing.reserved.into_iter().map(|dir| (dir, CKPT_STORE.to_owned())));
-    out.warnings = listing
+    out.unnamable = listing
         .unrepresentable
         .into_iter()
-        .map(|(name, why)| format!("not protected: {name:?}: {why}"))
+        .map(|(name, _)| (name, crate::records::RESERVED_NAME.to_owned()))
         .collect();
     for path in listing.nested_repos {
         out.skipped.push((path, "nested_repo".into()));
+    }
+    for dir in listing.unreadable_dirs {
+        out.skipped.push((
+            dir,
+            "unreadable: permission denied (a directory ckpt may not list)".into(),
+        ));
     }
     let mut untracked: Vec<Candidate> = listing
         .untracked
@@ -295,6 +304,8 @@ pub struct Delta {
     pub stat_changes: Vec<crate::records::statcache::DeltaChange>,
     /// Paths in the scope that are present and not protected, with the reason.
     pub skipped: Vec<(RepoPath, String)>,
+    /// Paths in the scope that are not even repository paths, as [`Capture::unnamable`].
+    pub unnamable: Vec<(Vec<u8>, String)>,
     pub warnings: Vec<String>,
     pub stats: CaptureStats,
     pub listing_times: Vec<(&'static str, std::time::Duration)>,
@@ -352,6 +363,7 @@ pub fn capture_delta(
     };
     let mut delta = Delta {
         skipped: capture.skipped,
+        unnamable: capture.unnamable,
         warnings: capture.warnings,
         stats: capture.stats,
         listing_times: capture.listing_times,

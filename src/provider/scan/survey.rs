@@ -9,6 +9,8 @@ use super::*;
 pub struct Survey {
     pub protected: usize,
     pub unprotected: Vec<(RepoPath, String)>,
+    /// Present, not protected, and no repository path at all (`.Git`): raw bytes and reason.
+    pub unnamable: Vec<(Vec<u8>, String)>,
     pub index_ids: crate::verbs::IdMap<u64>,
 }
 
@@ -27,6 +29,7 @@ pub fn survey(vault: &Vault, max_file_size: u64) -> Result<Survey, CkptError> {
     let mut survey = Survey {
         protected: 0,
         unprotected: prepared.unprotected(),
+        unnamable: prepared.unnamable,
         index_ids: prepared.index_ids,
     };
     for (path, verdict) in verdicts {
@@ -56,6 +59,7 @@ fn survey_one(probe: &WorktreeProbe, path: &RepoPath, max_file_size: u64) -> Opt
             "too_large: {} bytes, limit {max_file_size}",
             probed.stat.size
         ))),
+        PathKind::File if !probe.may_read(path) => Some(Err("unreadable: permission denied".into())),
         PathKind::File => Some(Ok(())),
         PathKind::Special => Some(Err("special_file".into())),
     }

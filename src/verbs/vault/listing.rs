@@ -54,8 +54,11 @@ pub struct WorktreeListing {
     pub nested_repos: Vec<RepoPath>,
     /// ckpt's own directories below the worktree ([`Vault::reserve`]) that hold anything.
     pub reserved: Vec<RepoPath>,
-    /// Names git could not represent as a repository path, with the reason.
-    pub unrepresentable: Vec<(String, String)>,
+    /// Untracked directories this process may not list: not walked, not protected.
+    pub unreadable_dirs: Vec<RepoPath>,
+    /// Paths on disk or in the index that cannot be a repository path (a name git's fsck
+    /// rejects, such as `.Git`), as raw bytes, with the reason.
+    pub unrepresentable: Vec<(Vec<u8>, String)>,
     /// How long reading the index took, and the whole listing (index and walk).
     pub times: ListingTimes,
 }
@@ -244,6 +247,11 @@ struct CheckingIgnoreFiles<'d, 'f, 'r, 'g> {
     /// rules inside an ignored directory, while gix, entering one for its tracked files, would.
     /// They are left unentered and listed as ignored as a whole.
     ignored_unentered: Vec<RepoPath>,
+    /// Untracked directories this process may not list or enter (a `chmod 000` directory, a
+    /// container's data directory of another user): left unentered and reported, as `git status`
+    /// warns and goes on, rather than failing the whole walk.
+    unreadable_dirs: Vec<RepoPath>,
+    root: &'g Path,
 }
 
 impl CheckingIgnoreFiles<'_, '_, '_, '_> {
@@ -282,6 +290,20 @@ impl gix::dir::walk::Delegate for CheckingIgnoreFiles<'_, '_, '_, '_> {
         {
             return false;
         }
+        if !may_list(
+            &self
+                .root
+                .join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(
+                    entry.rela_path.as_ref(),
+                )),
+        ) {
+            if !matches!(entry.status, gix::dir::entry::Status::Ignored(_)) {
+                if let Ok(dir) = RepoPath::new(entry.rela_path.to_vec()) {
+                    self.unreadable_dirs.push(dir);
+                }
+            }
+            return false;
+        }
         let refusal = match self.files.in_dir(&entry.rela_path) {
             Ok(()) => return true,
             Err(refusal) => refusal,
@@ -310,6 +332,24 @@ impl gix::dir::walk::Delegate for CheckingIgnoreFiles<'_, '_, '_, '_> {
                 false
             }
         }
+    }
+}
+
+/// Why an untracked symlink named `.gitmodules` is not captured: `git fsck` rejects any tree
+/// that holds one (`gitmodulesSymlink`), and git itself refuses to add it.
+const GITMODULES_LINK: &str = "a symlink named .gitmodules, which git fsck rejects in a tree";
+
+fn is_gitmodules_link(path: &RepoPath) -> bool {
+    path.components().last().is_some_and(crate::verbs::names_gitmodules)
+}
+
+/// Whether this process may list and enter `dir` (read and search permission, judged with its
+/// effective ids as the walk's own open would be).
+fn may_list(dir: &Path) -> bool {
+    use rustix::fs::{accessat, Access, AtFlags, CWD};
+    match accessat(CWD, dir, Access::READ_OK | Access::EXEC_OK, AtFlags::EACCESS) {
+        Ok(()) => true,
+        Err(errno) => errno != rustix::io::Errno::ACCESS,
     }
 }
 
@@ -364,6 +404,7 @@ fn walk_untracked(
     // as absent, so the walk is simply taken again (a bounded number of times).
     let mut attempt = 1;
     let mut ignored_unentered;
+    let mut unreadable_dirs;
     loop {
         let mut checking = CheckingIgnoreFiles {
             inner: &mut collect,
@@ -372,12 +413,15 @@ fn walk_untracked(
             index,
             refused: None,
             ignored_unentered: Vec::new(),
+            unreadable_dirs: Vec::new(),
+            root,
         };
         let walked = dirwalk_as_git_does(repo, index, &patterns, &interrupt, options, &mut checking);
         if let Some(refusal) = checking.refused {
             return Err(refusal);
         }
         ignored_unentered = checking.ignored_unentered;
+        unreadable_dirs = checking.unreadable_dirs;
         match walked {
             Ok(()) => break,
             Err(e) if attempt < WALK_ATTEMPTS && a_directory_vanished(&e) => {
@@ -397,6 +441,7 @@ fn walk_untracked(
     listing
         .ignored
         .extend(ignored_unentered.into_iter().map(|dir| (dir, true)));
+    listing.unreadable_dirs = unreadable_dirs;
     let mut collapsed: Vec<RepoPath> = Vec::new();
     for (entry, _) in collect.into_entries_by_path() {
         use gix::dir::entry::{Kind, Status};
@@ -407,7 +452,12 @@ fn walk_untracked(
         let path = match RepoPath::new(raw.to_vec()) {
             Ok(path) => path,
             Err(e) => {
-                listing.unrepresentable.push((raw.to_string(), e.to_string()));
+                // An ignored name is never captured anyway, and a directory's files are named.
+                let reported = matches!(entry.status, Status::Untracked | Status::Tracked)
+                    && entry.disk_kind != Some(Kind::Directory);
+                if reported {
+                    listing.unrepresentable.push((raw.to_vec(), e.to_string()));
+                }
                 continue;
             }
         };
@@ -416,6 +466,9 @@ fn walk_untracked(
             (Status::Ignored(_), _) => listing.ignored.push((path, false)),
             (Status::Untracked, Some(Kind::Repository)) => listing.nested_repos.push(path),
             (Status::Untracked, Some(Kind::Directory)) => {}
+            (Status::Untracked, Some(Kind::Symlink)) if is_gitmodules_link(&path) => {
+                listing.unrepresentable.push((raw.to_vec(), GITMODULES_LINK.to_owned()));
+            }
             (Status::Untracked, _) => listing.untracked.push(path),
             _ => {}
         }
@@ -707,6 +760,8 @@ fn walk_scope(
             .is_excluded();
         if excluded {
             listing.ignored.push((path, false));
+        } else if meta.file_type().is_symlink() && is_gitmodules_link(&path) {
+            listing.unrepresentable.push((raw.clone(), GITMODULES_LINK.to_owned()));
         } else {
             listing.untracked.push(path);
         }
@@ -717,6 +772,7 @@ fn walk_scope(
         listing.ignored.extend(walked.ignored);
         listing.nested_repos.extend(walked.nested_repos);
         listing.unrepresentable.extend(walked.unrepresentable);
+        listing.unreadable_dirs.extend(walked.unreadable_dirs);
     }
     listing.untracked.sort();
     listing.untracked.dedup();
@@ -1071,6 +1127,7 @@ impl Vault {
         listing.ignored = walked.ignored;
         listing.nested_repos = walked.nested_repos;
         listing.unrepresentable.extend(walked.unrepresentable);
+        listing.unreadable_dirs.extend(walked.unreadable_dirs);
         listing.times.total = started.elapsed();
         Ok((listing, result))
     }
@@ -1133,7 +1190,7 @@ impl Vault {
                         stat,
                     });
                 }
-                Err(e) => listing.unrepresentable.push((raw_path.to_string(), e.to_string())),
+                Err(e) => listing.unrepresentable.push((raw_path.to_vec(), e.to_string())),
             }
         }
         listing.index_mtime = std::fs::metadata(self.repo.index_path()).ok().map(|m| {

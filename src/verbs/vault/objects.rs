@@ -39,7 +39,7 @@ impl NewTreeEntry {
             Some("empty")
         } else if name.contains(&b'/') || name.contains(&0) {
             Some("contains `/` or NUL")
-        } else if name == b"." || name == b".." || name.eq_ignore_ascii_case(b".git") {
+        } else if name == b"." || name == b".." || crate::verbs::types::names_git_dir(name) {
             Some("reserved name")
         } else {
             None

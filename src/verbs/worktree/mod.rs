@@ -262,6 +262,16 @@ pub struct WorktreeProbe {
 }
 
 impl WorktreeProbe {
+    /// Whether this process may read the file at `path`, judged with its effective ids as a
+    /// snapshot's open would be: `status` must agree with what a snapshot skips.
+    pub fn may_read(&self, path: &RepoPath) -> bool {
+        use rustix::fs::{accessat, Access};
+        !matches!(
+            accessat(&self.root, path.as_bytes(), Access::READ_OK, AtFlags::EACCESS),
+            Err(rustix::io::Errno::ACCESS)
+        )
+    }
+
     pub fn lstat(&self, path: &RepoPath) -> std::io::Result<PathStat> {
         let stat = rustix::fs::statat(&self.root, path.as_bytes(), AtFlags::SYMLINK_NOFOLLOW)?;
         let file_type = FileType::from_raw_mode(stat.st_mode);

@@ -1,0 +1,337 @@
+//! The bad day: repository shapes an agent leaves behind (names git reserves, an orphan
+//! checkout, an unreadable directory, a recreated worktree) and what ckpt must still promise on
+//! them, checked against git itself as the oracle.
+
+use std::collections::BTreeSet;
+
+use crate::common::*;
+
+/// Every path `git status --porcelain -uall` lists, as bytes.
+fn status_paths(repo: &TestRepo) -> BTreeSet<Vec<u8>> {
+    let out = repo.git_raw(&["status", "--porcelain", "-uall", "-z"]);
+    assert!(
+        out.status.success(),
+        "git status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+        .split(|b| *b == 0)
+        .filter(|entry| entry.len() > 3)
+        .map(|entry| entry[3..].to_vec())
+        .collect()
+}
+
+/// Every file path a checkpoint's tree holds, as bytes.
+fn tree_paths(repo: &TestRepo, id: &str) -> BTreeSet<Vec<u8>> {
+    let out = repo.git_raw(&["ls-tree", "-r", "-z", "--name-only", id]);
+    assert!(
+        out.status.success(),
+        "ls-tree: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// Invariant (a) of the matrix: each path git lists is in the checkpoint or in its skipped list.
+fn assert_covered(repo: &TestRepo, id: &str, skipped: &[Vec<u8>]) {
+    let held = tree_paths(repo, id);
+    for path in status_paths(repo) {
+        assert!(
+            held.contains(&path) || skipped.contains(&path),
+            "{:?} is listed by git status but neither in checkpoint {id} ({held:?}) nor skipped ({skipped:?})",
+            String::from_utf8_lossy(&path)
+        );
+    }
+}
+
+/// Invariant (b): git's own strict fsck is clean and the user's gc succeeds.
+pub fn assert_repository_healthy(repo: &TestRepo) {
+    let fsck = repo.git_raw(&["fsck", "--full", "--strict", "--no-dangling"]);
+    assert!(
+        fsck.status.success() && fsck.stderr.is_empty(),
+        "git fsck --strict: {}{}",
+        String::from_utf8_lossy(&fsck.stdout),
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    let gc = repo.git_raw(&["gc", "--quiet"]);
+    assert!(gc.status.success(), "git gc: {}", String::from_utf8_lossy(&gc.stderr));
+}
+
+#[test]
+fn names_git_reserves_are_skipped_by_name_never_written_into_a_tree() {
+    for watched in [false, true] {
+        let repo = TestRepo::new();
+        if watched {
+            repo.ckpt_json(&["snapshot", "--watch"], 0);
+        }
+        let reserved: [&[u8]; 6] = [
+            b".Git",
+            b"docs/.GIT",
+            b"sub/.Git/config",
+            b".git.",
+            b".git ",
+            b"a/GIT~1",
+        ];
+        for name in reserved {
+            repo.write(bpath(name), b"the agent's file\n");
+        }
+        repo.write("docs/guide.md", b"kept\n");
+        repo.symlink("README.md", ".gitmodules");
+        let mut args = vec!["snapshot"];
+        if watched {
+            args.push("--watch");
+        }
+        let run = repo.ckpt_json(&args, 0);
+        let snap = run.one("snapshot");
+        let id = snap["id"].as_str().expect("id").to_owned();
+        let skipped: Vec<Vec<u8>> = snap["skipped"]
+            .as_array()
+            .expect("skipped")
+            .iter()
+            .map(|s| json_path(&s["path"]))
+            .collect();
+        for name in reserved.iter().copied().chain([&b".gitmodules"[..]]) {
+            assert!(
+                skipped.contains(&name.to_vec()),
+                "{:?} is named in skipped ({skipped:?}), watched: {watched}",
+                String::from_utf8_lossy(name)
+            );
+        }
+        assert!(tree_paths(&repo, &id).contains(b"docs/guide.md".as_slice()));
+        assert_covered(&repo, &id, &skipped);
+        // The record keeps them: `show` and `status` name them too.
+        let show = repo.ckpt_json(&["show", &id], 0);
+        let shown = show.stdout.clone();
+        assert!(
+            shown.contains("docs/.GIT") && shown.contains("reserved_name"),
+            "{shown}"
+        );
+        let status = repo.ckpt_json(&["status"], 0);
+        let listed: Vec<Vec<u8>> = status.one("status")["not_protected"]
+            .as_array()
+            .expect("not_protected")
+            .iter()
+            .map(|s| json_path(&s["path"]))
+            .collect();
+        assert!(listed.contains(&b"sub/.Git/config".to_vec()), "{listed:?}");
+        assert_repository_healthy(&repo);
+        // A later change elsewhere keeps the record's list whole (the watched path edits it).
+        repo.write("docs/guide.md", b"changed\n");
+        let run = repo.ckpt_json(&args, 0);
+        let again: Vec<Vec<u8>> = run.one("snapshot")["skipped"]
+            .as_array()
+            .expect("skipped")
+            .iter()
+            .map(|s| json_path(&s["path"]))
+            .collect();
+        assert!(again.contains(&b".Git".to_vec()), "still named: {again:?}");
+    }
+}
+
+/// The ids `ckpt list` shows, in its order.
+fn listed_ids(repo: &TestRepo, extra: &[&str]) -> Vec<String> {
+    let mut args = extra.to_vec();
+    args.push("list");
+    ids(&repo.ckpt_json(&args, 0), "checkpoint", "id")
+}
+
+#[test]
+fn an_orphan_checkout_keeps_every_checkpoint_listed_addressable_and_restorable() {
+    let repo = TestRepo::new();
+    repo.write("notes.txt", b"the agent's untracked notes\n");
+    let first = repo.snapshot(&[]);
+    repo.write("src/lib.rs", b"pub fn answer() -> u32 { 43 }\n");
+    let second = repo.snapshot(&[]);
+    let before = repo.worktree();
+    // The classic destructive move: a new root branch, everything removed from it.
+    repo.git(&["checkout", "-q", "--orphan", "gh-pages"]);
+    repo.git(&["rm", "-rfq", "."]);
+    repo.remove("notes.txt");
+    repo.write("index.html", b"<h1>pages</h1>\n");
+    for provider in [&[][..], &["--provider", "git"][..]] {
+        let listed = listed_ids(&repo, provider);
+        assert!(
+            listed.contains(&first) && listed.contains(&second),
+            "{provider:?}: {listed:?} lists {first} and {second}"
+        );
+    }
+    // A snapshot on the unborn branch joins the same timeline (a commit with no parent).
+    let orphan = repo.snapshot(&[]);
+    let parents = repo.git(&["rev-list", "--parents", "-n", "1", &orphan]);
+    assert_eq!(parents.split_whitespace().count(), 1, "no parent: {parents}");
+    assert_eq!(
+        listed_ids(&repo, &[]),
+        vec![first.clone(), second.clone(), orphan.clone()]
+    );
+    let fingerprint = repo.fingerprint();
+    let run = repo.ckpt_json(&["restore", &second, "--exact", "--yes"], 0);
+    assert_eq!(run.one("restore")["verified"], true);
+    assert_eq!(repo.worktree(), before, "the state before the orphan checkout is back");
+    assert_eq!(
+        repo.fingerprint().without_status(),
+        fingerprint.without_status(),
+        "only worktree files were written"
+    );
+    // Undo through the guard, still on the unborn branch.
+    let guard = run.one("restore")["guard"].as_str().expect("guard").to_owned();
+    repo.ckpt_json(&["restore", &guard, "--exact", "--yes"], 0);
+    assert_eq!(repo.read("index.html"), b"<h1>pages</h1>\n");
+    assert!(!repo.path("src/lib.rs").exists());
+    // Back on a born branch, and detached: the same timeline.
+    repo.git(&["checkout", "-q", "-f", "main"]);
+    assert!(listed_ids(&repo, &[]).contains(&orphan));
+    repo.git(&["checkout", "-q", "--detach", "HEAD"]);
+    let listed = listed_ids(&repo, &[]);
+    assert!(
+        listed.contains(&first) && listed.contains(&orphan) && listed.contains(&guard),
+        "{listed:?}"
+    );
+    assert_repository_healthy(&repo);
+}
+
+#[test]
+fn a_new_repository_keeps_using_copies_until_its_first_commit_then_both_stay_listed() {
+    let repo = TestRepo::bare_dir();
+    repo.git(&["init", "-q", "-b", "main"]);
+    repo.write("draft.txt", b"before any commit\n");
+    let copy = repo.ckpt_json(&["snapshot"], 0);
+    assert_eq!(
+        copy.one("snapshot")["provider"],
+        "copy",
+        "an unborn repository with no git checkpoints uses copies"
+    );
+    let copy = copy.one("snapshot")["id"].as_str().expect("id").to_owned();
+    repo.commit_all("first");
+    repo.write("draft.txt", b"after the first commit\n");
+    let git = repo.snapshot(&[]);
+    repo.git(&["checkout", "-q", "--orphan", "fresh"]);
+    repo.git(&["rm", "-rfq", "."]);
+    let listed = listed_ids(&repo, &[]);
+    assert!(listed.contains(&copy) && listed.contains(&git), "{listed:?}");
+    repo.ckpt_json(&["restore", &copy, "--yes"], 0);
+    assert_eq!(repo.read("draft.txt"), b"before any commit\n");
+}
+
+/// A second user for shapes that need one (a directory this user may not read): as root, the
+/// workspace and home are handed to `nobody` and ckpt runs as `nobody`; as any other user, that
+/// user is the second one already. `None` (the test is skipped, loudly) when neither works.
+struct OtherUser {
+    as_root: bool,
+}
+
+impl OtherUser {
+    const UID: u32 = 65534;
+
+    fn set_up(repo: &TestRepo) -> Option<OtherUser> {
+        if !rustix::process::geteuid().is_root() {
+            return Some(OtherUser { as_root: false });
+        }
+        if std::process::Command::new("setpriv").arg("--help").output().is_err() {
+            eprintln!("SKIPPED: running as root without setpriv, no second user to run ckpt as");
+            return None;
+        }
+        // git as root in a worktree another user owns: trusted explicitly, as an admin would.
+        std::fs::write(repo.home.join(".gitconfig"), "[safe]\n\tdirectory = *\n").expect("gitconfig");
+        let top = repo.root.parent().expect("temp dir");
+        std::fs::set_permissions(top, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        let chown = std::process::Command::new("chown")
+            .args(["-R", &format!("{0}:{0}", Self::UID)])
+            .arg(&repo.root)
+            .arg(&repo.home)
+            .status()
+            .expect("chown");
+        assert!(chown.success());
+        Some(OtherUser { as_root: true })
+    }
+
+    /// Makes `rel` (a directory or file) one this user may not read: owned by root, mode 0700,
+    /// or mode 000 when this user is not root.
+    fn lock_out(&self, repo: &TestRepo, rel: &str, mode: u32) {
+        if self.as_root {
+            let chown = std::process::Command::new("chown")
+                .args(["-R", "0:0"])
+                .arg(repo.path(rel))
+                .status()
+                .expect("chown");
+            assert!(chown.success());
+        }
+        repo.chmod(rel, if self.as_root { mode } else { 0o000 });
+    }
+
+    fn ckpt_json(&self, repo: &TestRepo, args: &[&str], code: i32) -> Run {
+        let mut cmd = std::process::Command::new("setpriv");
+        if self.as_root {
+            let id = Self::UID.to_string();
+            cmd.args(["--reuid", &id, "--regid", &id, "--clear-groups", CKPT]);
+        } else {
+            cmd = std::process::Command::new(CKPT);
+        }
+        isolate(&mut cmd, &repo.home);
+        cmd.current_dir(&repo.root).arg("--json").args(args);
+        let run = run_ckpt(cmd);
+        assert_eq!(
+            run.code, code,
+            "ckpt {args:?}\nstdout: {}\nstderr: {}",
+            run.stdout, run.stderr
+        );
+        run
+    }
+}
+
+#[test]
+fn an_unreadable_directory_is_skipped_by_name_and_the_rest_stays_protected() {
+    let repo = TestRepo::new();
+    let Some(user) = OtherUser::set_up(&repo) else { return };
+    repo.write("pgdata/base/1", b"a container's database\n");
+    repo.write("secret.key", b"another user's key\n");
+    user.lock_out(&repo, "pgdata", 0o700);
+    user.lock_out(&repo, "secret.key", 0o600);
+    repo.write("src/lib.rs", b"pub fn answer() -> u32 { 7 }\n");
+    let run = user.ckpt_json(&repo, &["snapshot"], 0);
+    let snap = run.one("snapshot");
+    let id = snap["id"].as_str().expect("id").to_owned();
+    let skipped: Vec<(Vec<u8>, String)> = snap["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .map(|s| {
+            (
+                json_path(&s["path"]),
+                s["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    for name in ["pgdata", "secret.key"] {
+        assert!(
+            skipped
+                .iter()
+                .any(|(p, why)| p == name.as_bytes() && why.starts_with("unreadable")),
+            "{name} named unreadable: {skipped:?}"
+        );
+    }
+    assert!(tree_paths(&repo, &id).contains(b"src/lib.rs".as_slice()));
+    // status agrees with the snapshot: neither is counted as protected.
+    let status = user.ckpt_json(&repo, &["status"], 0);
+    let listed: Vec<Vec<u8>> = status.one("status")["not_protected"]
+        .as_array()
+        .expect("not_protected")
+        .iter()
+        .map(|s| json_path(&s["path"]))
+        .collect();
+    assert!(
+        listed.contains(&b"pgdata".to_vec()) && listed.contains(&b"secret.key".to_vec()),
+        "{listed:?}"
+    );
+    // A restore works (its guard is a snapshot) and leaves the unreadable paths alone.
+    repo.write("src/lib.rs", b"broken by the agent\n");
+    let restore = user.ckpt_json(&repo, &["restore", &id, "--exact", "--yes"], 0);
+    assert_eq!(restore.one("restore")["verified"], true);
+    assert_eq!(repo.read("src/lib.rs"), b"pub fn answer() -> u32 { 7 }\n");
+    assert_eq!(repo.read("pgdata/base/1"), b"a container's database\n");
+    let restore = user.ckpt_json(&repo, &["restore", &id, "--yes", "--", "src/lib.rs"], 0);
+    assert_eq!(restore.one("restore")["verified"], true);
+}
