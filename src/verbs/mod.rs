@@ -18,7 +18,8 @@ pub use vault::{
     absolute_parent_canonical, collect_private_garbage, enclosing_bare_repository, enclosing_common_dir,
     enclosing_exclude_files, enclosing_worktree, path_key, refuse_blocking_rule_file, refuse_unreadable_packed_refs,
     FileCounts, FileRead, Follow, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, OpenBatch,
-    PackCompression, ParallelBlobs, PathScope, PinNames, PrivateStore, TreeChange, TreeCheck, Vault, READ_ATTEMPTS,
+    PackCompression, ParallelBlobs, PathScope, PinNames, PrivateStore, TreeChange, TreeCheck, Vault, WorktreeIdentity,
+    LEGACY_MARK, READ_ATTEMPTS,
 };
 pub use worktree::{
     any_staged_files, dead_staged_files, end_watch_daemon, open_lock_no_follow, open_no_follow, open_regular_file,

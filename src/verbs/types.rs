@@ -12,6 +12,10 @@ use crate::verbs::InvalidInput;
 /// suffix), the HFS+ form (`.git` with characters HFS+ ignores inside), and any of these after a
 /// backslash, which NTFS reads as a separator. Git refuses to add such a name; so does ckpt.
 pub fn names_git_dir(component: &[u8]) -> bool {
+    // Every path component passes here, often many times: the common short names cost nothing.
+    if component.len() < 4 {
+        return false;
+    }
     std::iter::once(component)
         .chain(component.split(|b| *b == b'\\').skip(1))
         .any(|part| is_ntfs_dot_git(part) || is_hfs_dot_git(part))
@@ -77,6 +81,9 @@ fn without_hfs_ignorables(name: &[u8]) -> Vec<u8> {
 /// `.git` once the code points HFS+ drops from names (zero-width and direction marks, U+FEFF)
 /// are left out, compared without ASCII case.
 fn is_hfs_dot_git(name: &[u8]) -> bool {
+    if name.is_ascii() {
+        return name.eq_ignore_ascii_case(b".git");
+    }
     without_hfs_ignorables(name).eq_ignore_ascii_case(b".git")
 }
 

@@ -335,3 +335,50 @@ fn an_unreadable_directory_is_skipped_by_name_and_the_rest_stays_protected() {
     let restore = user.ckpt_json(&repo, &["restore", &id, "--yes", "--", "src/lib.rs"], 0);
     assert_eq!(restore.one("restore")["verified"], true);
 }
+
+#[test]
+fn a_worktree_re_added_at_a_removed_ones_path_and_name_inherits_none_of_its_checkpoints() {
+    let repo = TestRepo::new();
+    let wt = repo.root.parent().expect("temp dir").join("agent");
+    let wt_arg = wt.to_str().expect("utf-8 temp path");
+    let in_wt = |args: &[&str]| {
+        let mut full: Vec<&std::ffi::OsStr> = vec!["--json".as_ref()];
+        full.extend(args.iter().map(std::ffi::OsStr::new));
+        repo.ckpt_in(&wt, &full)
+    };
+    repo.git(&["worktree", "add", "-q", "-b", "feature", wt_arg]);
+    std::fs::write(wt.join("feature.txt"), b"the first worktree's work\n").expect("write");
+    let run = in_wt(&["snapshot"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let old = run.one("snapshot")["id"].as_str().expect("id").to_owned();
+    // The agent removes the worktree and makes a new one at the same path and name.
+    repo.git(&["worktree", "remove", "--force", wt_arg]);
+    repo.git(&["worktree", "add", "-q", "-b", "other", wt_arg, "main"]);
+    std::fs::write(wt.join("mine.txt"), b"the new worktree's work\n").expect("write");
+    let listed = in_wt(&["list"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert!(
+        ids(&listed, "checkpoint", "id").is_empty(),
+        "inherited: {:?}",
+        listed.json
+    );
+    let restore = in_wt(&["restore", "latest", "--exact", "--yes"]);
+    assert_ne!(
+        restore.code, 0,
+        "nothing of this worktree's to restore: {}",
+        restore.stdout
+    );
+    assert_eq!(
+        std::fs::read(wt.join("mine.txt")).expect("kept"),
+        b"the new worktree's work\n"
+    );
+    assert!(!wt.join("feature.txt").exists(), "nothing of the old worktree written");
+    let run = in_wt(&["snapshot"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let new = run.one("snapshot")["id"].as_str().expect("id").to_owned();
+    assert_eq!(ids(&in_wt(&["list"]), "checkpoint", "id"), vec![new.clone()]);
+    // The old worktree's checkpoint is not lost: still pinned, listed apart with --all.
+    let all = ids(&repo.ckpt_json(&["list", "--all"], 0), "checkpoint", "id");
+    assert!(all.contains(&old) && all.contains(&new), "{all:?}");
+    assert_repository_healthy(&repo);
+}

@@ -1123,6 +1123,24 @@ fn a_path_too_long_for_the_system_is_refused_and_one_that_fits_is_restored() {
         "{error}"
     );
     assert_eq!((repo.worktree(), repo.ckpt_refs()), before, "nothing written");
+    // Preview, diff and audit agree with the restore: none plans or passes what it refuses.
+    for args in [&["preview", &too_deep][..], &["diff", &too_deep, "--stat"]] {
+        let run = repo.ckpt_json(args, 2);
+        let error = run.one("error");
+        assert_eq!(error["code"], "invalid_input", "{args:?}: {error}");
+        assert!(
+            error["message"].as_str().unwrap().contains("dddd"),
+            "names the path: {error}"
+        );
+    }
+    let audit = repo.ckpt_json(&["audit"], 1);
+    assert!(
+        audit.stdout.contains(&too_deep[..8]),
+        "audit names the checkpoint: {}",
+        audit.stdout
+    );
+    assert!(audit.stdout.contains("longer than this system"), "{}", audit.stdout);
+    assert_eq!((repo.worktree(), repo.ckpt_refs()), before, "nothing written");
     let fits = nested(10);
     let run = repo.ckpt_json(&["restore", &fits, "--yes"], 0);
     assert_eq!(run.one("restore")["verified"], true);

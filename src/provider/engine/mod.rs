@@ -237,8 +237,8 @@ impl Engine {
             path: vault.workdir().to_path_buf(),
             source,
         })?;
-        let workspace = vault.workspace_key()?;
         let state_root = vault.common_dir().join("ckpt");
+        let workspace = Self::workspace_of(&vault, &state_root)?;
         // A copy store inside this worktree (a home directory kept in git) is ckpt's, not the
         // user's: never captured, never restored over.
         if let Ok(home) = crate::provider::copy::ckpt_home() {
@@ -254,6 +254,46 @@ impl Engine {
             kind: StoreKind::Repository,
             _store_lock: None,
         })
+    }
+
+    /// The key this worktree's checkpoints live under. A linked worktree gets a mark of its own
+    /// the first time ckpt sees it, so a worktree re-added at the same name never inherits the
+    /// checkpoints of the one removed before it (a restore would write the other branch's files
+    /// and delete this one's). Checkpoints taken under the plain name before worktrees were
+    /// marked stay this worktree's only when every one of them is younger than the worktree.
+    fn workspace_of(vault: &Vault, state_root: &Path) -> Result<crate::verbs::WorkspaceKey, CkptError> {
+        let added = match vault.worktree_identity() {
+            None => return Ok(vault.workspace_key(None)?),
+            Some(crate::verbs::WorktreeIdentity::Marked(mark)) => return Ok(vault.workspace_key(Some(&mark))?),
+            Some(crate::verbs::WorktreeIdentity::Unmarked { added }) => added,
+        };
+        let legacy = vault.workspace_key(None)?;
+        let legacy_records = match Registry::open_existing(&state_root.join(legacy.as_str())) {
+            Ok(Some(registry)) => registry.load().unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let added_secs = added
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs() as i64);
+        let all_younger = added_secs.is_some_and(|added| {
+            legacy_records
+                .iter()
+                .all(|r| r.unix_time().is_ok_and(|time| time + 1 >= added))
+        });
+        let mark = if !legacy_records.is_empty() && all_younger {
+            crate::verbs::LEGACY_MARK.to_owned()
+        } else {
+            let mut random = [0u8; 6];
+            getrandom::fill(&mut random).map_err(|e| CkptError::Io {
+                path: vault.workdir().to_path_buf(),
+                source: std::io::Error::other(format!("no random bytes for the worktree's mark: {e}")),
+            })?;
+            random.iter().map(|b| format!("{b:02x}")).collect()
+        };
+        // A worktree ckpt may not mark (a read-only repository) is still read under the key the
+        // mark would give; the next command that can write marks it.
+        let mark = vault.mark_worktree(&mark).unwrap_or(mark);
+        Ok(vault.workspace_key(Some(&mark))?)
     }
 
     /// Whether HEAD has no commit yet (a new repository, or an orphan branch an agent checked

@@ -34,6 +34,21 @@ pub use trees::{FileCounts, LevelEntry, TreeChange, TreeCheck};
 use std::path::{Path, PathBuf};
 
 use super::types::{ObjectId, RepoPath, WorkspaceKey};
+
+/// The file in a linked worktree's administrative directory that names it to ckpt.
+const WORKTREE_MARKER: &str = "ckpt-workspace";
+/// The mark of a worktree whose checkpoints were taken before worktrees were marked: its key
+/// stays the plain `wt-<name>`.
+pub const LEGACY_MARK: &str = "legacy";
+
+/// How a linked worktree is known across `git worktree remove` + `add` at the same name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorktreeIdentity {
+    /// Marked by ckpt: this worktree's own mark.
+    Marked(String),
+    /// Not marked yet; `added` is when git created its administrative directory.
+    Unmarked { added: Option<std::time::SystemTime> },
+}
 use super::VerbError;
 
 /// Settings applied in memory only (never written to any config file): ckpt refs get no reflog,
@@ -267,13 +282,62 @@ impl Vault {
         self.repo.common_dir()
     }
 
-    /// `main` for the main worktree, `wt-<name>` for a linked one.
-    pub fn workspace_key(&self) -> Result<WorkspaceKey, VerbError> {
-        let git_dir = self.repo.git_dir();
-        let is_linked = git_dir.canonicalize().ok() != self.repo.common_dir().canonicalize().ok();
-        if !is_linked {
+    fn is_linked_worktree(&self) -> bool {
+        self.repo.git_dir().canonicalize().ok() != self.repo.common_dir().canonicalize().ok()
+    }
+
+    /// What tells this linked worktree apart from an earlier one git had at the same name
+    /// (`git worktree remove`, then `add` again): a marker in its administrative directory,
+    /// `.git/worktrees/<name>/ckpt-workspace`, which git removes with the worktree. `None` for
+    /// the main worktree, which cannot be re-added.
+    pub fn worktree_identity(&self) -> Option<WorktreeIdentity> {
+        if !self.is_linked_worktree() {
+            return None;
+        }
+        let marker = self.repo.git_dir().join(WORKTREE_MARKER);
+        match crate::verbs::read_regular_file(&marker) {
+            Ok(text) => Some(WorktreeIdentity::Marked(
+                String::from_utf8_lossy(&text).trim().to_owned(),
+            )),
+            Err(_) => {
+                // `commondir` is written by `git worktree add` and never again.
+                let added = std::fs::symlink_metadata(self.repo.git_dir().join("commondir"))
+                    .and_then(|m| m.modified())
+                    .ok();
+                Some(WorktreeIdentity::Unmarked { added })
+            }
+        }
+    }
+
+    /// Marks this linked worktree with `mark` unless another process marked it first; returns
+    /// the mark that stands. Creates only the marker file, never through a link.
+    pub fn mark_worktree(&self, mark: &str) -> Result<String, VerbError> {
+        WorkspaceKey::new(mark)?;
+        let marker = self.repo.git_dir().join(WORKTREE_MARKER);
+        let failed = |e: std::io::Error| VerbError::git(format!("marking the worktree at {}", marker.display()), e);
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&marker) {
+            Ok(mut file) => {
+                use std::io::Write;
+                file.write_all(format!("{mark}\n").as_bytes()).map_err(failed)?;
+                file.sync_all().map_err(failed)?;
+                Ok(mark.to_owned())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let text = crate::verbs::read_regular_file(&marker).map_err(failed)?;
+                Ok(String::from_utf8_lossy(&text).trim().to_owned())
+            }
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    /// `main` for the main worktree; for a linked one `wt-<name>`, followed by `-<mark>` when its
+    /// marker names one ([`Self::worktree_identity`]; `legacy` or none keeps the plain name that
+    /// ckpt used before worktrees were marked).
+    pub fn workspace_key(&self, mark: Option<&str>) -> Result<WorkspaceKey, VerbError> {
+        if !self.is_linked_worktree() {
             return Ok(WorkspaceKey::new("main")?);
         }
+        let git_dir = self.repo.git_dir();
         let name = git_dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -288,7 +352,10 @@ impl Vault {
                 }
             })
             .collect();
-        Ok(WorkspaceKey::new(&format!("wt-{sanitized}"))?)
+        match mark {
+            Some(mark) if mark != LEGACY_MARK => Ok(WorkspaceKey::new(&format!("wt-{sanitized}-{mark}"))?),
+            _ => Ok(WorkspaceKey::new(&format!("wt-{sanitized}"))?),
+        }
     }
 
     /// The commit HEAD points at, or `None` while HEAD is unborn.

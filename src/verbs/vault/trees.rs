@@ -271,12 +271,8 @@ impl Vault {
     /// restore), could no longer name it (found by a review: a tree nested 2,500 levels deep
     /// was restored, and every later snapshot failed).
     fn refuse_unnameable(&self, path: &RepoPath) -> Result<(), VerbError> {
-        #[cfg(target_os = "macos")]
-        const PATH_MAX: usize = 1024;
-        #[cfg(not(target_os = "macos"))]
-        const PATH_MAX: usize = 4096;
         let bytes = path.as_bytes().len();
-        let most = PATH_MAX.saturating_sub(self.workdir.as_os_str().len() + 2);
+        let most = self.most_path_bytes();
         if bytes <= most {
             return Ok(());
         }
@@ -287,6 +283,43 @@ impl Vault {
             most,
         }
         .into())
+    }
+
+    /// The longest repository path this worktree can name: with the worktree's own path and a
+    /// separator, shorter than the system's path limit.
+    fn most_path_bytes(&self) -> usize {
+        #[cfg(target_os = "macos")]
+        const PATH_MAX: usize = 1024;
+        #[cfg(not(target_os = "macos"))]
+        const PATH_MAX: usize = 4096;
+        PATH_MAX.saturating_sub(self.workdir.as_os_str().len() + 2)
+    }
+
+    /// The first 60 bytes of the longest path below `tree`, to name in a refusal: descends into
+    /// the entry whose name and longest path below add up most (`longest`, per tree).
+    fn longest_path_start(&self, tree: &ObjectId, longest: &crate::verbs::IdMap<u64>) -> Result<Vec<u8>, VerbError> {
+        let mut path: Vec<u8> = Vec::new();
+        let mut current = *tree;
+        while path.len() < 60 {
+            let level = self.shared_level(&current, false)?;
+            let length = |(name, kind, id): &&LevelEntry| match kind {
+                None => name.len() as u64 + 1 + longest.get(id).copied().unwrap_or(0),
+                Some(_) => name.len() as u64,
+            };
+            let Some((name, kind, id)) = level.entries.iter().max_by_key(length) else {
+                break;
+            };
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(name);
+            match kind {
+                None => current = *id,
+                Some(_) => break,
+            }
+        }
+        path.truncate(60);
+        Ok(path)
     }
 
     /// [`Self::cached_level`], shared with the cache rather than copied.
@@ -309,7 +342,19 @@ impl Vault {
     /// (no `/`, `.`, `..`, `.git`, empty or duplicate names), without building paths.
     pub fn validate_tree(&self, tree: &ObjectId) -> Result<FileCounts, VerbError> {
         let mut counts = FileCounts::default();
-        self.read_levels(tree, &mut counts)?;
+        let (_, longest) = self.read_levels(tree, &mut counts)?;
+        // Preview, diff and audit refuse what a restore refuses: a path it could not name.
+        let bytes = longest.get(tree).copied().unwrap_or(0);
+        let most = self.most_path_bytes();
+        if bytes as usize > most {
+            let start = self.longest_path_start(tree, &longest)?;
+            return Err(InvalidInput::PathTooLong {
+                start: String::from_utf8_lossy(&start).into_owned(),
+                bytes: bytes as usize,
+                most,
+            }
+            .into());
+        }
         Ok(counts)
     }
 
@@ -324,6 +369,7 @@ impl Vault {
             let mut counts = known;
             match read_levels_in(&shared, &tree, &mut counts) {
                 Ok(_) => Ok(counts),
+                // (The restore's own diff refuses a path too long to name.)
                 // A count the caller knew may be wrong (a tampered list): a tree is refused as
                 // too large only on counts this check made itself.
                 Err(VerbError::Invalid(InvalidInput::TreeTooLarge { .. })) if seeded => {
@@ -348,7 +394,11 @@ impl Vault {
     }
 
     /// Reads, validates and counts every tree below `tree` that `counts` does not hold yet.
-    fn read_levels(&self, tree: &ObjectId, counts: &mut FileCounts) -> Result<u64, VerbError> {
+    fn read_levels(
+        &self,
+        tree: &ObjectId,
+        counts: &mut FileCounts,
+    ) -> Result<(u64, crate::verbs::IdMap<u64>), VerbError> {
         read_levels_in(&self.repo.clone().into_sync(), tree, counts)
     }
 }
@@ -376,40 +426,56 @@ impl TreeCheck {
 
 /// Reads, validates and counts every tree below `tree` that `counts` does not hold yet. Level
 /// by level, each level's trees read in parallel, each worker with its own handle.
+/// Of one tree level: its longest name other than a subtree's, and each subtree's name length
+/// (in the order of its subtrees).
+type NameLengths = (u64, Vec<u64>);
+
+/// Returns the file count, and the longest path in bytes below each tree read (none when
+/// `counts` knew `tree`).
 fn read_levels_in(
     shared: &gix::ThreadSafeRepository,
     tree: &ObjectId,
     counts: &mut FileCounts,
-) -> Result<u64, VerbError> {
+) -> Result<(u64, crate::verbs::IdMap<u64>), VerbError> {
     use rayon::prelude::*;
     if let Some(total) = counts.0.get(tree) {
-        return within_limit(*total);
+        return Ok((within_limit(*total)?, Default::default()));
     }
+    // Per tree read: its files, its subtrees, and the longest path below it in bytes (a
+    // subtree's name plus its own longest, or the longest other name).
     let mut levels: crate::verbs::IdMap<(u64, Vec<ObjectId>)> = Default::default();
+    let mut names: crate::verbs::IdMap<NameLengths> = Default::default();
     let mut seen = crate::verbs::IdSet::default();
     seen.insert(*tree);
     let mut frontier = vec![*tree];
     while !frontier.is_empty() {
-        let read: Vec<(ObjectId, u64, Vec<ObjectId>)> = frontier
+        let read: Vec<(ObjectId, u64, Vec<ObjectId>, NameLengths)> = frontier
             .par_iter()
             .map_init(
                 || shared.to_thread_local(),
                 |repo, id| {
                     let mut files = 0;
                     let mut subtrees = Vec::new();
+                    let (mut longest_name, mut subtree_names) = (0u64, Vec::new());
                     let mut level = || -> Result<(), VerbError> {
                         for (name, kind, child) in decode_level(repo, id, true)? {
                             NewTreeEntry::new(&name, kind, child)?;
                             match kind {
-                                None => subtrees.push(child),
-                                Some(EntryKind::Gitlink) => {}
-                                Some(_) => files += 1,
+                                None => {
+                                    subtrees.push(child);
+                                    subtree_names.push(name.len() as u64);
+                                }
+                                Some(EntryKind::Gitlink) => longest_name = longest_name.max(name.len() as u64),
+                                Some(_) => {
+                                    files += 1;
+                                    longest_name = longest_name.max(name.len() as u64);
+                                }
                             }
                         }
                         Ok(())
                     };
                     level().map_err(|e| (*id, Box::new(e)))?;
-                    Ok((*id, files, subtrees))
+                    Ok((*id, files, subtrees, (longest_name, subtree_names)))
                 },
             )
             .collect::<Result<_, (ObjectId, Box<VerbError>)>>()
@@ -420,7 +486,8 @@ fn read_levels_in(
                 e.at_tree_path(directory_of(&repo, tree, &failed).as_ref())
             })?;
         frontier = Vec::new();
-        for (id, files, subtrees) in read {
+        for (id, files, subtrees, lengths) in read {
+            names.insert(id, lengths);
             frontier.extend(
                 subtrees
                     .iter()
@@ -432,6 +499,7 @@ fn read_levels_in(
     // Totals bottom-up, without recursion (a hostile tree may be nested arbitrarily deep): a
     // tree is summed once all its subtrees are; one reached twice is summed once.
     let mut pending = vec![(*tree, false)];
+    let mut longest: crate::verbs::IdMap<u64> = Default::default();
     while let Some((id, children_done)) = pending.pop() {
         if counts.0.contains_key(&id) {
             continue;
@@ -446,6 +514,19 @@ fn read_levels_in(
                 .map(|child| counts.0.get(child).copied().unwrap_or(0))
                 .fold(*files, u64::saturating_add);
             counts.0.insert(id, total);
+            if let Some((longest_name, subtree_names)) = names.get(&id) {
+                // A tree checked by an earlier call counts as 0 here: its paths were checked
+                // where it was first read.
+                let below = subtrees
+                    .iter()
+                    .zip(subtree_names)
+                    .map(|(child, name)| {
+                        name.saturating_add(1)
+                            .saturating_add(longest.get(child).copied().unwrap_or(0))
+                    })
+                    .fold(*longest_name, u64::max);
+                longest.insert(id, below);
+            }
         } else {
             pending.push((id, true));
             pending.extend(
@@ -456,7 +537,8 @@ fn read_levels_in(
             );
         }
     }
-    within_limit(counts.0.get(tree).copied().unwrap_or(0))
+    let total = within_limit(counts.0.get(tree).copied().unwrap_or(0))?;
+    Ok((total, longest))
 }
 
 /// `total`, unless a tree holding that many paths is too large to read.
