@@ -94,7 +94,7 @@ pub enum RecordsError {
     LockTimeout { path: PathBuf, seconds: f64 },
     #[error("{path} is a symlink (or not a directory); ckpt keeps its state only in real directories and refuses to follow it. Remove the link, then run ckpt again")]
     UnsafeStateDir { path: PathBuf },
-    #[error("{path} is {what}, not a plain lock file of ckpt's own; ckpt refuses to open it (a link would make it create or overwrite another file, a FIFO would block it). Remove it, then run ckpt again")]
+    #[error("{path} is {what}, not a plain lock file of ckpt's own; ckpt refuses to open it (a link would make it create or overwrite another file, a FIFO would block it, a directory cannot be locked). Remove it (a directory with what it holds, once you have looked), then run ckpt again")]
     UnsafeLockFile { path: PathBuf, what: &'static str },
 }
 
@@ -331,6 +331,7 @@ fn open_lock_file(path: &Path) -> Result<File, RecordsError> {
         Some(code) if code == rustix::io::Errno::LOOP.raw_os_error() => refused("a symlink"),
         // A FIFO with no reader, opened without blocking.
         Some(code) if code == rustix::io::Errno::NXIO.raw_os_error() => refused("a FIFO, socket or device"),
+        Some(code) if code == rustix::io::Errno::ISDIR.raw_os_error() => refused("a directory"),
         _ => io_error(path)(e),
     })?;
     use std::os::unix::fs::MetadataExt;
@@ -338,8 +339,17 @@ fn open_lock_file(path: &Path) -> Result<File, RecordsError> {
         // Another name for the same file (a hard link someone made) would get the daemon's pid.
         Ok(meta) if meta.is_file() && meta.nlink() > 1 => Err(refused("a hard link to another file")),
         Ok(meta) if meta.is_file() => Ok(file),
-        Ok(_) => Err(refused("a FIFO, socket or device")),
+        Ok(meta) => Err(refused(not_a_file(&meta))),
         Err(e) => Err(io_error(path)(e)),
+    }
+}
+
+/// What stands where a lock file should be, when it is neither a file nor a symlink.
+fn not_a_file(meta: &fs::Metadata) -> &'static str {
+    if meta.is_dir() {
+        "a directory"
+    } else {
+        "a FIFO, socket or device"
     }
 }
 
@@ -351,7 +361,7 @@ fn unsafe_lock_file(path: &Path) -> Option<RecordsError> {
     let what = if meta.file_type().is_symlink() {
         "a symlink"
     } else if !meta.is_file() {
-        "a FIFO, socket or device"
+        not_a_file(&meta)
     } else if meta.nlink() > 1 {
         "a hard link to another file"
     } else {

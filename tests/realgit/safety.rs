@@ -603,6 +603,28 @@ fn a_lock_file_that_is_a_symlink_or_a_fifo_is_refused_not_followed() {
     audit_names("FIFO");
     std::fs::remove_file(state.join("lock")).expect("rm fifo");
     repo.ckpt_json(&["snapshot"], 0);
+    // A directory there is named as one, by the snapshot, audit and doctor alike (a snapshot
+    // said "Is a directory (os error 21)", audit called it a FIFO).
+    std::fs::remove_file(state.join("lock")).expect("rm lock");
+    std::fs::create_dir(state.join("lock")).expect("mkdir lock");
+    repo.write("more.txt", b"more still\n");
+    let run = repo.ckpt_json(&["snapshot"], 1);
+    assert_eq!(run.one("error")["code"], "unsafe_state_dir", "{}", run.stdout);
+    assert!(
+        run.stdout.contains("is a directory, not a plain lock file"),
+        "{}",
+        run.stdout
+    );
+    audit_names("a directory");
+    let doctor = repo.ckpt(&["doctor"]);
+    assert!(
+        !doctor.stderr.contains("os error") && doctor.stdout.contains("a directory"),
+        "{}{}",
+        doctor.stdout,
+        doctor.stderr
+    );
+    std::fs::remove_dir(state.join("lock")).expect("rmdir lock");
+    repo.ckpt_json(&["snapshot"], 0);
 
     let victim = repo.home.join("victim");
     std::fs::write(&victim, b"the user's bytes\n").expect("write victim");
