@@ -117,6 +117,11 @@ pub(super) fn start(root: &Path, files: &WatchFiles) -> Result<bool, CkptError> 
         return Ok(false);
     }
     files.check_daemon_lock_file()?;
+    // One start at a time: the one that waited finds the daemon the other started.
+    let _starting = files.lock_start()?;
+    if daemon_status(files)?.is_some() {
+        return Ok(false);
+    }
     let exe = std::env::current_exe().map_err(|source| CkptError::Io {
         path: "the ckpt executable".into(),
         source,

@@ -18,6 +18,7 @@ use super::{
 pub(super) const WATCH_DIR: &str = "watch";
 /// The lock one daemon per workspace holds; it names its pid.
 pub(super) const DAEMON_LOCK_FILE: &str = "daemon.lock";
+const START_LOCK_FILE: &str = "start.lock";
 pub(super) const BASE_FILE: &str = "base.json";
 
 /// Where the watch daemon of one workspace keeps its files.
@@ -42,6 +43,11 @@ pub struct WatchBase {
 
 fn linked_unless_known() -> bool {
     true
+}
+
+/// A `watch start` in progress for this workspace. Released on drop.
+pub struct StartLock {
+    _file: File,
 }
 
 /// The daemon's hold on its workspace: one daemon per workspace. Released on drop.
@@ -89,6 +95,15 @@ impl WatchFiles {
     pub fn check_daemon_lock_file(&self) -> Result<(), RecordsError> {
         self.prepare()?;
         super::open_lock_file(&self.dir.join(DAEMON_LOCK_FILE)).map(drop)
+    }
+
+    /// Serializes `watch start` (and the on-demand start of `snapshot --watch`) for this
+    /// workspace, waiting for another start to finish: two starts that both saw no daemon would
+    /// otherwise spawn two, one of which could take over once the first is stopped.
+    pub fn lock_start(&self) -> Result<StartLock, RecordsError> {
+        self.prepare()?;
+        let file = super::acquire_lock(&self.dir.join(START_LOCK_FILE), super::LockMode::Exclusive, &|_| {})?;
+        Ok(StartLock { _file: file })
     }
 
     /// Takes the daemon lock without waiting; `None` when another daemon holds it.

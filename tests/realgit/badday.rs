@@ -382,3 +382,44 @@ fn a_worktree_re_added_at_a_removed_ones_path_and_name_inherits_none_of_its_chec
     assert!(all.contains(&old) && all.contains(&new), "{all:?}");
     assert_repository_healthy(&repo);
 }
+
+#[test]
+fn concurrent_watch_starts_leave_one_daemon_and_stop_stops_it() {
+    let repo = TestRepo::new();
+    let starts: Vec<_> = (0..4)
+        .map(|_| {
+            let mut cmd = repo.ckpt_command();
+            cmd.args(["--json", "watch", "start"]);
+            std::thread::spawn(move || run_ckpt(cmd))
+        })
+        .collect();
+    let runs: Vec<Run> = starts.into_iter().map(|t| t.join().expect("start thread")).collect();
+    let started = runs
+        .iter()
+        .filter(|run| {
+            assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+            run.one("watch")["started"] == true
+        })
+        .count();
+    assert_eq!(
+        started,
+        1,
+        "one start started the daemon: {:?}",
+        runs.iter().map(|r| &r.stdout).collect::<Vec<_>>()
+    );
+    // Any daemon that lost the race would still be waiting for the lock now.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(daemons_in(&repo.root).len(), 1, "one daemon per workspace");
+    repo.ckpt_json(&["watch", "stop"], 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !daemons_in(&repo.root).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        daemons_in(&repo.root).is_empty(),
+        "stop stops every daemon of the workspace"
+    );
+    // And a later start (after the 2 s a daemon waits for one on its way out) starts none.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert!(daemons_in(&repo.root).is_empty(), "no daemon took over after the stop");
+}

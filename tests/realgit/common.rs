@@ -63,7 +63,7 @@ impl Drop for TestRepo {
 }
 
 /// The watch daemons running for the worktree at `root`, by their command lines.
-fn daemons_in(root: &Path) -> Vec<u32> {
+pub fn daemons_in(root: &Path) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
