@@ -30,9 +30,9 @@ pub struct Position {
     pub turn_key: Option<String>,
     /// Unix seconds of the last event, for forgetting the oldest sessions.
     pub seen: i64,
-    /// The agent's ids of this session's latest tool calls, with the step each got: the same
-    /// call announced twice (ckpt's hook installed in both the user's and the project's
-    /// settings) is one step, not two.
+    /// The agent's ids of this session's tool calls, with the turn and step each got: every call
+    /// of the open turn and the latest of earlier ones. The same call announced twice (ckpt's
+    /// hook installed in both the user's and the project's settings) is one step, not two.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<(String, u64, u64)>,
     /// The agent's ids of this session's earlier turns: a late tool call of one of them (its
@@ -45,8 +45,13 @@ pub struct Position {
     pub repeated: bool,
 }
 
-/// Tool call ids remembered per session.
+/// Tool call ids of earlier turns remembered per session: a second announcement arrives right
+/// after the first, so only a call near a turn's end can meet a turn opened in between.
 const RECENT_CALLS: usize = 16;
+/// Tool call ids of the open turn remembered per session. A second announcement can trail the
+/// first by any number of calls (parallel calls, each announced twice, arrive in any order),
+/// so the open turn's are all kept; this only bounds the file an endless turn would grow.
+pub const MAX_TURN_CALLS: usize = 4096;
 /// Earlier turn ids remembered per session.
 const RECENT_TURNS: usize = 8;
 
@@ -171,9 +176,8 @@ impl HookPositions {
         let mut calls = known.map(|k| k.calls).unwrap_or_default();
         if let Some(id) = call_id.filter(|_| advance == Advance::ToolCall) {
             calls.push((id.to_owned(), turn, step));
-            let excess = calls.len().saturating_sub(RECENT_CALLS);
-            calls.drain(..excess);
         }
+        forget_calls(&mut calls, turn);
         let position = Position {
             turn,
             step,
@@ -199,6 +203,24 @@ impl HookPositions {
 fn parse(bytes: &[u8]) -> Option<PositionsFile> {
     let file: PositionsFile = serde_json::from_slice(bytes).ok()?;
     (file.format == POSITIONS_FORMAT && file.version == 1).then_some(file)
+}
+
+/// Keeps the calls of `open_turn` (at most [`MAX_TURN_CALLS`], the latest) and the latest
+/// [`RECENT_CALLS`] of earlier turns, in the order they came.
+fn forget_calls(calls: &mut Vec<(String, u64, u64)>, open_turn: u64) {
+    let open = calls.iter().filter(|(_, turn, _)| *turn == open_turn).count();
+    let mut open_excess = open.saturating_sub(MAX_TURN_CALLS);
+    let mut earlier_excess = (calls.len() - open).saturating_sub(RECENT_CALLS);
+    calls.retain(|(_, turn, _)| {
+        let excess = if *turn == open_turn {
+            &mut open_excess
+        } else {
+            &mut earlier_excess
+        };
+        let keep = *excess == 0;
+        *excess = excess.saturating_sub(1);
+        keep
+    });
 }
 
 /// Keeps the `keep` most recently seen sessions.
@@ -296,6 +318,43 @@ mod tests {
         assert_eq!(call("toolu_2"), (1, 2));
         assert_eq!(call("toolu_3"), (1, 3));
         assert_eq!(call("toolu_1"), (1, 1), "still known");
+    }
+
+    #[test]
+    fn every_call_of_the_open_turn_is_remembered_and_earlier_turns_only_briefly() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let positions = HookPositions::new(dir.path());
+        let call = |turn_key: &str, id: &str| {
+            let p = positions
+                .advance(
+                    &event("claude", "s", Advance::ToolCall, Some(turn_key), Some(id)),
+                    || 1,
+                    1,
+                )
+                .expect("advance");
+            (p.turn, p.step, p.repeated)
+        };
+        for n in 1..=40 {
+            assert_eq!(call("p1", &format!("u{n}")), (1, n, false));
+        }
+        for n in 1..=40 {
+            assert_eq!(call("p1", &format!("u{n}")), (1, n, true), "u{n} announced again");
+        }
+        assert_eq!(call("p2", "v1"), (2, 1, false));
+        assert_eq!(
+            call("p1", "u40"),
+            (1, 40, true),
+            "the end of the turn before is still known"
+        );
+        let file = parse(&fs::read(positions.file()).expect("read")).expect("parse");
+        assert_eq!(file.sessions["claude:s"].calls.len(), RECENT_CALLS + 1);
+
+        let mut calls: Vec<(String, u64, u64)> = (0..MAX_TURN_CALLS as u64 + 10)
+            .map(|n| (format!("c{n}"), 7, n))
+            .collect();
+        forget_calls(&mut calls, 7);
+        assert_eq!(calls.len(), MAX_TURN_CALLS);
+        assert_eq!(calls[0].0, "c10", "the oldest go first");
     }
 
     #[test]

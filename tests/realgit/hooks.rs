@@ -409,3 +409,43 @@ fn integrate_never_writes_through_a_link_in_the_project() {
     assert!(!repo.path(".claude/settings.local.json").exists());
     assert!(!outside.join("ckpt.md").exists());
 }
+
+#[test]
+fn every_call_of_a_long_turn_announced_twice_is_one_step() {
+    let repo = TestRepo::new();
+    let announce = |prompt: &str, id: &str| {
+        let event = json!({"session_id": "sess-1", "cwd": repo.root, "hook_event_name": "PreToolUse",
+            "prompt_id": prompt, "tool_name": "Edit", "tool_use_id": id});
+        let run = hook(&repo, "claude", &[], &event.to_string());
+        assert_eq!((run.code, run.stdout.as_str()), (0, ""), "{id}: {}", run.stderr);
+    };
+    // ckpt in both the user's and the project's settings: every call comes twice, and the
+    // second announcements may trail the first by the whole burst.
+    for n in 1..=20 {
+        announce("p1", &format!("c{n}"));
+    }
+    repo.write("notes.txt", b"changed by the burst\n");
+    for n in 1..=20 {
+        announce("p1", &format!("c{n}"));
+    }
+    // Nothing new ran: the repeats took no checkpoint, and the next call is step 21.
+    repo.write("notes.txt", b"changed by c21\n");
+    announce("p1", "c21");
+    assert_eq!(labels(&repo), ["1.1 Edit auto", "1.21 Edit auto"]);
+    // A new turn counts from 1 again, and what is remembered of the one before stays bounded.
+    repo.write("notes.txt", b"turn two\n");
+    for n in 1..=20 {
+        announce("p2", &format!("d{n}"));
+    }
+    assert_eq!(labels(&repo).last().map(String::as_str), Some("2.1 Edit auto"));
+    let positions = std::fs::read_dir(repo.common_dir().join("ckpt"))
+        .expect("state dirs")
+        .filter_map(|entry| std::fs::read(entry.ok()?.path().join("hooks/positions.json")).ok())
+        .next()
+        .expect("positions.json");
+    let positions: serde_json::Value = serde_json::from_slice(&positions).expect("json");
+    let calls = positions["sessions"]["claude:sess-1"]["calls"]
+        .as_array()
+        .expect("calls");
+    assert!(calls.len() <= 16 + 20, "{} call ids remembered", calls.len());
+}
