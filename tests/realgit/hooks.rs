@@ -11,7 +11,20 @@ use crate::common::*;
 
 /// `ckpt hook AGENT EXTRA...` with `event` on stdin.
 fn hook(repo: &TestRepo, agent: &str, extra: &[&str], event: &str) -> Run {
+    hook_in(repo, &repo.root, &[], agent, extra, event)
+}
+
+/// [`hook`] started in `dir`, with `env` set.
+fn hook_in(
+    repo: &TestRepo,
+    dir: &std::path::Path,
+    env: &[(&str, &std::path::Path)],
+    agent: &str,
+    extra: &[&str],
+    event: &str,
+) -> Run {
     let mut cmd = repo.ckpt_command();
+    cmd.current_dir(dir).envs(env.iter().copied());
     cmd.args(["hook", agent])
         .args(extra)
         .stdin(Stdio::piped())
@@ -448,4 +461,73 @@ fn every_call_of_a_long_turn_announced_twice_is_one_step() {
         .as_array()
         .expect("calls");
     assert!(calls.len() <= 16 + 20, "{} call ids remembered", calls.len());
+}
+
+#[test]
+fn an_event_without_a_usable_cwd_is_refused_and_no_other_directory_is_checkpointed() {
+    let repo = TestRepo::new();
+    repo.write("notes.txt", b"the agent's project\n");
+    // Agents start hooks wherever they like: here, a plain directory beside the repository.
+    let elsewhere = repo.home.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
+    std::fs::write(elsewhere.join("big.bin"), b"not the agent's\n").expect("write");
+    let write = |cwd: serde_json::Value| {
+        json!({"session_id": "sess-1", "cwd": cwd, "hook_event_name": "PreToolUse",
+            "prompt_id": "p1", "tool_name": "Write", "tool_use_id": "u1"})
+    };
+    let mut missing = write(json!(null));
+    missing.as_object_mut().expect("object").remove("cwd");
+    let prompt = json!({"session_id": "sess-1", "cwd": 5, "hook_event_name": "UserPromptSubmit", "prompt_id": "p1"});
+    for (event, extra, code, says) in [
+        (
+            missing.clone(),
+            &[][..],
+            1,
+            "the event has no \"cwd\" and CLAUDE_PROJECT_DIR is not set",
+        ),
+        (write(json!(5)), &[], 1, "\"cwd\" is a number, not text"),
+        (write(json!(["/"])), &[], 1, "\"cwd\" is an array, not text"),
+        (
+            write(json!("relative/dir")),
+            &[],
+            1,
+            "relative/dir as the workspace, a relative path",
+        ),
+        // Failing closed, a mutating call is blocked as for any other failure; a prompt never.
+        (write(json!(5)), &["--fail-closed"], 2, "\"cwd\" is a number"),
+        (prompt, &["--fail-closed"], 1, "\"cwd\" is a number"),
+    ] {
+        let run = hook_in(&repo, &elsewhere, &[], "claude", extra, &event.to_string());
+        assert_eq!((run.code, run.stdout.as_str()), (code, ""), "{event}: {}", run.stderr);
+        assert!(run.stderr.contains(says), "{event}: {}", run.stderr);
+    }
+    // A lone surrogate in the session id is named as what it is, not as a missing id.
+    let surrogate = format!(
+        r#"{{"session_id":"s\ud800","cwd":{:?},"hook_event_name":"PreToolUse","tool_name":"Write"}}"#,
+        repo.root.to_str().expect("utf-8")
+    );
+    let run = hook_in(&repo, &elsewhere, &[], "claude", &[], &surrogate);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("\"session_id\" is not valid text: it holds a lone UTF-16 surrogate"),
+        "{}",
+        run.stderr
+    );
+    // Nothing was checkpointed: not the directory the hook ran in (no copy store, so no watch
+    // daemon either), not the repository.
+    assert!(!repo.home.join(".local/share/ckpt").exists(), "a copy store was made");
+    assert!(repo.ckpt_refs().is_empty(), "{:?}", repo.ckpt_refs());
+    // Where the agent names its project directory, the event needs no cwd.
+    let run = hook_in(
+        &repo,
+        &elsewhere,
+        &[("CLAUDE_PROJECT_DIR", &repo.root)],
+        "claude",
+        &[],
+        &missing.to_string(),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(labels(&repo), ["1.1 Write auto"]);
+    assert!(!repo.home.join(".local/share/ckpt").exists());
 }

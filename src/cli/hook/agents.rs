@@ -129,33 +129,83 @@ pub enum HookEvent {
 #[derive(Debug)]
 pub struct ParsedEvent {
     pub event: HookEvent,
-    pub cwd: Option<PathBuf>,
+    pub cwd: EventCwd,
+}
+
+/// The event's `cwd` field, as given: whether it can name a workspace is the caller's question
+/// (the agent's project directory, where it sets one, makes it unneeded).
+#[derive(Debug, PartialEq, Eq)]
+pub enum EventCwd {
+    Given(PathBuf),
+    Missing,
+    /// Present but no path: what it is instead.
+    Unusable(String),
+}
+
+/// One top-level field of an event: its text, or what it holds instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Field {
+    Text(String),
+    /// Not text (a number, an object, ...), or text JSON cannot decode: what it is instead.
+    Other(String),
+}
+
+impl Field {
+    fn of(value: serde_json::Value) -> Field {
+        use serde_json::Value;
+        match value {
+            Value::String(text) => Field::Text(text),
+            Value::Null => Field::Other("null, not text".into()),
+            Value::Bool(_) => Field::Other("true or false, not text".into()),
+            Value::Number(_) => Field::Other("a number, not text".into()),
+            Value::Array(_) => Field::Other("an array, not text".into()),
+            Value::Object(_) => Field::Other("an object, not text".into()),
+        }
+    }
+}
+
+type Fields = std::collections::HashMap<String, Field>;
+
+/// Where `name`'s value is not non-empty text, what it is instead; `None` when it is absent.
+fn not_text(fields: &Fields, name: &str) -> Option<String> {
+    match fields.get(name)? {
+        Field::Text(text) if text.is_empty() => Some("empty".into()),
+        Field::Text(_) => None,
+        Field::Other(what) => Some(what.clone()),
+    }
 }
 
 /// Reads one hook event of `spec`'s agent. Unknown fields are ignored; a missing or non-text
-/// `hook_event_name`, or a prompt or mutating tool call without a `session_id`, is refused. Only
-/// top-level text fields matter, so an event serde cannot take whole (a lone surrogate in a
-/// file's new content, input nested too deep) is still read for them.
+/// `hook_event_name`, or a prompt or mutating tool call without a text `session_id`, is refused,
+/// saying which it is. Only top-level fields matter, so an event serde cannot take whole (a lone
+/// surrogate in a file's new content, input nested too deep) is still read for them.
 pub fn parse_event(spec: &AgentSpec, input: &[u8]) -> Result<ParsedEvent, String> {
-    let fields = match serde_json::from_slice::<serde_json::Value>(input) {
-        Ok(serde_json::Value::Object(object)) => object
-            .into_iter()
-            .filter_map(|(key, value)| match value {
-                serde_json::Value::String(text) => Some((key, text)),
-                _ => None,
-            })
-            .collect(),
+    let fields: Fields = match serde_json::from_slice::<serde_json::Value>(input) {
+        Ok(serde_json::Value::Object(object)) => {
+            object.into_iter().map(|(key, value)| (key, Field::of(value))).collect()
+        }
         Ok(_) => return Err("the hook event on stdin is not a JSON object".into()),
-        Err(e) => top_level_strings(input).ok_or_else(|| format!("the hook event on stdin is not JSON: {e}"))?,
+        Err(e) => top_level_fields(input).ok_or_else(|| format!("the hook event on stdin is not JSON: {e}"))?,
     };
-    let text = |field: &str| fields.get(field).map(String::as_str).filter(|s| !s.is_empty());
-    let name = text("hook_event_name").ok_or("the hook event has no \"hook_event_name\"")?;
-    let cwd = text("cwd").map(PathBuf::from);
+    let text = |field: &str| match fields.get(field) {
+        Some(Field::Text(text)) if !text.is_empty() => Some(text.as_str()),
+        _ => None,
+    };
+    let name = match (text("hook_event_name"), not_text(&fields, "hook_event_name")) {
+        (Some(name), _) => name,
+        (None, Some(what)) => return Err(format!("the hook event's \"hook_event_name\" is {what}")),
+        (None, None) => return Err("the hook event has no \"hook_event_name\"".into()),
+    };
+    let cwd = match (text("cwd"), not_text(&fields, "cwd")) {
+        (Some(cwd), _) => EventCwd::Given(PathBuf::from(cwd)),
+        (None, Some(what)) => EventCwd::Unusable(format!("the {name} event's \"cwd\" is {what}")),
+        (None, None) => EventCwd::Missing,
+    };
     let turn_key = spec.turn_key_field.and_then(text).map(str::to_owned);
-    let session = || {
-        text("session_id")
-            .map(str::to_owned)
-            .ok_or_else(|| format!("the {name} event has no \"session_id\""))
+    let session = || match (text("session_id"), not_text(&fields, "session_id")) {
+        (Some(session), _) => Ok(session.to_owned()),
+        (None, Some(what)) => Err(format!("the {name} event's \"session_id\" is {what}")),
+        (None, None) => Err(format!("the {name} event has no \"session_id\"")),
     };
     let event = if name == spec.prompt_event {
         HookEvent::Prompt {
@@ -163,7 +213,11 @@ pub fn parse_event(spec: &AgentSpec, input: &[u8]) -> Result<ParsedEvent, String
             turn_key: turn_key.or_else(|| spec.prompt_key_field.and_then(text).map(str::to_owned)),
         }
     } else if name == spec.tool_event {
-        let tool = text("tool_name").ok_or_else(|| format!("the {name} event has no \"tool_name\""))?;
+        let tool = match (text("tool_name"), not_text(&fields, "tool_name")) {
+            (Some(tool), _) => tool,
+            (None, Some(what)) => return Err(format!("the {name} event's \"tool_name\" is {what}")),
+            (None, None) => return Err(format!("the {name} event has no \"tool_name\"")),
+        };
         if spec.mutating_tools.contains(&tool) {
             HookEvent::ToolCall {
                 session: session()?,
@@ -184,10 +238,10 @@ pub fn parse_event(spec: &AgentSpec, input: &[u8]) -> Result<ParsedEvent, String
     Ok(ParsedEvent { event, cwd })
 }
 
-/// The text values of a JSON object's top-level fields, found by scanning its structure
-/// without building the rest: nested values are skipped whatever they hold. `None` when the
+/// A JSON object's top-level fields, found by scanning its structure without building the
+/// rest: nested values are skipped whatever they hold, and only text is read. `None` when the
 /// input is not an object with balanced brackets and closed strings.
-fn top_level_strings(input: &[u8]) -> Option<std::collections::HashMap<String, String>> {
+fn top_level_fields(input: &[u8]) -> Option<Fields> {
     let (fields, whole) = scan_top_level(input);
     whole.then_some(fields)
 }
@@ -197,17 +251,21 @@ fn top_level_strings(input: &[u8]) -> Option<std::collections::HashMap<String, S
 /// fields seen before it broke off.
 pub fn could_be_a_mutating_call(spec: &AgentSpec, input: &[u8]) -> (bool, bool) {
     let (fields, _) = scan_top_level(input);
-    let name = fields.get("hook_event_name").map(String::as_str);
+    let text = |field: &str| match fields.get(field) {
+        Some(Field::Text(text)) => Some(text.as_str()),
+        _ => None,
+    };
+    let name = text("hook_event_name");
     let prompt = name == Some(spec.prompt_event);
-    let tool = fields.get("tool_name").map(String::as_str);
+    let tool = text("tool_name");
     let other_event = name.is_some() && name != Some(spec.tool_event);
     let harmless_tool = name == Some(spec.tool_event) && tool.is_some_and(|t| !spec.mutating_tools.contains(&t));
     (prompt, !(prompt || other_event || harmless_tool))
 }
 
 /// The top-level text fields found, and whether the input was one whole object.
-fn scan_top_level(input: &[u8]) -> (std::collections::HashMap<String, String>, bool) {
-    let mut fields = std::collections::HashMap::new();
+fn scan_top_level(input: &[u8]) -> (Fields, bool) {
+    let mut fields = Fields::new();
     let mut depth = 0usize;
     let mut expect_key = false;
     let mut key: Option<String> = None;
@@ -227,14 +285,16 @@ fn scan_top_level(input: &[u8]) -> (std::collections::HashMap<String, String>, b
                     }
                 }
                 if depth == 1 {
-                    let text = input
-                        .get(start..=at)
-                        .and_then(|raw| serde_json::from_slice::<String>(raw).ok());
+                    let raw = input.get(start..=at).unwrap_or_default();
+                    let text = serde_json::from_slice::<String>(raw);
                     if expect_key {
-                        key = text;
+                        key = text.ok();
                         expect_key = false;
-                    } else if let (Some(name), Some(value)) = (key.take(), text) {
-                        fields.insert(name, value);
+                    } else if let Some(name) = key.take() {
+                        // Often why serde refused the whole event: a lone surrogate, which
+                        // the message names rather than calling the field missing.
+                        let field = text.map_or_else(|e| Field::Other(undecodable(raw, &e)), Field::Text);
+                        fields.insert(name, field);
                     }
                 }
             }
@@ -243,7 +303,13 @@ fn scan_top_level(input: &[u8]) -> (std::collections::HashMap<String, String>, b
                 depth = 1;
                 expect_key = true;
             }
-            b'{' | b'[' if depth > 0 => depth += 1,
+            b'{' | b'[' if depth > 0 => {
+                if let Some(name) = key.take().filter(|_| depth == 1) {
+                    let what = if input[at] == b'{' { "an object" } else { "an array" };
+                    fields.insert(name, Field::Other(format!("{what}, not text")));
+                }
+                depth += 1;
+            }
             b'}' | b']' if depth > 0 => {
                 depth -= 1;
                 key = None;
@@ -255,12 +321,63 @@ fn scan_top_level(input: &[u8]) -> (std::collections::HashMap<String, String>, b
             b' ' | b'\t' | b'\n' | b'\r' | b':' => {}
             _ if depth == 0 && at == 0 && input.starts_with("\u{feff}".as_bytes()) => at += 2,
             _ if depth == 0 => return (fields, false),
-            _ => {}
+            first => {
+                if let Some(name) = key.take().filter(|_| depth == 1) {
+                    let what = match first {
+                        b'-' | b'0'..=b'9' => "a number",
+                        b't' | b'f' => "true or false",
+                        b'n' => "null",
+                        _ => "no JSON value",
+                    };
+                    fields.insert(name, Field::Other(format!("{what}, not text")));
+                }
+            }
         }
         at += 1;
     }
     let whole = seen_object && depth == 0;
     (fields, whole)
+}
+
+/// What is wrong with the JSON string `raw`, which serde refused, without its position in the
+/// snippet (which would mislead): a lone surrogate, the usual cause, is named as such.
+fn undecodable(raw: &[u8], error: &serde_json::Error) -> String {
+    if has_lone_surrogate(raw) {
+        return "not valid text: it holds a lone UTF-16 surrogate escape (\\uD800 to \\uDFFF without its pair)".into();
+    }
+    let message = error.to_string();
+    let cause = message.split(" at line ").next().unwrap_or(&message);
+    format!("not valid text ({cause})")
+}
+
+/// Whether the JSON string `raw` escapes half of a UTF-16 surrogate pair without the other.
+fn has_lone_surrogate(raw: &[u8]) -> bool {
+    let mut high_pending = false;
+    let mut at = 0;
+    while at < raw.len() {
+        if raw[at] != b'\\' {
+            if high_pending {
+                return true;
+            }
+            at += 1;
+            continue;
+        }
+        let unit = (raw.get(at + 1) == Some(&b'u'))
+            .then(|| raw.get(at + 2..at + 6))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u16::from_str_radix(hex, 16).ok());
+        match unit {
+            Some(0xD800..=0xDBFF) if high_pending => return true,
+            Some(0xD800..=0xDBFF) => high_pending = true,
+            Some(0xDC00..=0xDFFF) if !high_pending => return true,
+            Some(0xDC00..=0xDFFF) => high_pending = false,
+            _ if high_pending => return true,
+            _ => {}
+        }
+        at += if unit.is_some() { 6 } else { 2 };
+    }
+    high_pending
 }
 
 #[cfg(test)]
@@ -284,7 +401,7 @@ mod tests {
                 call_id: Some("toolu_1".into()),
             }
         );
-        assert_eq!(edit.cwd, Some(PathBuf::from("/r")));
+        assert_eq!(edit.cwd, EventCwd::Given(PathBuf::from("/r")));
         let prompt = parse_event(Agent::Codex.spec(), CODEX_PROMPT.as_bytes()).expect("codex");
         assert_eq!(
             prompt.event,
@@ -346,9 +463,9 @@ mod tests {
             "{event:?}"
         );
         // Still refused: not an object, or cut short.
-        assert!(top_level_strings(b"[1]").is_none());
-        assert!(top_level_strings(br#"{"a":"b"#).is_none());
-        assert!(top_level_strings(br#"{"a":{"b":1}"#).is_none());
+        assert!(top_level_fields(b"[1]").is_none());
+        assert!(top_level_fields(br#"{"a":"b"#).is_none());
+        assert!(top_level_fields(br#"{"a":{"b":1}"#).is_none());
     }
 
     #[test]
@@ -365,5 +482,50 @@ mod tests {
             .contains("session_id"));
         let no_tool = r#"{"session_id":"s","hook_event_name":"PreToolUse"}"#;
         assert!(parse_event(spec, no_tool.as_bytes()).unwrap_err().contains("tool_name"));
+        // A field that is there but not text is named as what it is, whichever way it was read.
+        let numbered = CLAUDE_EDIT.replace(
+            r#""session_id":"41c3f61b-528f-41e1-9e69-7e9f4007f98f""#,
+            r#""session_id":7"#,
+        );
+        let deep = numbered.replace(
+            r#""replace_all":false"#,
+            &format!(r#""x":{}1{}"#, "[".repeat(500), "]".repeat(500)),
+        );
+        for input in [&numbered, &deep] {
+            let refused = parse_event(spec, input.as_bytes()).unwrap_err();
+            assert!(refused.ends_with(r#""session_id" is a number, not text"#), "{refused}");
+        }
+        let surrogate = CLAUDE_EDIT.replace("41c3f61b-528f", r"41c3\udc00");
+        let refused = parse_event(spec, surrogate.as_bytes()).unwrap_err();
+        assert!(refused.contains("lone UTF-16 surrogate"), "{refused}");
+    }
+
+    #[test]
+    fn a_cwd_is_given_missing_or_named_as_what_it_is_instead() {
+        let spec = Agent::Claude.spec();
+        let cwd = |from: &str, to: &str| {
+            parse_event(spec, CLAUDE_EDIT.replace(from, to).as_bytes())
+                .expect("read")
+                .cwd
+        };
+        assert_eq!(cwd(r#""cwd":"/r","#, ""), EventCwd::Missing);
+        assert_eq!(
+            cwd(r#""cwd":"/r""#, r#""cwd":5"#),
+            EventCwd::Unusable(r#"the PreToolUse event's "cwd" is a number, not text"#.into())
+        );
+        assert_eq!(
+            cwd(r#""cwd":"/r""#, r#""cwd":"""#),
+            EventCwd::Unusable(r#"the PreToolUse event's "cwd" is empty"#.into())
+        );
+    }
+
+    #[test]
+    fn lone_surrogates_are_told_from_pairs() {
+        assert!(has_lone_surrogate(br#""a\ud800""#));
+        assert!(has_lone_surrogate(br#""\udc00a""#));
+        assert!(has_lone_surrogate(br#""\ud800\ud800\udc00""#));
+        assert!(has_lone_surrogate(br#""\ud800\n""#));
+        assert!(!has_lone_surrogate(br#""\ud83d\ude00 \u00e9""#));
+        assert!(!has_lone_surrogate(br#""\\ud800""#), "an escaped backslash, then text");
     }
 }

@@ -9,10 +9,10 @@ mod agents;
 pub(super) mod integrate;
 
 use std::io::{IsTerminal, Read};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub use agents::Agent;
-use agents::{AgentSpec, HookEvent};
+use agents::{AgentSpec, EventCwd, HookEvent};
 
 use super::args::{Cli, KindArg, SnapshotArgs};
 use super::exit::Exit;
@@ -169,7 +169,7 @@ fn handle_event(cli: &Cli, spec: &AgentSpec, parsed: agents::ParsedEvent, no_wat
         message,
     };
     crate::records::validate_new_label("session", &session).map_err(&fail)?;
-    let dir = workspace_dir(cli, spec, parsed.cwd.as_deref()).map_err(|e| fail(e.to_string()))?;
+    let dir = workspace_dir(cli, spec, &parsed.cwd).map_err(|e| fail(e.to_string()))?;
     let (config, provider) = super::open_workspace(cli, &dir, false).map_err(|e| fail(e.to_string()))?;
     let mut slot = None;
     let provider = super::for_this_command(provider, &mut slot);
@@ -256,9 +256,11 @@ fn read_event() -> Result<Vec<u8>, String> {
 }
 
 /// The workspace the event is about: `-C DIR`, else the project directory the agent gives its
-/// hooks, else the event's `cwd`, else where the hook was started. A directory the agent names
-/// that is not there is an error, never a reason to protect some other directory instead.
-fn workspace_dir(cli: &Cli, spec: &AgentSpec, event_cwd: Option<&Path>) -> Result<PathBuf, CkptError> {
+/// hooks, else the event's `cwd`. Never the directory the hook happens to run in: an agent
+/// starts hooks wherever it likes (the review saw the system's temp dir checkpointed whole), so
+/// an event that names no usable directory is refused, as is one that names a directory that is
+/// not there.
+fn workspace_dir(cli: &Cli, spec: &AgentSpec, event_cwd: &EventCwd) -> Result<PathBuf, CkptError> {
     if cli.dir.is_some() {
         return super::working_dir(cli);
     }
@@ -267,12 +269,33 @@ fn workspace_dir(cli: &Cli, spec: &AgentSpec, event_cwd: Option<&Path>) -> Resul
         .and_then(std::env::var_os)
         .filter(|dir| !dir.is_empty())
         .map(PathBuf::from);
-    let Some(named) = from_env.or_else(|| event_cwd.map(Path::to_path_buf)) else {
-        return super::working_dir(cli);
+    let named = match (from_env, event_cwd) {
+        (Some(dir), _) => dir,
+        (None, EventCwd::Given(dir)) => dir.clone(),
+        (None, EventCwd::Unusable(why)) => {
+            return Err(CkptError::InvalidInput(format!(
+                "{why}: ckpt does not know which workspace to protect"
+            )))
+        }
+        (None, EventCwd::Missing) => {
+            let env = spec
+                .project_dir_env
+                .map(|var| format!(" and {var} is not set"))
+                .unwrap_or_default();
+            return Err(CkptError::InvalidInput(format!(
+                "the event has no \"cwd\"{env}: ckpt does not know which workspace to protect"
+            )));
+        }
     };
-    if !named.is_absolute() || !named.is_dir() {
+    if !named.is_absolute() {
         return Err(CkptError::InvalidInput(format!(
-            "the agent names {} as the workspace, which is not an existing directory (an absolute path)",
+            "the agent names {} as the workspace, a relative path; only an absolute one is taken (read from where the hook runs, it would be a guess)",
+            named.display()
+        )));
+    }
+    if !named.is_dir() {
+        return Err(CkptError::InvalidInput(format!(
+            "the agent names {} as the workspace, which is not an existing directory",
             named.display()
         )));
     }
