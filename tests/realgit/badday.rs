@@ -3,6 +3,7 @@
 //! them, checked against git itself as the oracle.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 use crate::common::*;
 
@@ -380,6 +381,34 @@ fn a_worktree_re_added_at_a_removed_ones_path_and_name_inherits_none_of_its_chec
     // The old worktree's checkpoint is not lost: still pinned, listed apart with --all.
     let all = ids(&repo.ckpt_json(&["list", "--all"], 0), "checkpoint", "id");
     assert!(all.contains(&old) && all.contains(&new), "{all:?}");
+    // A mark that is not ckpt's is refused by name, never replaced by a key of one run (whose
+    // checkpoints could never be listed again).
+    let admin = PathBuf::from(repo.git_in(&wt, &["rev-parse", "--absolute-git-dir"]).trim());
+    let marker = admin.join("ckpt-workspace");
+    let mark = std::fs::read(&marker).expect("marked");
+    std::fs::remove_file(&marker).expect("rm marker");
+    for plant in ["dir", "garbage", "link"] {
+        match plant {
+            "dir" => std::fs::create_dir(&marker).expect("mkdir"),
+            "garbage" => std::fs::write(&marker, b"../../x\n").expect("write"),
+            _ => std::os::unix::fs::symlink("/etc/passwd", &marker).expect("link"),
+        }
+        std::fs::write(wt.join("mine.txt"), format!("{plant}\n")).expect("write");
+        let run = in_wt(&["snapshot"]);
+        assert_ne!(run.code, 0, "{plant}: {}", run.stdout);
+        assert!(
+            run.stdout.contains("ckpt-workspace") && !run.stdout.contains("root:"),
+            "{plant}: {}",
+            run.stdout
+        );
+        if plant == "dir" {
+            std::fs::remove_dir(&marker).expect("rmdir");
+        } else {
+            std::fs::remove_file(&marker).expect("rm");
+        }
+    }
+    std::fs::write(&marker, &mark).expect("write back");
+    assert_eq!(ids(&in_wt(&["list"]), "checkpoint", "id"), vec![new.clone()]);
     assert_repository_healthy(&repo);
 }
 

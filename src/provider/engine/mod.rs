@@ -262,7 +262,7 @@ impl Engine {
     /// and delete this one's). Checkpoints taken under the plain name before worktrees were
     /// marked stay this worktree's only when every one of them is younger than the worktree.
     fn workspace_of(vault: &Vault, state_root: &Path) -> Result<crate::verbs::WorkspaceKey, CkptError> {
-        let added = match vault.worktree_identity() {
+        let added = match vault.worktree_identity()? {
             None => return Ok(vault.workspace_key(None)?),
             Some(crate::verbs::WorktreeIdentity::Marked(mark)) => return Ok(vault.workspace_key(Some(&mark))?),
             Some(crate::verbs::WorktreeIdentity::Unmarked { added }) => added,
@@ -290,9 +290,9 @@ impl Engine {
             })?;
             random.iter().map(|b| format!("{b:02x}")).collect()
         };
-        // A worktree ckpt may not mark (a read-only repository) is still read under the key the
-        // mark would give; the next command that can write marks it.
-        let mark = vault.mark_worktree(&mark).unwrap_or(mark);
+        // A worktree ckpt may not mark is refused, never served under a key of this run alone:
+        // what a snapshot took under it could never be listed again.
+        let mark = vault.mark_worktree(&mark)?;
         Ok(vault.workspace_key(Some(&mark))?)
     }
 

@@ -41,6 +41,33 @@ const WORKTREE_MARKER: &str = "ckpt-workspace";
 /// stays the plain `wt-<name>`.
 pub const LEGACY_MARK: &str = "legacy";
 
+/// The mark in a worktree's marker file, which must be one ckpt writes: a regular file (never
+/// through a link) holding `legacy` or 12 lowercase hex digits. Anything else is refused by
+/// name, never taken as a new key: checkpoints taken under a key that changes with every run
+/// could never be listed again (found by a review: a marker made a directory gave each
+/// snapshot a fresh key and reported success).
+fn read_mark(marker: &Path) -> Result<String, VerbError> {
+    let refused = |why: String| {
+        VerbError::Worktree {
+        path: marker.display().to_string(),
+        message: format!(
+            "{why}; this file names the worktree's checkpoints to ckpt. Remove it if this worktree has no checkpoints of its own (`ckpt list --all` shows them under wt-<name>-<mark>), else write its mark back, then run ckpt again"
+        ),
+    }
+    };
+    let bytes = crate::verbs::read_small_state_file(marker, 64)
+        .map_err(|e| refused(format!("cannot be read as ckpt's mark ({e})")))?;
+    let text = std::str::from_utf8(&bytes).unwrap_or_default().trim_end_matches('\n');
+    let is_mark =
+        text == LEGACY_MARK || (text.len() == 12 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')));
+    if !is_mark {
+        return Err(refused(
+            "holds no mark ckpt writes (12 hex digits or `legacy`)".to_owned(),
+        ));
+    }
+    Ok(text.to_owned())
+}
+
 /// How a linked worktree is known across `git worktree remove` + `add` at the same name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorktreeIdentity {
@@ -290,23 +317,21 @@ impl Vault {
     /// (`git worktree remove`, then `add` again): a marker in its administrative directory,
     /// `.git/worktrees/<name>/ckpt-workspace`, which git removes with the worktree. `None` for
     /// the main worktree, which cannot be re-added.
-    pub fn worktree_identity(&self) -> Option<WorktreeIdentity> {
+    pub fn worktree_identity(&self) -> Result<Option<WorktreeIdentity>, VerbError> {
         if !self.is_linked_worktree() {
-            return None;
+            return Ok(None);
         }
         let marker = self.repo.git_dir().join(WORKTREE_MARKER);
-        match crate::verbs::read_regular_file(&marker) {
-            Ok(text) => Some(WorktreeIdentity::Marked(
-                String::from_utf8_lossy(&text).trim().to_owned(),
-            )),
-            Err(_) => {
+        if let Err(e) = std::fs::symlink_metadata(&marker) {
+            if e.kind() == std::io::ErrorKind::NotFound {
                 // `commondir` is written by `git worktree add` and never again.
                 let added = std::fs::symlink_metadata(self.repo.git_dir().join("commondir"))
                     .and_then(|m| m.modified())
                     .ok();
-                Some(WorktreeIdentity::Unmarked { added })
+                return Ok(Some(WorktreeIdentity::Unmarked { added }));
             }
         }
+        Ok(Some(WorktreeIdentity::Marked(read_mark(&marker)?)))
     }
 
     /// Marks this linked worktree with `mark` unless another process marked it first; returns
@@ -322,10 +347,7 @@ impl Vault {
                 file.sync_all().map_err(failed)?;
                 Ok(mark.to_owned())
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let text = crate::verbs::read_regular_file(&marker).map_err(failed)?;
-                Ok(String::from_utf8_lossy(&text).trim().to_owned())
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_mark(&marker),
             Err(e) => Err(failed(e)),
         }
     }
