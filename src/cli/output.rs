@@ -175,6 +175,22 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// `word` as one shell word, for a command the user is shown to paste: left bare when every
+/// character is one no shell reads specially, else in single quotes. Every command ckpt shows
+/// with an argument it did not make itself goes through here.
+pub fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && !word.starts_with('=')
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:@%,".contains(&b));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
 fn relative_age(seconds: i64) -> String {
     match seconds {
         s if s < 60 => format!("{s}s ago"),
@@ -303,7 +319,7 @@ pub fn restore_text(report: &RestoreReport) -> String {
         text.push_str(&format!(
             "  guard checkpoint {} holds the state before this restore; undo with: ckpt restore {} --exact --yes\n",
             &guard[..8.min(guard.len())],
-            guard
+            shell_word(guard)
         ));
     }
     text
@@ -408,4 +424,19 @@ pub fn diff_text(files: &[FileDiff], view: DiffView, color: bool) -> String {
         }
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_word;
+
+    #[test]
+    fn shell_words_are_quoted_wherever_a_shell_would_read_more_into_them() {
+        assert_eq!(shell_word("trace:s1:1.2"), "trace:s1:1.2");
+        assert_eq!(shell_word("0123abcd"), "0123abcd");
+        assert_eq!(shell_word("trace:`id>x`:1.1"), "'trace:`id>x`:1.1'");
+        assert_eq!(shell_word("it's $(id)"), r"'it'\''s $(id)'");
+        assert_eq!(shell_word("=ls"), "'=ls'");
+        assert_eq!(shell_word(""), "''");
+    }
 }

@@ -77,7 +77,7 @@ pub(super) fn restore(
         return Err(CkptError::Refused(format!(
             "restore of {} needs confirmation: pass --yes (see what it would do with: ckpt preview {}); nothing was changed",
             record.short(),
-            record.short()
+            output::shell_word(record.short())
         )));
     };
     let report = provider.restore(&record, &selection, &request, confirmation)?;

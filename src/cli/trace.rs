@@ -222,13 +222,48 @@ fn session_short(id: &str) -> &str {
     id.strip_prefix("session-").unwrap_or(id)
 }
 
-/// A node's address: `trace:<first 8 of the session id>:<turn>.<step>`.
+/// `text` with every character a shell, a terminal or a node address could read as more than
+/// itself (anything but ASCII letters, digits, `.`, `_` and `-`) replaced by `_`: the log's
+/// ids are anyone's text, and a node's name is pasted into shells.
+fn safe_name(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The session part of its nodes' addresses: the first 8 characters of its id without
+/// `session-`, made safe.
+fn session_prefix(session: &str) -> String {
+    safe_name(&session_short(session).chars().take(8).collect::<String>())
+}
+
+/// Whether `prefix`, as a user gives it or as a node address carries it, names `session`.
+fn session_matches(session: &str, prefix: &str) -> bool {
+    session.starts_with(prefix)
+        || session_short(session).starts_with(prefix)
+        || safe_name(session_short(session)).starts_with(prefix)
+}
+
+/// A node's address: `trace:<session prefix>:<turn>.<step>`, or, for a call the log gives no
+/// turn and step (an unreadable line, a torn tail), `trace:<session prefix>:<its call id>`,
+/// made safe.
 fn node_address(session: &str, call: &sessionlog::ToolCall) -> String {
-    format!(
-        "trace:{}:{}",
-        session_short(session).chars().take(8).collect::<String>(),
-        turn_step(call)
-    )
+    format!("trace:{}:{}", session_prefix(session), node_name(call))
+}
+
+/// The node part of a call's address.
+fn node_name(call: &sessionlog::ToolCall) -> String {
+    match (call.turn, call.step, call.call_id.is_empty()) {
+        (Some(turn), Some(step), _) => format!("{turn}.{step}"),
+        (_, _, false) => safe_name(&call.call_id),
+        (_, _, true) => turn_step(call),
+    }
 }
 
 fn turn_step(call: &sessionlog::ToolCall) -> String {
@@ -247,9 +282,7 @@ fn list(
     out: &Output,
 ) -> Result<Exit, CkptError> {
     let workdir = provider.workdir();
-    let (root, sessions) = replay_sessions(provider, cwd, logs, |id| {
-        session.is_none_or(|s| id.starts_with(s) || session_short(id).starts_with(s))
-    })?;
+    let (root, sessions) = replay_sessions(provider, cwd, logs, |id| session.is_none_or(|s| session_matches(id, s)))?;
     let mut text = String::new();
     let shown = sessions.len();
     for replayed in &sessions {
@@ -430,11 +463,7 @@ pub(super) fn timeline(
             }
             Entry::Node(id, node) => {
                 out.record(&node_record(provider, id, node)?);
-                text.push_str(&format!(
-                    "trace       {:<9}  {}\n",
-                    session_short(id).chars().take(8).collect::<String>(),
-                    node_text(node)
-                ));
+                text.push_str(&format!("trace       {:<9}  {}\n", session_prefix(id), node_text(node)));
             }
         }
     }
@@ -656,14 +685,12 @@ fn parse_node(text: &str) -> Result<(&str, &str), CkptError> {
 
 /// The session a node address names (by a prefix of its id, with or without `session-`).
 fn load_session(provider: &dyn Provider, cwd: &Path, prefix: &str, logs: LogSource<'_>) -> Result<Replayed, CkptError> {
-    let (root, mut found) = replay_sessions(provider, cwd, logs, |id| {
-        id.starts_with(prefix) || session_short(id).starts_with(prefix)
-    })?;
+    let (root, mut found) = replay_sessions(provider, cwd, logs, |id| session_matches(id, prefix))?;
     // A session named whole wins over others it is a prefix of.
-    if let Some(exact) = found
-        .iter()
-        .position(|s| s.log.header.id == prefix || session_short(&s.log.header.id) == prefix)
-    {
+    if let Some(exact) = found.iter().position(|s| {
+        let id = &s.log.header.id;
+        id == prefix || session_short(id) == prefix || safe_name(session_short(id)) == prefix
+    }) {
         let session = found.swap_remove(exact);
         found = vec![session];
     }
@@ -685,7 +712,7 @@ fn find_node(nodes: &[TraceNode<'_>], name: &str, address: &str) -> Result<usize
     let matches: Vec<usize> = nodes
         .iter()
         .enumerate()
-        .filter(|(_, n)| n.call.call_id == name || turn_step(n.call) == name)
+        .filter(|(_, n)| n.call.call_id == name || turn_step(n.call) == name || node_name(n.call) == name)
         .map(|(at, _)| at)
         .collect();
     match matches.as_slice() {

@@ -211,6 +211,10 @@ async function main () {
   await page.waitForSelector('.trace-files tr')
   const callRows = await page.$$eval('.trace-files tr', (rows) => rows.map((r) => `${r.querySelector('.letter').textContent} ${r.dataset.path} ${r.querySelector('.counts').textContent}`))
   assert.deepEqual(callRows, ['M a.txt +1 −1'], 'the edit on the base the checkpoint before it holds')
+  // The command shown to paste is quoted for a shell wherever a word needs it.
+  assert.equal(await page.$eval('#selection code', (e) => e.textContent), 'ckpt trace restore trace:s1:1.2')
+  const quoted = await page.evaluate(() => ['trace:s1:1.2', 'trace:`id>x`:1.1', "it's $(id)", '=ls', ''].map(shellWord))
+  assert.deepEqual(quoted, ['trace:s1:1.2', "'trace:`id>x`:1.1'", "'it'\\''s $(id)'", "'=ls'", "''"])
   await click('.node.trace[data-node="trace:s1:2.1"]')
   await page.waitForFunction(() => document.querySelector('.trace-files tr .counts')?.textContent.startsWith('not rebuildable'))
   assert.match(await page.$eval('.trace-files', (e) => e.textContent), /not rebuildable: a bash call ran/)

@@ -1522,3 +1522,62 @@ fn third_review_a_failed_shell_a_checkpoint_taken_mid_call_and_calls_finishing_o
         "a state the file never held: {found:?}"
     );
 }
+
+#[test]
+fn node_names_carry_only_safe_characters_whatever_the_session_id() {
+    let repo = TestRepo::new();
+    repo.write("a.txt", b"before\n");
+    let root = repo.root.to_str().unwrap().to_owned();
+    let home = repo.home.join("dsh");
+    // A session id is the log's own text: pasted unquoted, this one would run `id`.
+    let id = "session-`id>PWN`-x";
+    let dir = home.join("sessions").join(project_key(&root)).join("session-hostile");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lines = [
+        serde_json::json!({"type": "session", "id": id, "cwd": root}).to_string(),
+        call(
+            1,
+            1,
+            1,
+            "w$(id)",
+            "write",
+            serde_json::json!({"file_path": "a.txt", "content": "after\n"}),
+        ),
+        result(2, "w$(id)", false),
+        "not json; $(id)".to_owned(),
+    ];
+    let log = zstd::encode_all(format!("{}\n", lines.join("\n")).as_bytes(), 3).unwrap();
+    std::fs::write(dir.join("session.jsonl.zstd"), log).unwrap();
+    let home = home.to_str().unwrap();
+
+    let listed = repo.ckpt_json(&["trace", "list", "--dsh-home", home], 0);
+    let nodes: Vec<String> = listed
+        .json
+        .iter()
+        .filter(|r| r["type"] == "trace.node")
+        .map(|r| r["node"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        nodes,
+        ["trace:_id_PWN_:1.1", "trace:_id_PWN_:line-4"],
+        "{:?}",
+        listed.json
+    );
+    // The names still reach their nodes, and a restore says how to undo it in words a shell
+    // takes as they are.
+    let diff = repo.ckpt_json(&["trace", "diff", &nodes[0], "--dsh-home", home], 0);
+    assert_eq!(diff.one("trace.diff")["from"], nodes[0].as_str());
+    repo.ckpt_json(&["trace", "diff", &nodes[1], "--dsh-home", home], 0);
+    let restored = repo.ckpt(&["trace", "restore", &nodes[0], "--yes", "--dsh-home", home]);
+    assert_eq!(restored.code, 0, "{}", restored.stderr);
+    assert_eq!(repo.read("a.txt"), b"after\n");
+    let undo = restored
+        .stdout
+        .lines()
+        .find_map(|l| l.split_once("undo with: ").map(|(_, command)| command.to_owned()))
+        .unwrap_or_else(|| panic!("no undo command in {}", restored.stdout));
+    assert!(
+        undo.starts_with("ckpt restore ") && undo.bytes().all(|b| b.is_ascii_alphanumeric() || b" -".contains(&b)),
+        "{undo}"
+    );
+}

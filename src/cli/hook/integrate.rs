@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use super::agents::{Agent, AgentSpec, TimeoutUnit};
 use crate::cli::args::Cli;
 use crate::cli::exit::Exit;
-use crate::cli::output::Output;
+use crate::cli::output::{shell_word, Output};
 use crate::cli::wire::IntegrateRecord;
 use crate::provider::CkptError;
 use crate::records::WirePath;
@@ -251,7 +251,7 @@ fn slash_command_change(
 /// `${CLAUDE_SESSION_ID}` and runs the `!` line before the model sees it), then has the model
 /// preview, and restore only what the user names after the user says yes.
 fn slash_command_text(exe: &str) -> String {
-    let ckpt = shell_quote(exe);
+    let ckpt = shell_word(exe);
     format!(
         r#"---
 description: ckpt's checkpoints of this session; preview, and restore files after you confirm
@@ -397,23 +397,11 @@ fn this_executable() -> Result<String, CkptError> {
 
 /// The command line an agent runs: this ckpt, by absolute path, quoted for the shell.
 fn hook_command(exe: &str, spec: &AgentSpec, fail_closed: bool) -> String {
-    let mut command = format!("{} hook {}", shell_quote(exe), spec.name);
+    let mut command = format!("{} hook {}", shell_word(exe), spec.name);
     if fail_closed {
         command.push_str(" --fail-closed");
     }
     command
-}
-
-fn shell_quote(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"/._-+=:@%,".contains(&b));
-    if plain {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
 }
 
 /// Whether `command` is a ckpt hook of `spec`'s agent: a program named `ckpt` (any path, quoted
@@ -911,16 +899,16 @@ mod tests {
         assert!(!is_ckpt_hook(spec, "notckpt hook claude"));
         assert!(!is_ckpt_hook(spec, "echo ckpt hook claude"));
         assert!(!is_ckpt_hook(spec, "'/unterminated/ckpt hook claude"));
-        // Whatever shell_quote writes is read back as ckpt.
+        // Whatever shell_word writes is read back as ckpt.
         for path in ["/opt/ckpt", "/tmp/bin dir/it's $x/ckpt", "/a\"b/ckpt"] {
             assert!(
-                is_ckpt_hook(spec, &format!("{} hook claude", shell_quote(path))),
+                is_ckpt_hook(spec, &format!("{} hook claude", shell_word(path))),
                 "{path}"
             );
         }
         assert!(is_ckpt_hook(spec, r#""/p a/\"q\"/ckpt" hook claude"#));
         assert!(is_ckpt_hook(spec, r"/p\ a/ckpt hook claude"));
-        assert_eq!(shell_quote("/usr/bin/ckpt"), "/usr/bin/ckpt");
-        assert_eq!(shell_quote("/a b/it's/ckpt"), r"'/a b/it'\''s/ckpt'");
+        assert_eq!(shell_word("/usr/bin/ckpt"), "/usr/bin/ckpt");
+        assert_eq!(shell_word("/a b/it's/ckpt"), r"'/a b/it'\''s/ckpt'");
     }
 }

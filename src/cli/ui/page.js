@@ -165,6 +165,13 @@ function callNode (call) {
   return item
 }
 
+/** `word` as one shell word, as `shell_word` in src/cli/output.rs writes it: a command the page shows is pasted into shells, and its arguments come from logs anyone could write. */
+function shellWord (word) {
+  const text = String(word)
+  if (text !== '' && !text.startsWith('=') && /^[A-Za-z0-9\/._\-+=:@%,]+$/.test(text)) return text
+  return `'${text.replaceAll("'", "'\\''")}'`
+}
+
 /** Shows what one tool call changed, as the trace replays it (`ckpt trace diff NODE`). */
 async function pickCall (call) {
   state.selected = null
@@ -177,7 +184,7 @@ async function pickCall (call) {
   $('outcome').replaceChildren()
   $('file-head').replaceChildren()
   $('file-body').replaceChildren()
-  $('selection').replaceChildren(el('span', {}, 'Tool call ', el('b', {}, `${call.turn ?? '?'}.${call.step ?? '?'} ${call.tool}`), ' as the session log replays it (', el('code', {}, `ckpt trace restore ${call.node}`), ' puts its files back)'),
+  $('selection').replaceChildren(el('span', {}, 'Tool call ', el('b', {}, `${call.turn ?? '?'}.${call.step ?? '?'} ${call.tool}`), ' as the session log replays it (', el('code', {}, `ckpt trace restore ${shellWord(call.node)}`), ' puts its files back)'),
     el('div', { class: 'call-actions' },
       el('button', { type: 'button', id: 'trace-preview', onclick: () => tracePreview(call) }, 'Preview restore'),
       el('button', { type: 'button', id: 'trace-restore', class: 'danger', onclick: () => traceRestore(call) }, 'Restore…')))
