@@ -452,3 +452,36 @@ fn concurrent_watch_starts_leave_one_daemon_and_stop_stops_it() {
     std::thread::sleep(std::time::Duration::from_millis(2500));
     assert!(daemons_in(&repo.root).is_empty(), "no daemon took over after the stop");
 }
+
+#[test]
+fn a_reserved_name_committed_in_head_is_skipped_and_snapshots_go_on() {
+    let repo = TestRepo::new();
+    // Git adds such names only with its NTFS protection off (or they come in with history).
+    repo.git(&["config", "core.protectNTFS", "false"]);
+    repo.write("GIT~1", b"committed by a careless tool\n");
+    repo.write("sub/.git.", b"and this\n");
+    repo.commit_all("names git reserves");
+    repo.write("README.md", b"# changed\n");
+    let run = repo.ckpt_json(&["snapshot"], 0);
+    let snap = run.one("snapshot");
+    let id = snap["id"].as_str().expect("id").to_owned();
+    let skipped: Vec<Vec<u8>> = snap["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .map(|s| json_path(&s["path"]))
+        .collect();
+    assert!(
+        skipped.contains(&b"GIT~1".to_vec()) && skipped.contains(&b"sub/.git.".to_vec()),
+        "{skipped:?}"
+    );
+    let held = tree_paths(&repo, &id);
+    assert!(
+        held.contains(b"README.md".as_slice()) && !held.contains(b"GIT~1".as_slice()),
+        "{held:?}"
+    );
+    repo.write("README.md", b"# broken\n");
+    repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(repo.read("README.md"), b"# changed\n");
+    assert_eq!(repo.read("GIT~1"), b"committed by a careless tool\n", "never touched");
+}

@@ -180,10 +180,10 @@ impl Engine {
                         "checkpoint {} cannot be read ({e}); counting changes against HEAD instead. `ckpt doctor --fix` sets it aside",
                         previous.short()
                     ));
-                    self.vault.diff_trees(head_tree.as_ref(), Some(&tree))?
+                    self.vault.diff_trees_counting(head_tree.as_ref(), Some(&tree))?
                 }
             },
-            _ => self.vault.diff_trees(head_tree.as_ref(), Some(&tree))?,
+            _ => self.vault.diff_trees_counting(head_tree.as_ref(), Some(&tree))?,
         };
         self.phase_time("diff against the previous checkpoint", t3);
         // New bytes: content this snapshot added to the object store. What a checkpoint, HEAD or

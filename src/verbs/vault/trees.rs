@@ -603,7 +603,18 @@ impl Vault {
     /// The paths whose entries differ between `old` and `new`, descending only into subtrees
     /// whose ids differ, so the cost follows the size of the change.
     pub fn diff_trees(&self, old: Option<&ObjectId>, new: Option<&ObjectId>) -> Result<Vec<TreeChange>, VerbError> {
-        self.diff_levels(old, new, false).map(|(changes, _)| changes)
+        self.diff_levels(old, new, false, false).map(|(changes, _)| changes)
+    }
+
+    /// [`Self::diff_trees`] for counting what a snapshot changed against the user's HEAD, which
+    /// may hold names no checkpoint can (a `GIT~1` committed with `core.protectNTFS` off, or
+    /// imported): those entries are left out of the count rather than failing every snapshot.
+    pub fn diff_trees_counting(
+        &self,
+        old: Option<&ObjectId>,
+        new: Option<&ObjectId>,
+    ) -> Result<Vec<TreeChange>, VerbError> {
+        self.diff_levels(old, new, false, true).map(|(changes, _)| changes)
     }
 
     /// [`Self::diff_trees`] for a restore to `new`: with every tree of `old` the changes lie in
@@ -616,7 +627,7 @@ impl Vault {
         old: Option<&ObjectId>,
         new: Option<&ObjectId>,
     ) -> Result<(Vec<TreeChange>, Vec<ObjectId>), VerbError> {
-        self.diff_levels(old, new, true)
+        self.diff_levels(old, new, true, false)
     }
 
     fn diff_levels(
@@ -624,6 +635,7 @@ impl Vault {
         old: Option<&ObjectId>,
         new: Option<&ObjectId>,
         strict_new: bool,
+        skip_unnamable: bool,
     ) -> Result<(Vec<TreeChange>, Vec<ObjectId>), VerbError> {
         let mut changes = Vec::new();
         let mut old_trees = Vec::new();
@@ -635,7 +647,13 @@ impl Vault {
             if let Some(tree) = old.filter(|tree| Some(*tree) != new) {
                 old_trees.push(tree);
             }
-            self.diff_level(prefix.as_ref(), (old, new), strict_new, &mut changes, &mut pending)?;
+            self.diff_level(
+                prefix.as_ref(),
+                (old, new),
+                (strict_new, skip_unnamable),
+                &mut changes,
+                &mut pending,
+            )?;
             if changes.len() as u64 > MAX_TREE_PATHS {
                 return Err(too_large(changes.len() as u64));
             }
@@ -649,7 +667,7 @@ impl Vault {
         &self,
         prefix: Option<&RepoPath>,
         (old, new): (Option<ObjectId>, Option<ObjectId>),
-        strict_new: bool,
+        (strict_new, skip_unnamable): (bool, bool),
         out: &mut Vec<TreeChange>,
         pending: &mut Vec<(Option<RepoPath>, Option<ObjectId>, Option<ObjectId>)>,
     ) -> Result<(), VerbError> {
@@ -690,7 +708,11 @@ impl Vault {
             if a == b {
                 continue;
             }
-            let path = Self::child_path(prefix, name).map_err(in_dir)?;
+            let path = match Self::child_path(prefix, name) {
+                Ok(path) => path,
+                Err(_) if skip_unnamable => continue,
+                Err(e) => return Err(in_dir(e)),
+            };
             if strict_new && b.is_some() {
                 self.refuse_unnameable(&path)?;
             }
