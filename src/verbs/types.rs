@@ -39,22 +39,69 @@ fn is_ntfs_dot_git(name: &[u8]) -> bool {
     true
 }
 
-/// Whether a name is one git reads as `.gitmodules` on some file system (any case, NTFS's
-/// trailing spaces and dots, its short names `gitmod~1`…`gitmod~4`, HFS+'s ignored code
-/// points). `git fsck` rejects a tree where such a name is a symlink (`gitmodulesSymlink`).
+/// Whether a name is one git reads as `.gitmodules` on some file system, as its fsck does:
+/// any case, HFS+'s ignored code points, NTFS's trailing spaces and dots or `:` stream suffix,
+/// its short names `gitmod~1`…`gitmod~4` and the fallback short names (`gi7eba~1`, `gi7e~123`,
+/// `g~123456`: a prefix of `gi7eba`, `~`, digits, eight characters in all). `git fsck` rejects a
+/// tree where such a name is a symlink (`gitmodulesSymlink`) and checks its content.
 pub fn names_gitmodules(component: &[u8]) -> bool {
-    let folded = without_hfs_ignorables(component).to_ascii_lowercase();
-    let rest = if let Some(rest) = folded.strip_prefix(b".gitmodules") {
-        rest
-    } else if let Some(rest) = folded.strip_prefix(b"gitmod~") {
-        match rest.split_first() {
-            Some((b'1'..=b'4', rest)) => rest,
-            _ => return false,
-        }
-    } else {
+    if component.len() < 8 {
         return false;
+    }
+    let folded = if component.is_ascii() {
+        component.to_vec()
+    } else {
+        without_hfs_ignorables(component)
     };
-    rest.iter().all(|b| matches!(b, b'.' | b' '))
+    is_ntfs_dot_generic(&folded, b"gitmodules", b"gi7eba")
+}
+
+/// git's `is_ntfs_dot_generic`: `.<name>`, or an NTFS short name of it, followed only by spaces
+/// and dots, up to the end or a `:`.
+fn is_ntfs_dot_generic(name: &[u8], dotted: &[u8], short_prefix: &[u8; 6]) -> bool {
+    let only_spaces_and_dots = |rest: &[u8]| {
+        for &c in rest {
+            match c {
+                b':' => return true,
+                b' ' | b'.' => {}
+                _ => return false,
+            }
+        }
+        true
+    };
+    let len = dotted.len();
+    if name.len() > len && name[0] == b'.' && name[1..=len].eq_ignore_ascii_case(dotted) {
+        return only_spaces_and_dots(&name[len + 1..]);
+    }
+    if name.len() >= 8
+        && name[..6].eq_ignore_ascii_case(&dotted[..6])
+        && name[6] == b'~'
+        && (b'1'..=b'4').contains(&name[7])
+    {
+        return only_spaces_and_dots(&name[8..]);
+    }
+    // The fallback: up to six characters of the short prefix, `~`, a digit 1-9, then digits,
+    // eight characters in all.
+    let mut i = 0;
+    let mut saw_tilde = false;
+    while i < 8 {
+        let Some(&c) = name.get(i) else { return false };
+        if saw_tilde {
+            if !c.is_ascii_digit() {
+                return false;
+            }
+        } else if c == b'~' {
+            i += 1;
+            if !name.get(i).is_some_and(|d| (b'1'..=b'9').contains(d)) {
+                return false;
+            }
+            saw_tilde = true;
+        } else if i >= 6 || c.to_ascii_lowercase() != short_prefix[i] {
+            return false;
+        }
+        i += 1;
+    }
+    only_spaces_and_dots(&name[i..])
 }
 
 fn without_hfs_ignorables(name: &[u8]) -> Vec<u8> {

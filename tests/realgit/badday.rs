@@ -485,3 +485,60 @@ fn a_reserved_name_committed_in_head_is_skipped_and_snapshots_go_on() {
     assert_eq!(repo.read("README.md"), b"# changed\n");
     assert_eq!(repo.read("GIT~1"), b"committed by a careless tool\n", "never touched");
 }
+
+#[test]
+fn what_git_reads_as_gitmodules_never_makes_a_tree_fsck_rejects() {
+    for watched in [false, true] {
+        let repo = TestRepo::new();
+        let mut args = vec!["snapshot"];
+        if watched {
+            args.push("--watch");
+            repo.ckpt_json(&args, 0);
+        }
+        for link in ["gi7eba~1", "GI7E~123", "g~123456", ".gitmodules:x", "deep/GITMOD~2"] {
+            std::fs::create_dir_all(repo.path(link).parent().expect("parent")).expect("mkdir");
+            repo.symlink("README.md", link);
+        }
+        repo.write(
+            ".gitmodules",
+            b"[submodule \"a\"]\n\tpath = a\n\turl = --upload-pack=touch /tmp/pwned\n",
+        );
+        repo.write(
+            "sub/.gitmodules",
+            b"[submodule \"../../evil\"]\n\tpath = x\n\turl = https://example.invalid/x\n",
+        );
+        repo.write(
+            "ok/.gitmodules",
+            b"[submodule \"lib\"]\n\tpath = lib\n\turl = https://example.invalid/lib.git\n",
+        );
+        let run = repo.ckpt_json(&args, 0);
+        let snap = run.one("snapshot");
+        let id = snap["id"].as_str().expect("id").to_owned();
+        let skipped: Vec<Vec<u8>> = snap["skipped"]
+            .as_array()
+            .expect("skipped")
+            .iter()
+            .map(|s| json_path(&s["path"]))
+            .collect();
+        for name in [
+            "gi7eba~1",
+            "GI7E~123",
+            "g~123456",
+            ".gitmodules:x",
+            "deep/GITMOD~2",
+            ".gitmodules",
+            "sub/.gitmodules",
+        ] {
+            assert!(
+                skipped.contains(&name.as_bytes().to_vec()),
+                "{name} skipped (watched: {watched}): {skipped:?}"
+            );
+        }
+        assert!(
+            tree_paths(&repo, &id).contains(b"ok/.gitmodules".as_slice()),
+            "a sound one is kept"
+        );
+        assert_covered(&repo, &id, &skipped);
+        assert_repository_healthy(&repo);
+    }
+}

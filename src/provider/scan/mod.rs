@@ -20,6 +20,7 @@ use crate::verbs::{
 };
 
 mod files;
+mod gitmodules;
 mod one;
 mod survey;
 

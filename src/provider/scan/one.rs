@@ -110,6 +110,11 @@ pub(super) fn capture_one(
         return Ok(Outcome::Captured(file, source));
     }
     let full = root.join(candidate.path.to_os_path());
+    let names_gitmodules = candidate
+        .path
+        .components()
+        .last()
+        .is_some_and(crate::verbs::names_gitmodules);
     let (id, size, fresh) = if kind == EntryKind::Symlink {
         match fs::read_link(&full) {
             Ok(target) => {
@@ -119,6 +124,29 @@ pub(super) fn capture_one(
             }
             Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
         }
+    } else if names_gitmodules {
+        // Judged, then stored, from the same bytes: what git fsck would reject never enters a
+        // tree, and what changes after the judging is not what is stored.
+        if stat.size > super::gitmodules::MOST_BYTES {
+            return Ok(Outcome::Skipped(format!(
+                "too_large: {} bytes, limit {} for a .gitmodules (git fsck reads its content)",
+                stat.size,
+                super::gitmodules::MOST_BYTES
+            )));
+        }
+        let bytes = match crate::verbs::read_small_state_file(&full, super::gitmodules::MOST_BYTES) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Absent),
+            Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
+        };
+        if let Some(problem) = super::gitmodules::fsck_problem(&bytes) {
+            return Ok(Outcome::Skipped(format!(
+                "{}: a .gitmodules whose {problem}, which git fsck rejects in a tree",
+                crate::records::RESERVED_NAME
+            )));
+        }
+        let put = local.get_or_insert_with(|| blobs.local()).put(&bytes)?;
+        (put.id, bytes.len() as u64, put.fresh)
     } else {
         match local
             .get_or_insert_with(|| blobs.local())
