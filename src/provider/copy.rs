@@ -141,6 +141,49 @@ impl CopyLayout {
 }
 
 impl Engine {
+    /// A copy workspace is known by its path, and a new directory at an old path (removed and
+    /// made again, or another checkout cloned there) must not inherit the checkpoints of the
+    /// one before: a restore would write the other project's files into it (found by a review).
+    /// The store keeps the directory's identity beside its checkpoints; when the directory at
+    /// the path is another, the earlier workspace is set aside whole (listed apart by `list
+    /// --all`). A workspace from before identities is the directory's own unless the directory
+    /// was born after its oldest checkpoint.
+    fn set_aside_an_earlier_directory(root: &Path, layout: &CopyLayout, reporter: &Reporter) -> Result<(), CkptError> {
+        let (identity, born) = crate::verbs::directory_identity(root);
+        let identity_file = layout.workspace_dir.join("identity");
+        let earlier = match crate::verbs::read_small_state_file(&identity_file, 256) {
+            Ok(stored) => stored != identity.as_bytes(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let records = match Registry::open_existing(&layout.state_dir) {
+                    Ok(Some(registry)) => registry.load().unwrap_or_default(),
+                    _ => Vec::new(),
+                };
+                born.is_some_and(|born| records.iter().any(|r| r.unix_time().is_ok_and(|time| time + 1 < born)))
+            }
+            Err(source) => {
+                return Err(CkptError::Io {
+                    path: identity_file,
+                    source,
+                })
+            }
+        };
+        if earlier {
+            let registry = Registry::open(&layout.state_dir)?;
+            let lock = registry.lock(&|path| reporter.waiting_for_lock(path))?;
+            let aside = Registry::retire_workspace(&layout.workspace_dir, &lock)?;
+            drop(lock);
+            reporter.warning(&format!(
+                "{} is another directory than the one whose checkpoints ckpt kept for this path; those were set aside in {} (`ckpt list --all` lists them) and none is offered as this directory's",
+                root.display(),
+                aside.display()
+            ));
+        }
+        if earlier || !identity_file.exists() {
+            crate::records::write_state_file(&identity_file, identity.as_bytes())?;
+        }
+        Ok(())
+    }
+
     /// The copy provider for the workspace containing `dir`: the enclosing repository's worktree
     /// if there is one (an unborn repository), else `dir` itself.
     pub fn open_copy(dir: &Path, reporter: Reporter, excludes: Option<&[String]>) -> Result<Self, CkptError> {
@@ -200,6 +243,7 @@ impl Engine {
                 }
             }
         }
+        Self::set_aside_an_earlier_directory(&root, &layout, &reporter)?;
         crate::records::write_state_file(&layout.excludes_file, excludes.as_bytes())?;
         crate::records::write_state_file(
             &layout.workspace_dir.join("workspace"),

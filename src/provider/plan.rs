@@ -144,6 +144,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             path: path.clone(),
             item: *want,
             expect: current.get(path).map(|i| **i),
+            mode: None,
         });
     }
 
@@ -241,12 +242,14 @@ mod tests {
                 RestoreOp::Write {
                     path: p("b"),
                     item: item(2),
-                    expect: Some(item(9))
+                    expect: Some(item(9)),
+                    mode: None
                 },
                 RestoreOp::Write {
                     path: p("c"),
                     item: item(3),
-                    expect: None
+                    expect: None,
+                    mode: None
                 },
             ]
         );
@@ -305,7 +308,8 @@ mod tests {
                 RestoreOp::Write {
                     path: p("d"),
                     item: item(1),
-                    expect: None
+                    expect: None,
+                    mode: None
                 },
             ]
         );
@@ -327,7 +331,8 @@ mod tests {
                 RestoreOp::Write {
                     path: p("d/x"),
                     item: item(1),
-                    expect: None
+                    expect: None,
+                    mode: None
                 },
             ]
         );

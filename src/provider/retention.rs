@@ -128,6 +128,7 @@ mod tests {
             total_files: 1,
             bytes,
             skipped: vec![],
+            narrow_modes: vec![],
         }
     }
 

@@ -152,6 +152,7 @@ mod tests {
             total_files: 0,
             bytes: 0,
             skipped: vec![],
+            narrow_modes: vec![],
         }
     }
 

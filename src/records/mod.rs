@@ -183,6 +183,37 @@ pub struct Record {
     /// Bytes of blobs new relative to the previous checkpoint.
     pub bytes: u64,
     pub skipped: Vec<Skipped>,
+    /// Files whose permission bits keep group or others from reading them (a `0600` `.env`):
+    /// a restore that has to create one again gives it these bits, never git's wider default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub narrow_modes: Vec<NarrowMode>,
+}
+
+/// A file's permission bits, kept where they are narrower than a new file's default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NarrowMode {
+    pub path: WirePath,
+    pub mode: u32,
+}
+
+/// At most this many narrow modes are kept per checkpoint (a worktree made under a `077` umask
+/// is narrow throughout, and a restore under that umask creates files narrow anyway).
+pub const MAX_NARROW_MODES: usize = 4096;
+
+impl NarrowMode {
+    /// Whether a file with these permission bits is kept from group or others reading it.
+    pub fn is_narrow(mode: u32) -> bool {
+        mode & 0o044 != 0o044
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        self.path.to_repo_path()?;
+        if self.mode > 0o777 {
+            return Err(format!("mode {:o} is more than permission bits", self.mode));
+        }
+        Ok(())
+    }
 }
 
 /// Checks a free-text label (session, trigger): one line, printable, bounded.
@@ -270,6 +301,11 @@ impl Record {
             skipped
                 .check()
                 .map_err(|e| format!("record {}: skipped path: {e}", self.id))?;
+        }
+        for narrow in &self.narrow_modes {
+            narrow
+                .check()
+                .map_err(|e| format!("record {}: narrow mode: {e}", self.id))?;
         }
         Ok(())
     }
@@ -557,6 +593,31 @@ impl Registry {
     /// held starts afresh.
     pub fn set_aside_state_file(&self, path: &Path, _lock: &RegistryLock) -> Result<PathBuf, RecordsError> {
         set_aside(path)
+    }
+
+    /// Moves the copy store directory `dir` of a workspace that another directory now stands in
+    /// for (the same path, removed and made again) aside as `<dir>-replaced-<unix time>`, whole:
+    /// its checkpoints stay, listed apart, and are never offered as the new directory's. The
+    /// caller holds the workspace's lock; a link there is refused, never followed.
+    pub fn retire_workspace(dir: &Path, _lock: &RegistryLock) -> Result<PathBuf, RecordsError> {
+        if fs::symlink_metadata(dir)
+            .map_err(io_error(dir))?
+            .file_type()
+            .is_symlink()
+        {
+            return Err(RecordsError::UnsafeStateDir {
+                path: dir.to_path_buf(),
+            });
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let mut name = dir.as_os_str().to_owned();
+        name.push(format!("-replaced-{now}"));
+        let aside = PathBuf::from(name);
+        fs::rename(dir, &aside).map_err(io_error(dir))?;
+        Ok(aside)
     }
 
     /// Moves an unreadable registry aside (never deletes it) so it can be rebuilt from refs.
@@ -963,6 +1024,10 @@ mod tests {
             skipped: vec![Skipped {
                 path: WirePath::from_bytes(b"big.bin"),
                 reason: "too_large".into(),
+            }],
+            narrow_modes: vec![NarrowMode {
+                path: WirePath::from_bytes(b".env"),
+                mode: 0o600,
             }],
         }
     }

@@ -2,7 +2,7 @@
 //! registry can be rebuilt from the pinned commits alone. Formatting and parsing live together
 //! so they cannot drift; parsing treats the message as untrusted input.
 
-use super::{validate_label, Kind, Record, Skipped, WirePath};
+use super::{validate_label, Kind, NarrowMode, Record, Skipped, WirePath, MAX_NARROW_MODES};
 
 /// Everything in a checkpoint record that is not derived from the commit itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +18,7 @@ pub struct Trailers {
     pub total_files: u64,
     pub bytes: u64,
     pub skipped: Vec<Skipped>,
+    pub narrow_modes: Vec<NarrowMode>,
 }
 
 impl Trailers {
@@ -49,6 +50,9 @@ impl Trailers {
         trailer("Bytes", &self.bytes.to_string());
         for entry in &self.skipped {
             trailer("Skipped", &serde_json::to_string(entry).unwrap_or_default());
+        }
+        for entry in &self.narrow_modes {
+            trailer("Mode", &serde_json::to_string(entry).unwrap_or_default());
         }
         text
     }
@@ -100,6 +104,15 @@ impl Trailers {
             entry.check()?;
             skipped.push(entry);
         }
+        let mut narrow_modes = Vec::new();
+        for (_, value) in fields.iter().filter(|(k, _)| *k == "Mode") {
+            let entry: NarrowMode = serde_json::from_str(value).map_err(|e| format!("bad Ckpt-Mode: {e}"))?;
+            entry.check()?;
+            narrow_modes.push(entry);
+        }
+        if narrow_modes.len() > MAX_NARROW_MODES {
+            return Err(format!("more than {MAX_NARROW_MODES} Ckpt-Mode trailers"));
+        }
         Ok(Trailers {
             workspace_key: required("Workspace")?.to_owned(),
             session: label("Session", "session")?,
@@ -112,6 +125,7 @@ impl Trailers {
             total_files: number("Total-Files")?.unwrap_or(0),
             bytes: number("Bytes")?.unwrap_or(0),
             skipped,
+            narrow_modes,
         })
     }
 
@@ -133,6 +147,7 @@ impl Trailers {
             total_files: self.total_files,
             bytes: self.bytes,
             skipped: self.skipped,
+            narrow_modes: self.narrow_modes,
         }
     }
 }
@@ -156,6 +171,10 @@ mod tests {
             skipped: vec![Skipped {
                 path: WirePath::from_bytes(b"big\xff.bin"),
                 reason: "too_large: 9 bytes, limit 1".into(),
+            }],
+            narrow_modes: vec![NarrowMode {
+                path: WirePath::from_bytes(b"keys/.env"),
+                mode: 0o600,
             }],
         }
     }

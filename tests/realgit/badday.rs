@@ -542,3 +542,146 @@ fn what_git_reads_as_gitmodules_never_makes_a_tree_fsck_rejects() {
         assert_repository_healthy(&repo);
     }
 }
+
+#[test]
+fn a_new_directory_at_an_old_path_inherits_none_of_its_copy_checkpoints() {
+    let repo = TestRepo::bare_dir();
+    repo.write("keys.txt", b"the earlier project's secret\n");
+    let old = repo.snapshot(&[]);
+    // The directory goes, and another project is made at the same path.
+    std::fs::remove_dir_all(&repo.root).expect("rm -r");
+    std::fs::create_dir(&repo.root).expect("mkdir");
+    repo.write("mine.txt", b"the new project\n");
+    let listed = repo.ckpt_json(&["list"], 0);
+    assert!(
+        ids(&listed, "checkpoint", "id").is_empty(),
+        "inherited: {}",
+        listed.stdout
+    );
+    let restore = repo.ckpt_json(&["restore", "latest", "--exact", "--yes"], 1);
+    assert_eq!(restore.one("error")["code"], "not_found", "{}", restore.stdout);
+    assert!(
+        !repo.path("keys.txt").exists(),
+        "nothing of the earlier project written"
+    );
+    assert_eq!(repo.read("mine.txt"), b"the new project\n");
+    let new = repo.snapshot(&[]);
+    assert_eq!(
+        ids(&repo.ckpt_json(&["list"], 0), "checkpoint", "id"),
+        vec![new.clone()]
+    );
+    // The earlier checkpoints are kept, listed apart, and survive the store's gc.
+    repo.ckpt_json(&["gc", "--grace-seconds", "0"], 0);
+    let all = ids(&repo.ckpt_json(&["list", "--all"], 0), "checkpoint", "id");
+    assert!(all.contains(&old) && all.contains(&new), "{all:?}");
+    // The same directory keeps its checkpoints however often ckpt opens it.
+    repo.write("mine.txt", b"changed\n");
+    let again = repo.snapshot(&[]);
+    assert_eq!(ids(&repo.ckpt_json(&["list"], 0), "checkpoint", "id"), vec![new, again]);
+}
+
+#[test]
+fn a_directory_nested_past_the_path_limit_is_skipped_by_name_not_a_failure() {
+    let repo = TestRepo::new();
+    // Made one directory at a time through open directories, as no path can name the last.
+    use rustix::fs::{mkdirat, openat, Mode, OFlags};
+    let name = "d".repeat(200);
+    std::fs::create_dir(repo.path("deep")).expect("mkdir");
+    let mut dir = rustix::fs::open(
+        repo.path("deep").as_path(),
+        OFlags::DIRECTORY | OFlags::RDONLY,
+        Mode::empty(),
+    )
+    .expect("open deep");
+    for _ in 0..22 {
+        mkdirat(&dir, name.as_str(), Mode::from_raw_mode(0o755)).expect("mkdirat");
+        dir = openat(&dir, name.as_str(), OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).expect("openat");
+    }
+    let far = openat(
+        &dir,
+        "far.txt",
+        OFlags::CREATE | OFlags::WRONLY,
+        Mode::from_raw_mode(0o644),
+    )
+    .expect("create");
+    rustix::io::write(&far, b"far\n").expect("write");
+    repo.write("near.txt", b"near\n");
+    for args in [&["snapshot"][..], &["snapshot", "--watch"]] {
+        let run = repo.ckpt_json(args, 0);
+        let snap = run.one("snapshot");
+        let id = snap["id"].as_str().expect("id").to_owned();
+        let named = snap["skipped"].as_array().expect("skipped").iter().any(|s| {
+            s["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("longer than this system can name"))
+                && json_path(&s["path"]).starts_with(b"deep/ddd")
+        });
+        assert!(named, "{args:?}: {}", run.stdout);
+        assert!(
+            run.stdout.len() < 8192,
+            "no 4 KB path in every message: {} bytes",
+            run.stdout.len()
+        );
+        assert!(tree_paths(&repo, &id).contains(b"near.txt".as_slice()));
+    }
+    repo.ckpt_json(&["status"], 0);
+}
+
+/// The permission bits of the file at `rel`.
+fn mode_of(repo: &TestRepo, rel: &str) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(repo.path(rel))
+        .expect("lstat")
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+#[test]
+fn a_secret_made_anew_by_a_restore_is_never_more_readable_than_it_was() {
+    for watched in [false, true] {
+        let repo = TestRepo::new();
+        let mut snapshot = vec!["snapshot"];
+        if watched {
+            snapshot.push("--watch");
+            repo.ckpt_json(&snapshot, 0);
+        }
+        let secrets = [
+            (".env", 0o600),
+            ("keys/id_ed25519", 0o400),
+            ("bin/deploy.sh", 0o700),
+            ("team.txt", 0o640),
+        ];
+        for (rel, mode) in secrets {
+            repo.write(rel, format!("{rel}\n").as_bytes());
+            repo.chmod(rel, mode);
+        }
+        let id = repo.ckpt_json(&snapshot, 0).one("snapshot")["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+        // The agent deletes them; a restore makes them anew.
+        for (rel, _) in secrets {
+            repo.remove(rel);
+        }
+        repo.ckpt_json(&["restore", &id, "--yes"], 0);
+        for (rel, mode) in secrets {
+            assert_eq!(repo.read(rel), format!("{rel}\n").as_bytes());
+            assert_eq!(
+                mode_of(&repo, rel) & !mode,
+                0,
+                "{rel} (watched: {watched}): {:o}, was {mode:o}",
+                mode_of(&repo, rel)
+            );
+        }
+        assert!(mode_of(&repo, "bin/deploy.sh") & 0o100 != 0, "still executable");
+        // Rebuilt from its commit alone (the registry lost), the checkpoint still knows them.
+        if !watched {
+            std::fs::remove_file(repo.common_dir().join("ckpt/main/records.json")).expect("rm registry");
+            repo.remove(".env");
+            repo.ckpt_json(&["restore", &id, "--yes", "--", ".env"], 0);
+            assert_eq!(mode_of(&repo, ".env"), 0o600 & mode_of(&repo, ".env"));
+            assert_eq!(mode_of(&repo, ".env") & 0o077, 0, "{:o}", mode_of(&repo, ".env"));
+        }
+    }
+}

@@ -186,22 +186,48 @@ impl Engine {
             return self.records();
         }
         let mut all = Vec::new();
-        let entries = match std::fs::read_dir(&self.state_root) {
+        // The git provider keeps each worktree's state in `<common>/ckpt/<key>/`. The copy store
+        // keeps a workspace's in `workspaces/<key>/state/`, beside its private git directory and
+        // files that are no state directory (`list --all` once took its `workspace` file for one
+        // and failed, found by a review); "all" there is this path's workspace and the earlier
+        // ones set aside at the same path (`<key>-replaced-<time>`), never other projects'.
+        let own = self.state_root.file_name().map(|n| n.to_string_lossy().into_owned());
+        let (dir, below) = match (self.kind, self.state_root.parent()) {
+            (StoreKind::Repository, _) => (self.state_root.clone(), None),
+            (StoreKind::Private, Some(workspaces)) => (workspaces.to_path_buf(), Some("state")),
+            (StoreKind::Private, None) => return self.records(),
+        };
+        let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(all),
-            Err(source) => {
-                return Err(CkptError::Io {
-                    path: self.state_root.clone(),
-                    source,
-                })
-            }
+            Err(source) => return Err(CkptError::Io { path: dir, source }),
         };
         for entry in entries.flatten() {
             let name = entry.file_name();
-            if WorkspaceKey::new(&name.to_string_lossy()).is_err() {
+            let name = name.to_string_lossy();
+            if WorkspaceKey::new(&name).is_err() {
                 continue;
             }
-            if let Some(registry) = Registry::open_existing(&entry.path())? {
+            if below.is_some()
+                && !own
+                    .as_deref()
+                    .is_some_and(|own| *name == *own || name.starts_with(&format!("{own}-replaced-")))
+            {
+                continue;
+            }
+            // Files beside the state directories (`config.toml`) hold no checkpoints; a link is
+            // left to the registry, which refuses it by name.
+            if entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let state = match below {
+                Some(below) => entry.path().join(below),
+                None => entry.path(),
+            };
+            if below.is_some() && !state.exists() {
+                continue;
+            }
+            if let Some(registry) = Registry::open_existing(&state)? {
                 all.extend(registry.load()?);
             }
         }

@@ -76,9 +76,12 @@ impl Engine {
             (outcome, Some(capture))
         };
         let base_tree = base.record.tree_id().map_err(CkptError::CorruptRecord)?;
-        let skipped = match &capture {
-            Some(capture) => skipped_of(capture),
-            None => base.record.skipped.clone(),
+        let (skipped, narrow_modes) = match &capture {
+            Some(capture) => (
+                skipped_of(capture),
+                super::snapshot::narrow_modes_of(capture.files.iter()),
+            ),
+            None => (base.record.skipped.clone(), base.record.narrow_modes.clone()),
         };
         let mut sorted: Vec<&(RepoPath, Vec<u8>)> = files.iter().collect();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
@@ -134,7 +137,15 @@ impl Engine {
         };
         let head = self.checkpoint_parent()?;
         let mut records = self.reconcile(registry.load()?)?.records;
-        let record = self.publish(&registry, &lock, &mut records, request, (tree, head), counts, skipped)?;
+        let record = self.publish(
+            &registry,
+            &lock,
+            &mut records,
+            request,
+            (tree, head),
+            counts,
+            (skipped, narrow_modes),
+        )?;
         Ok(Materialized {
             checkpoint: record,
             refused,

@@ -2,7 +2,7 @@
 //! checkpoint of the current state, journal, path-batched writes through the verbs, verify.
 //! Never deletes what it has no evidence about.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::provider::plan::{self, PlanInput};
 use crate::provider::scan::{self, BlobSink, Capture};
@@ -106,6 +106,51 @@ impl Evidence {
     }
 }
 
+/// Gives each write of a file the checkpoint kept with narrow permission bits those bits, for
+/// the writer to use where it makes the file anew.
+fn give_narrow_modes(ops: &mut [RestoreOp], record: &Record) {
+    if record.narrow_modes.is_empty() {
+        return;
+    }
+    let narrow: HashMap<RepoPath, u32> = record
+        .narrow_modes
+        .iter()
+        .filter_map(|m| Some((m.path.to_repo_path().ok()?, m.mode)))
+        .collect();
+    for op in ops {
+        if let RestoreOp::Write { path, item, mode, .. } = op {
+            if matches!(item.kind, EntryKind::File | EntryKind::Executable) {
+                *mode = narrow.get(path).copied();
+            }
+        }
+    }
+}
+
+/// Not-protected paths sorted, each once: a path not protected now and not held by the
+/// checkpoint either (a submodule, say) was listed twice; its reasons now share one line.
+fn one_line_per_path(mut list: Vec<(RepoPath, String)>) -> Vec<(RepoPath, String)> {
+    list.sort();
+    list.dedup();
+    let mut out: Vec<(RepoPath, String)> = Vec::with_capacity(list.len());
+    for (path, reason) in list {
+        match out.last_mut() {
+            Some((last, reasons)) if *last == path => {
+                const HELD_NOT: &str = "not in checkpoint: ";
+                let first = reasons.clone();
+                *reasons = if reason.strip_prefix(HELD_NOT) == Some(first.as_str()) {
+                    format!("{first}, and not in checkpoint")
+                } else if first.strip_prefix(HELD_NOT) == Some(reason.as_str()) {
+                    format!("{reason}, and not in checkpoint")
+                } else {
+                    format!("{first}; {reason}")
+                };
+            }
+            _ => out.push((path, reason)),
+        }
+    }
+    out
+}
+
 impl Engine {
     /// The restore plan from the difference between the guard and the target: only differing
     /// paths are looked at, so the cost follows the size of the change, not of the tree.
@@ -135,6 +180,7 @@ impl Engine {
             untouchable: &Self::untouchable(record, capture),
             exact: selection.exact,
         });
+        give_narrow_modes(&mut plan.ops, record);
         let in_scope = |p: &RepoPath| selection.paths.is_empty() || selection.paths.iter().any(|f| p.is_within(f));
         // Paths equal on both sides are exactly the target's paths the diff did not name. A
         // scoped capture holds every file within the filter, so it counts them too; without a
@@ -172,9 +218,7 @@ impl Engine {
                 }
             }
         }
-        out.sort();
-        out.dedup();
-        out
+        one_line_per_path(out)
     }
 
     /// The paths within `selection` the restore has no evidence about and leaves as they are,
@@ -193,14 +237,12 @@ impl Engine {
                 })
                 .collect::<Vec<_>>()
         };
-        let mut out: Vec<(RepoPath, String)> = listed(guard, "")
+        let out: Vec<(RepoPath, String)> = listed(guard, "")
             .into_iter()
             .chain(listed(target, "not in checkpoint: "))
             .filter(|(path, _)| selection.reaches(path))
             .collect();
-        out.sort();
-        out.dedup();
-        out
+        one_line_per_path(out)
     }
 
     /// What a restore to `record` must leave alone: the paths the checkpoint saw but did not
@@ -265,6 +307,7 @@ impl Engine {
             untouchable: &Self::untouchable(record, capture),
             exact: selection.exact,
         });
+        give_narrow_modes(&mut plan.ops, record);
         Self::match_filters_naming_unprotected(&mut plan, capture);
         match plan.unmatched_filter.first() {
             Some(unmatched) => Err(Self::unmatched_filter(unmatched, capture)),
@@ -681,5 +724,37 @@ impl Engine {
         self.phase_time("verify", t4);
         registry.clear_journal(&lock)?;
         Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_not_protected_path_is_one_line() {
+        let path = |p: &str| RepoPath::new(p.as_bytes().to_vec()).unwrap();
+        let merged = one_line_per_path(vec![
+            (path("sub"), "submodule".into()),
+            (path("sub"), "not in checkpoint: submodule".into()),
+            (path("big.bin"), "too_large: 9 bytes, limit 5".into()),
+            (
+                path("big.bin"),
+                "not in checkpoint: unreadable: permission denied".into(),
+            ),
+            (path("a"), "ignored".into()),
+            (path("a"), "ignored".into()),
+        ]);
+        assert_eq!(
+            merged,
+            vec![
+                (path("a"), "ignored".to_owned()),
+                (
+                    path("big.bin"),
+                    "not in checkpoint: unreadable: permission denied; too_large: 9 bytes, limit 5".to_owned()
+                ),
+                (path("sub"), "submodule, and not in checkpoint".to_owned()),
+            ]
+        );
     }
 }

@@ -4,12 +4,13 @@
 
 use std::collections::HashSet;
 
+use crate::provider::scan::CapturedFile;
 use crate::provider::scan::{self, BlobSink, Capture};
 use crate::provider::treebuild;
 use crate::provider::{CkptError, Provider, ScanMode, SnapshotOutcome, SnapshotRequest};
 use crate::records::statcache::StatCache;
-use crate::records::{Record, Registry, RegistryLock, Skipped, Trailers, WirePath};
-use crate::verbs::{ObjectId, PackCompression, PathScope, PinRef, RepoPath, TreeItem};
+use crate::records::{NarrowMode, Record, Registry, RegistryLock, Skipped, Trailers, WirePath, MAX_NARROW_MODES};
+use crate::verbs::{EntryKind, ObjectId, PackCompression, PathScope, PinRef, RepoPath, TreeItem};
 
 use super::{now_rfc3339, Engine, StoreKind};
 
@@ -30,6 +31,22 @@ pub(super) fn skipped_of(capture: &Capture) -> Vec<Skipped> {
     let mut skipped = skipped_list(&capture.skipped);
     skipped.extend(unnamable_list(&capture.unnamable));
     skipped
+}
+
+/// The captured files whose permission bits are narrower than a new file's default, as
+/// records keep them (at most [`MAX_NARROW_MODES`], in path order).
+pub(super) fn narrow_modes_of<'a>(files: impl Iterator<Item = (&'a RepoPath, &'a CapturedFile)>) -> Vec<NarrowMode> {
+    files
+        .filter(|(_, file)| matches!(file.item.kind, EntryKind::File | EntryKind::Executable))
+        .filter_map(|(path, file)| {
+            let mode = file.stat.as_ref()?.mode & 0o777;
+            NarrowMode::is_narrow(mode).then(|| NarrowMode {
+                path: WirePath::from_repo_path(path),
+                mode,
+            })
+        })
+        .take(MAX_NARROW_MODES)
+        .collect()
 }
 
 /// Paths that are not repository paths, as records keep them (raw bytes).
@@ -207,7 +224,7 @@ impl Engine {
             request,
             (tree, head),
             counts,
-            skipped_of(&capture),
+            (skipped_of(&capture), narrow_modes_of(capture.files.iter())),
         )?;
         let t5 = std::time::Instant::now();
         self.save_stat_cache(registry, lock, &capture, &record, loaded);
@@ -246,7 +263,7 @@ impl Engine {
         request: &SnapshotRequest,
         (tree, head): (ObjectId, Option<ObjectId>),
         counts: Counts,
-        skipped: Vec<Skipped>,
+        (skipped, narrow_modes): (Vec<Skipped>, Vec<NarrowMode>),
     ) -> Result<Record, CkptError> {
         let (unix, time) = now_rfc3339();
         let trailers = Trailers {
@@ -261,6 +278,7 @@ impl Engine {
             total_files: counts.total_files,
             bytes: counts.bytes,
             skipped,
+            narrow_modes,
         };
         let started = std::time::Instant::now();
         crate::fault::pause("snapshot:before-commit");

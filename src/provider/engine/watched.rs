@@ -64,6 +64,27 @@ fn scope_of(paths: &[WirePath]) -> Option<PathScope> {
     paths.map(PathScope::new)
 }
 
+/// The previous checkpoint's narrow modes outside `scope`, and those of the files the delta
+/// captured inside it, in path order.
+fn narrow_modes_after(previous: &Record, scope: &PathScope, delta: &Delta) -> Vec<crate::records::NarrowMode> {
+    let mut modes: Vec<crate::records::NarrowMode> = previous
+        .narrow_modes
+        .iter()
+        .filter(|m| m.path.to_repo_path().is_ok_and(|path| !scope.covers(path.as_bytes())))
+        .cloned()
+        .collect();
+    modes.extend(super::snapshot::narrow_modes_of(
+        delta
+            .within
+            .files
+            .iter()
+            .filter(|(path, _)| scope.covers(path.as_bytes())),
+    ));
+    modes.sort_by_key(|m| m.path.to_bytes().unwrap_or_default());
+    modes.truncate(crate::records::MAX_NARROW_MODES);
+    modes
+}
+
 /// What the previous checkpoint did not protect outside `scope`, plus what the delta found
 /// inside it, sorted. A previous path that is no repository path (`.Git`) stays: a daemon that
 /// names one gives no scope, so a scoped snapshot never saw it change.
@@ -136,7 +157,7 @@ impl Engine {
             request,
             (tree, head),
             counts,
-            previous.skipped.clone(),
+            (previous.skipped.clone(), previous.narrow_modes.clone()),
         )?;
         let (Ok(old_id), Ok(new_id)) = (previous.object_id(), record.object_id()) else {
             return Err(CkptError::InvalidInput(format!(
@@ -411,7 +432,16 @@ impl Engine {
             bytes,
         };
         let head = self.checkpoint_parent()?;
-        let record = self.publish(registry, lock, &mut records, request, (tree, head), counts, skipped)?;
+        let narrow_modes = narrow_modes_after(&previous, scope, &delta);
+        let record = self.publish(
+            registry,
+            lock,
+            &mut records,
+            request,
+            (tree, head),
+            counts,
+            (skipped, narrow_modes),
+        )?;
         if let Ok(id) = record.object_id() {
             save_cache(id);
         }

@@ -215,11 +215,8 @@ fn prepare_and_run<T>(
     for path in listing.nested_repos {
         out.skipped.push((path, "nested_repo".into()));
     }
-    for dir in listing.unreadable_dirs {
-        out.skipped.push((
-            dir,
-            "unreadable: permission denied (a directory ckpt may not list)".into(),
-        ));
+    for (dir, why) in listing.unreadable_dirs {
+        out.skipped.push((dir, format!("unreadable: {why}")));
     }
     let mut untracked: Vec<Candidate> = listing
         .untracked

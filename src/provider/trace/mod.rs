@@ -729,6 +729,7 @@ mod tests {
             total_files: 1,
             bytes: 0,
             skipped: Vec::new(),
+            narrow_modes: Vec::new(),
         }
     }
 

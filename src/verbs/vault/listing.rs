@@ -54,8 +54,8 @@ pub struct WorktreeListing {
     pub nested_repos: Vec<RepoPath>,
     /// ckpt's own directories below the worktree ([`Vault::reserve`]) that hold anything.
     pub reserved: Vec<RepoPath>,
-    /// Untracked directories this process may not list: not walked, not protected.
-    pub unreadable_dirs: Vec<RepoPath>,
+    /// Untracked directories this process may not list, with why: not walked, not protected.
+    pub unreadable_dirs: Vec<(RepoPath, String)>,
     /// Paths on disk or in the index that cannot be a repository path (a name git's fsck
     /// rejects, such as `.Git`), as raw bytes, with the reason.
     pub unrepresentable: Vec<(Vec<u8>, String)>,
@@ -250,7 +250,7 @@ struct CheckingIgnoreFiles<'d, 'f, 'r, 'g> {
     /// Untracked directories this process may not list or enter (a `chmod 000` directory, a
     /// container's data directory of another user): left unentered and reported, as `git status`
     /// warns and goes on, rather than failing the whole walk.
-    unreadable_dirs: Vec<RepoPath>,
+    unreadable_dirs: Vec<(RepoPath, String)>,
     root: &'g Path,
 }
 
@@ -290,16 +290,15 @@ impl gix::dir::walk::Delegate for CheckingIgnoreFiles<'_, '_, '_, '_> {
         {
             return false;
         }
-        if !may_list(
-            &self
-                .root
-                .join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(
-                    entry.rela_path.as_ref(),
-                )),
-        ) {
+        let full = self
+            .root
+            .join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(
+                entry.rela_path.as_ref(),
+            ));
+        if let Some(why) = cannot_list(&full) {
             if !matches!(entry.status, gix::dir::entry::Status::Ignored(_)) {
                 if let Ok(dir) = RepoPath::new(entry.rela_path.to_vec()) {
-                    self.unreadable_dirs.push(dir);
+                    self.unreadable_dirs.push((dir, why));
                 }
             }
             return false;
@@ -343,13 +342,19 @@ fn is_gitmodules_link(path: &RepoPath) -> bool {
     path.components().last().is_some_and(crate::verbs::names_gitmodules)
 }
 
-/// Whether this process may list and enter `dir` (read and search permission, judged with its
-/// effective ids as the walk's own open would be).
-fn may_list(dir: &Path) -> bool {
+/// Why this process cannot list and enter `dir`, or `None` when it can: no read and search
+/// permission (judged with its effective ids, as the walk's own open would be), or a path the
+/// system cannot name (nested deeper than its path limit: git warns and goes on; the walk
+/// would fail).
+fn cannot_list(dir: &Path) -> Option<String> {
     use rustix::fs::{accessat, Access, AtFlags, CWD};
     match accessat(CWD, dir, Access::READ_OK | Access::EXEC_OK, AtFlags::EACCESS) {
-        Ok(()) => true,
-        Err(errno) => errno != rustix::io::Errno::ACCESS,
+        Err(rustix::io::Errno::ACCESS) => Some("permission denied (a directory ckpt may not list)".to_owned()),
+        Err(rustix::io::Errno::NAMETOOLONG) => Some(format!(
+            "its path of {} bytes is longer than this system can name",
+            dir.as_os_str().len()
+        )),
+        _ => None,
     }
 }
 

@@ -46,11 +46,14 @@ pub enum RestoreOp {
     RemoveEmptyDir { path: RepoPath },
     /// Remove a directory if it is empty; a directory that still holds anything stays, silently.
     PruneEmptyDir { path: RepoPath },
-    /// Write `item` at `path`; `expect: None` means nothing may be there.
+    /// Write `item` at `path`; `expect: None` means nothing may be there. `mode`: the
+    /// permission bits a file made anew gets where the checkpoint kept them narrower than the
+    /// default (a file replaced keeps its own).
     Write {
         path: RepoPath,
         item: TreeItem,
         expect: Option<TreeItem>,
+        mode: Option<u32>,
     },
 }
 
@@ -619,6 +622,30 @@ impl Vault {
     }
 }
 
+/// What tells the directory at `root` apart from an earlier one at the same path: its inode
+/// and, where the file system keeps one, its birth time (an inode is often reused at once for a
+/// directory made where one was just removed). Not the device, which a container's overlay
+/// may number anew at each start.
+pub fn directory_identity(root: &std::path::Path) -> (String, Option<i64>) {
+    use rustix::fs::{statx, AtFlags, StatxFlags, CWD};
+    match statx(CWD, root, AtFlags::empty(), StatxFlags::INO | StatxFlags::BTIME) {
+        Ok(st) if st.stx_mask & StatxFlags::BTIME.bits() != 0 => (
+            format!(
+                "ino {} born {}.{:09}\n",
+                st.stx_ino, st.stx_btime.tv_sec, st.stx_btime.tv_nsec
+            ),
+            Some(st.stx_btime.tv_sec),
+        ),
+        Ok(st) => (format!("ino {}\n", st.stx_ino), None),
+        Err(_) => {
+            let ino = std::fs::metadata(root)
+                .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+                .unwrap_or(0);
+            (format!("ino {ino}\n"), None)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -708,6 +735,7 @@ mod tests {
             path: path(p),
             item,
             expect: None,
+            mode: None,
         };
         assert!(paths_apart(
             &[remove("new/a"), remove("b")],

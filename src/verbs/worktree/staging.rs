@@ -289,7 +289,7 @@ impl Worktree<'_> {
             return Err(unstageable("No space left on device (injected)"));
         }
         let name = temp_name();
-        match self.write_temp_file(dir, &name, content, item.kind, replaced, path) {
+        match self.write_temp_file(dir, &name, content, item.kind, (replaced, None), path) {
             Ok(file) => Ok(Some((
                 StagedFile {
                     name,

@@ -103,7 +103,7 @@ impl Worktree<'_> {
                 },
                 _ => Ok(Staged::Done),
             },
-            RestoreOp::Write { item, expect, .. } => {
+            RestoreOp::Write { item, expect, mode, .. } => {
                 let expected_now = match expect {
                     Some(expect) => DiskItem::Entry(*expect),
                     None => DiskItem::Missing,
@@ -119,7 +119,13 @@ impl Worktree<'_> {
                 if now != expected_now {
                     return Err(changed_since_guard(path, &now));
                 }
-                let staged = prestaged.and_then(|prestaged| prestaged.take(path, item));
+                // A file made anew with the narrow bits its checkpoint kept is written here with
+                // them; one staged ahead got a new file's default bits, so it is not taken.
+                let narrow = mode.filter(|_| Self::replaced_file(&parent, path).is_none());
+                let staged = match narrow {
+                    Some(_) => None,
+                    None => prestaged.and_then(|prestaged| prestaged.take(path, item)),
+                };
                 if let Some((temp, replaced)) =
                     staged.and_then(|(dir, file)| self.adopt_staged(dir, file, &parent, path))
                 {
@@ -131,7 +137,7 @@ impl Worktree<'_> {
                         replaced,
                     }));
                 }
-                self.stage_write(parent, path, item, repo).map(Staged::Write)
+                self.stage_write(parent, path, item, narrow, repo).map(Staged::Write)
             }
         }
     }
@@ -139,7 +145,7 @@ impl Worktree<'_> {
     /// The second half of a write op that [`Self::stage`] began: syncs the temp file and swaps
     /// it in. The caller verifies every written path once the whole batch has landed.
     pub(super) fn land(&self, op: &RestoreOp, staged: StagedWrite) -> Result<(), VerbError> {
-        let RestoreOp::Write { path, item, expect } = op else {
+        let RestoreOp::Write { path, item, expect, .. } = op else {
             return Err(worktree_error(op.path(), "only a write is staged"));
         };
         let StagedWrite {
@@ -163,6 +169,7 @@ impl Worktree<'_> {
         parent: OwnedFd,
         path: &RepoPath,
         item: &TreeItem,
+        narrow: Option<u32>,
         repo: &gix::Repository,
     ) -> Result<StagedWrite, VerbError> {
         // Read back exactly, as a staged write's content is: a blob that changed on disk since
@@ -175,7 +182,7 @@ impl Worktree<'_> {
                 .map(|()| None)
                 .map_err(|e| worktree_error(path, format!("cannot create symlink: {}", errno_text(e)))),
             EntryKind::File | EntryKind::Executable => self
-                .write_temp_file(&parent, &temp, &content, item.kind, replaced, path)
+                .write_temp_file(&parent, &temp, &content, item.kind, (replaced, narrow), path)
                 .map(Some),
             EntryKind::Gitlink => Err(worktree_error(path, "submodule pointers are never restored")),
         }?;
@@ -447,20 +454,24 @@ impl Worktree<'_> {
     /// `replaced` (the file it will replace) the file gets its permissions, with only the
     /// execute bits changed to match `kind`, and, when ckpt runs as root, its owner and group;
     /// it is created owner-only so it is never more readable than that while written. Without,
-    /// it gets git's defaults (0666/0777 less the umask), as a checkout would.
+    /// it gets git's defaults (0666/0777 less the umask), as a checkout would, or, with
+    /// `narrow` (the bits its checkpoint kept for a file others could not read), those bits,
+    /// still less the umask: a secret made anew is never more readable than it was.
     pub(super) fn write_temp_file(
         &self,
         parent: &OwnedFd,
         temp: &[u8],
         content: &[u8],
         kind: EntryKind,
-        replaced: Option<Replaced>,
+        (replaced, narrow): (Option<Replaced>, Option<u32>),
         path: &RepoPath,
     ) -> Result<std::fs::File, VerbError> {
-        let mode = match replaced {
-            Some(_) => 0o600,
-            None if kind == EntryKind::Executable => 0o777,
-            None => 0o666,
+        let mode = match (replaced, narrow) {
+            (Some(_), _) => 0o600,
+            (None, Some(bits)) if kind == EntryKind::Executable => (bits & 0o777) | 0o100,
+            (None, Some(bits)) => bits & 0o666,
+            (None, None) if kind == EntryKind::Executable => 0o777,
+            (None, None) => 0o666,
         };
         let fd = rustix::fs::openat(
             parent,
