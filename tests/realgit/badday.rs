@@ -685,3 +685,76 @@ fn a_secret_made_anew_by_a_restore_is_never_more_readable_than_it_was() {
         }
     }
 }
+
+/// Writes `content` at `path`, last modified `age` ago.
+fn plant_old(path: &std::path::Path, content: &[u8], age: std::time::Duration) {
+    std::fs::write(path, content).expect("plant");
+    let file = std::fs::File::options().write(true).open(path).expect("open");
+    file.set_modified(std::time::SystemTime::now() - age)
+        .expect("set mtime");
+}
+
+#[test]
+fn what_a_killed_ckpt_leaves_in_an_object_store_is_reported_and_removed() {
+    const DAYS_2: std::time::Duration = std::time::Duration::from_secs(2 * 24 * 3600);
+    const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
+    let keep_note = b"ckpt: new checkpoint objects, until their pin is written\n";
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let objects = repo.common_dir().join("objects");
+    let leftovers = [
+        objects.join(".tmpAbC123"),
+        objects.join("pack/.tmpXyZ987"),
+        objects.join("pack/pack-1111111111111111111111111111111111111111.keep"),
+    ];
+    let theirs = objects.join("pack/pack-2222222222222222222222222222222222222222.keep");
+    let young_temp = objects.join(".tmpNew000");
+    let plant = || {
+        plant_old(&leftovers[0], &vec![7u8; 1 << 20], DAYS_2);
+        plant_old(&leftovers[1], b"PACK half written", DAYS_2);
+        plant_old(&leftovers[2], keep_note, HOUR);
+        plant_old(&theirs, b"the user's own keep\n", DAYS_2);
+        plant_old(&young_temp, b"a write in progress", std::time::Duration::ZERO);
+    };
+    plant();
+    let audit = repo.ckpt_json(&["audit"], 1);
+    let codes: Vec<&str> = audit
+        .json
+        .iter()
+        .filter(|line| line["type"] == "audit.problem")
+        .filter_map(|line| line["code"].as_str())
+        .collect();
+    assert_eq!(
+        codes.iter().filter(|c| **c == "pack_temp_file").count(),
+        2,
+        "both temp files named: {}",
+        audit.stdout
+    );
+    assert!(codes.contains(&"stale_keep_file"), "{}", audit.stdout);
+    repo.ckpt_json(&["doctor", "--fix"], 0);
+    for path in &leftovers {
+        assert!(!path.exists(), "{} removed by doctor --fix", path.display());
+    }
+    assert!(
+        theirs.exists() && young_temp.exists(),
+        "only what ckpt provably left is removed"
+    );
+    repo.ckpt_json(&["audit"], 0);
+    // The next snapshot removes them too, without a doctor.
+    plant();
+    repo.write("README.md", b"# a change\n");
+    repo.snapshot(&[]);
+    for path in &leftovers {
+        assert!(!path.exists(), "{} removed by the next snapshot", path.display());
+    }
+    assert!(theirs.exists() && young_temp.exists());
+
+    // The copy store: `ckpt gc` removes a killed snapshot's temp file there.
+    let plain = TestRepo::bare_dir();
+    plain.write("a.txt", b"a\n");
+    plain.snapshot(&[]);
+    let store_temp = plain.home.join(".local/share/ckpt/objects/.tmpQwE456");
+    plant_old(&store_temp, &vec![1u8; 4096], DAYS_2);
+    plain.ckpt_json(&["gc", "--grace-seconds", "0"], 0);
+    assert!(!store_temp.exists(), "gc removes the copy store's leftover temp file");
+}

@@ -15,7 +15,7 @@ use crate::verbs::{temp_file_owner, DiskItem, IdSet, ObjectId, PinRef, RepoPath}
 
 /// A pack writer's temp file untouched this long is a killed write's leftover: no pack write
 /// pauses for a day, ckpt's own last seconds.
-const STALE_PACK_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+pub(super) const STALE_PACK_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 fn problem(code: &'static str, message: String, id: Option<&str>) -> Problem {
     Problem {
@@ -245,10 +245,20 @@ impl Engine {
             report.problems.push(problem(
                 "pack_temp_file",
                 format!(
-                    "temp file {} in the object database's pack directory ({} bytes, untouched for {} h): left by a pack write that was killed; it holds no object git uses (doctor --fix removes it)",
+                    "temp file objects/{} in the object database ({} bytes, untouched for {} h): left by a pack or object write that was killed; it holds no object git uses (doctor --fix removes it, and so does the next snapshot)",
                     temp.name,
                     temp.bytes,
                     temp.untouched.as_secs() / 3600
+                ),
+                None,
+            ));
+        }
+        for keep in self.vault.stale_pack_keeps(super::STALE_PACK_KEEP) {
+            report.problems.push(problem(
+                "stale_keep_file",
+                format!(
+                    "keep file {keep} in the object database's pack directory, ckpt's own and older than {} min: left by a snapshot killed before its pin; while it stays, git's repack keeps that pack for good (doctor --fix removes it, and so does the next snapshot)",
+                    super::STALE_PACK_KEEP.as_secs() / 60
                 ),
                 None,
             ));
@@ -438,7 +448,8 @@ impl Engine {
                     }
                     "pending_journal" => "roll the interrupted restore back to its guard (or --complete it)".into(),
                     "temp_file" => format!("remove the {}", p.message),
-                    "pack_temp_file" => "remove the pack writer's leftover temp file".into(),
+                    "pack_temp_file" => "remove the killed write's leftover temp file".into(),
+                    "stale_keep_file" => "remove the killed snapshot's keep file".into(),
                     "state_temp_file" => "remove the state write's leftover temp file".into(),
                     "staged_temp_file" => "remove the restore's leftover staged file".into(),
                     "unusable_state_file" => "set the state file that is not a regular file aside".into(),
@@ -524,10 +535,16 @@ impl Engine {
         for temp in self.vault.stale_pack_temps(STALE_PACK_TEMP_AGE) {
             if self.vault.remove_stale_pack_temp(&temp.name, STALE_PACK_TEMP_AGE)? {
                 report.actions.push(format!(
-                    "removed the pack writer's leftover temp file {} ({} bytes)",
+                    "removed a killed write's leftover temp file {} ({} bytes)",
                     temp.name, temp.bytes
                 ));
             }
+        }
+        let keeps = self.vault.remove_stale_pack_keeps(super::STALE_PACK_KEEP);
+        if keeps > 0 {
+            report
+                .actions
+                .push(format!("removed {keeps} keep file(s) of killed snapshots"));
         }
         if has("pending_journal") {
             if let Some(journal) = self.pending_journal()? {

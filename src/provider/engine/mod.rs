@@ -148,6 +148,12 @@ impl Engine {
         // Under the workspace lock: a snapshot of this workspace is not between its pack and its
         // pin now, and another one's holds its keep file for moments, not minutes.
         self.vault.remove_stale_pack_keeps(STALE_PACK_KEEP);
+        // And what a killed write left in the object database (a streamed blob's temp file).
+        for temp in self.vault.stale_pack_temps(health::STALE_PACK_TEMP_AGE) {
+            self.vault
+                .remove_stale_pack_temp(&temp.name, health::STALE_PACK_TEMP_AGE)
+                .ok();
+        }
         let listed = registry.ckpt_packs();
         let mut packs = listed.clone();
         packs.extend(new);

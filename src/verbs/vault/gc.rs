@@ -89,6 +89,19 @@ pub fn collect_private_garbage(
     };
     for fanout in entries.flatten() {
         let prefix = fanout.file_name().to_string_lossy().into_owned();
+        // A large blob's temp file that a killed snapshot left (no snapshot runs now: every
+        // workspace's lock is held), once older than the grace period as objects are.
+        if super::batch::is_pack_writer_temp(&prefix) {
+            let meta = std::fs::symlink_metadata(fanout.path()).map_err(fail)?;
+            if super::batch::is_lone_file(&meta) && meta.modified().map_err(fail)? <= older_than {
+                report.removed += 1;
+                report.removed_bytes += meta.len();
+                if !dry_run {
+                    std::fs::remove_file(fanout.path()).map_err(fail)?;
+                }
+            }
+            continue;
+        }
         if prefix.len() != 2 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
             continue;
         }
