@@ -531,3 +531,93 @@ fn an_event_without_a_usable_cwd_is_refused_and_no_other_directory_is_checkpoint
     assert_eq!(labels(&repo), ["1.1 Write auto"]);
     assert!(!repo.home.join(".local/share/ckpt").exists());
 }
+
+/// The settings files `integrate` must give back byte for byte: numbers a parse and print would
+/// round, compact objects, tabs, CRLF, escapes, with and without a final line end, a user's own
+/// hooks in the lists ckpt adds to.
+const AWKWARD_SETTINGS: &[&str] = &[
+    "{\"big\": 123456789012345678901234567890, \"zero\": -0, \"hundred\": 1e2, \"tiny\": 1.5e-400, \"name\": \"caf\\u00e9\"}\n",
+    "{\r\n\t\"model\": \"opus\",\r\n\t\"permissions\": {\"allow\": [\"Bash(ls:*)\"], \"deny\": []},\r\n\t\"hooks\": {\r\n\t\t\"PreToolUse\": [\r\n\t\t\t{\"matcher\": \"Bash\", \"hooks\": [{\"type\": \"command\", \"command\": \"guard.sh\", \"timeout\": 1e2}]}\r\n\t\t],\r\n\t\t\"Stop\": []\r\n\t},\r\n\t\"big\": 123456789012345678901234567890\r\n}",
+    "{\n    \"env\": {\"A\": \"\\u00e9\\n\"},\n    \"hooks\": {\n        \"Stop\": [{\"hooks\": [{\"type\": \"command\", \"command\": \"done.sh\"}]}]\n    },\n    \"n\": -0\n}\n",
+    "{\"hooks\":{\"BeforeTool\":[{\"matcher\":\"x\",\"hooks\":[]}],\"PreToolUse\":[{\"matcher\":\"y\",\"hooks\":[]}]},\"z\":1E+2}",
+    "{}\n",
+    "{}",
+];
+
+#[test]
+fn integrate_then_remove_gives_every_settings_file_back_byte_for_byte() {
+    let repo = TestRepo::new();
+    for (agent, rel) in [
+        ("claude", ".claude/settings.local.json"),
+        ("codex", ".codex/hooks.json"),
+        ("gemini", ".gemini/settings.json"),
+    ] {
+        for original in AWKWARD_SETTINGS {
+            repo.write(rel, original.as_bytes());
+            let added = repo.ckpt_json(&["integrate", agent, "--yes"], 0);
+            assert_eq!(added.one("integrate")["action"], "added", "{agent} {original:?}");
+            let with = repo.read(rel);
+            let text = String::from_utf8(with.clone()).expect("utf-8");
+            assert!(text.contains(&format!(" hook {agent}")), "{text}");
+            serde_json::from_str::<serde_json::Value>(&text).expect("still JSON");
+            // Every number is as the user wrote it.
+            for number in [
+                "123456789012345678901234567890",
+                "1.5e-400",
+                "1e2",
+                "-0",
+                "1E+2",
+                "\\u00e9",
+            ] {
+                assert_eq!(
+                    text.matches(number).count(),
+                    original.matches(number).count(),
+                    "{number} in {text}"
+                );
+            }
+            // CRLF stays CRLF; what ckpt wrote is indented as the file is.
+            if original.contains("\r\n") {
+                assert!(!text.replace("\r\n", "").contains('\n'), "{text:?}");
+                assert!(text.contains("\r\n\t\t\t{\r\n\t\t\t\t\"matcher\""), "{text:?}");
+            }
+            let again = repo.ckpt_json(&["integrate", agent, "--yes"], 0);
+            assert_eq!(again.one("integrate")["action"], "unchanged", "{agent} {text}");
+            assert_eq!(repo.read(rel), with, "integrate twice changes nothing");
+            repo.ckpt_json(&["integrate", agent, "--remove", "--yes"], 0);
+            assert_eq!(
+                String::from_utf8(repo.read(rel)).expect("utf-8"),
+                *original,
+                "{agent}: integrate then --remove gives the file back"
+            );
+        }
+    }
+}
+
+#[test]
+fn integrate_replaces_an_older_entry_where_it_stood_and_touches_nothing_else() {
+    let repo = TestRepo::new();
+    let old = |suffix: &str| {
+        format!("{{\"hooks\": [{{\"type\": \"command\", \"command\": \"'/old place/ckpt' hook claude{suffix}\"}}]}}")
+    };
+    let head = "{\"hooks\": {\"PreToolUse\": [{\"matcher\": \"A\", \"hooks\": [{\"type\": \"command\", \"command\": \"a.sh\", \"timeout\": 1e2}]}, ";
+    let mid = ", {\"matcher\": \"B\", \"hooks\": [{\"type\": \"command\", \"command\": \"b.sh\"}]}],\n  \"UserPromptSubmit\": [";
+    let tail = "]}, \"n\": -0}\n";
+    let original = format!("{head}{}{mid}{}{tail}", old(" --no-watch"), old(""));
+    repo.write(".claude/settings.local.json", original.as_bytes());
+    let updated = repo.ckpt_json(&["integrate", "claude", "--yes"], 0);
+    assert_eq!(updated.one("integrate")["action"], "updated");
+    let text = String::from_utf8(repo.read(".claude/settings.local.json")).expect("utf-8");
+    assert!(text.starts_with(head) && text.ends_with(tail), "{text}");
+    let (tool, prompt) = text[head.len()..text.len() - tail.len()]
+        .split_once(mid)
+        .expect("everything between the two old entries as it was");
+    for (group, suffix) in [(tool, " --no-watch"), (prompt, "")] {
+        assert!(!group.contains('\n'), "a one-line group stays on one line: {group}");
+        let group: serde_json::Value = serde_json::from_str(group).expect("one group where the old one stood");
+        let command = group["hooks"][0]["command"].as_str().expect("command");
+        assert!(
+            command.ends_with(&format!(" hook claude{suffix}")) && !command.contains("old place"),
+            "{command}"
+        );
+    }
+}

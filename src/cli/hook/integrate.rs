@@ -1,5 +1,6 @@
 //! `ckpt integrate <agent>`: adds ckpt's hook entries to an agent's settings file, or removes
-//! them, merged with everything already there (other hooks, other settings, key order). It shows
+//! them, merged with everything already there (other hooks, other settings, key order), by
+//! splicing text (`jsonedit.rs`): every byte it need not change stays as written. It shows
 //! the change as a diff first, asks (or takes `--yes`), keeps a backup of the old file, and
 //! writes the new one atomically. It writes nothing but that settings file and its backup, and
 //! never a file it cannot parse.
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map, Value};
 
 use super::agents::{Agent, AgentSpec, TimeoutUnit};
+use super::jsonedit::{self, Doc};
 use crate::cli::args::Cli;
 use crate::cli::exit::Exit;
 use crate::cli::output::{shell_word, Output};
@@ -497,144 +499,202 @@ fn ckpt_group(spec: &AgentSpec, event: &str, command: &str) -> Value {
     Value::Object(group)
 }
 
-/// The settings text with ckpt's hooks in (replacing older ckpt entries where they stood), or
-/// `None` when it already has exactly them.
+/// The settings text with ckpt's hooks in (replacing an older ckpt entry where it stood), or
+/// `None` when it already has exactly them. Only the lists ckpt's entries go into change; every
+/// other byte of the file stays as it was.
 pub(super) fn with_ckpt_hooks(spec: &AgentSpec, before: Option<&str>, command: &str) -> Result<Option<String>, String> {
-    edit(before, |hooks| {
+    edit(before, |doc| {
         for event in [spec.tool_event, spec.prompt_event] {
-            let groups = hooks
-                .entry(event)
-                .or_insert_with(|| Value::Array(Vec::new()))
-                .as_array_mut()
-                .ok_or_else(|| format!("\"hooks.{event}\" is not a list"))?;
-            let (at, no_watch) = drop_ckpt_entries(spec, groups)?;
+            let root = doc.root()?;
+            let Some((_, hooks)) = root.member("hooks") else {
+                let mut table = Map::new();
+                table.insert(event.into(), json!([ckpt_group(spec, event, command)]));
+                doc.insert(&root, root.items().len(), Some("hooks"), &Value::Object(table));
+                continue;
+            };
+            if !hooks.is_object() {
+                return Err("\"hooks\" is not an object".into());
+            }
+            let Some((_, list)) = hooks.member(event) else {
+                let group = ckpt_group(spec, event, command);
+                doc.insert(hooks, hooks.items().len(), Some(event), &json!([group]));
+                continue;
+            };
+            if !list.is_array() {
+                return Err(format!("\"hooks.{event}\" is not a list"));
+            }
+            let found = ckpt_entries(spec, doc.text(), list);
             // An older entry's --no-watch was the user's choice: kept.
-            let command = match no_watch && !command.contains(" --no-watch") {
+            let command = match found.iter().any(|f| f.no_watch) && !command.contains(" --no-watch") {
                 true => format!("{command} --no-watch"),
                 false => command.to_owned(),
             };
             let group = ckpt_group(spec, event, &command);
-            groups.insert(at.unwrap_or(groups.len()), group);
-        }
-        Ok(())
-    })
-}
-
-/// The settings text without ckpt's hooks (and without the lists and tables that held only
-/// them), or `None` when it has none.
-pub(super) fn without_ckpt_hooks(spec: &AgentSpec, before: Option<&str>) -> Result<Option<String>, String> {
-    if before.is_none() {
-        return Ok(None);
-    }
-    edit(before, |hooks| {
-        for event in [spec.tool_event, spec.prompt_event] {
-            let Some(groups) = hooks.get_mut(event) else {
+            let Some((first, rest)) = found.split_first() else {
+                doc.insert(list, list.items().len(), None, &group);
                 continue;
             };
-            let groups = groups
-                .as_array_mut()
-                .ok_or_else(|| format!("\"hooks.{event}\" is not a list"))?;
-            drop_ckpt_entries(spec, groups)?;
-            if groups.is_empty() {
-                hooks.remove(event);
+            let current = list.items()[first.group].value.value(doc.text());
+            if rest.is_empty() && first.whole && current.as_ref() == Some(&group) {
+                continue;
+            }
+            for found in rest.iter().rev() {
+                drop_found(doc, event, found)?;
+            }
+            if first.whole {
+                let root = doc.root()?;
+                let group_node = event_list(&root, event)
+                    .and_then(|list| list.items().get(first.group))
+                    .ok_or("the hook list changed while it was edited")?;
+                doc.replace(&group_node.value, &group);
+            } else {
+                drop_found(doc, event, first)?;
+                let root = doc.root()?;
+                let list = event_list(&root, event).ok_or("the hook list changed while it was edited")?;
+                doc.insert(list, first.group, None, &group);
             }
         }
         Ok(())
     })
 }
 
-/// Removes ckpt's entries from `groups`, and groups left with no entry; where the first removed
-/// group stood, and whether a removed entry ran with `--no-watch`.
-fn drop_ckpt_entries(spec: &AgentSpec, groups: &mut Vec<Value>) -> Result<(Option<usize>, bool), String> {
-    let mut first = None;
-    let no_watch = groups.iter().any(|group| {
-        group.get("hooks").and_then(Value::as_array).is_some_and(|hooks| {
-            hooks.iter().any(|h| {
-                entry_is_ckpt(spec, h)
-                    && h.get("command")
-                        .and_then(Value::as_str)
-                        .is_some_and(|c| c.split_whitespace().any(|w| w == "--no-watch"))
-            })
-        })
-    });
-    let mut at = 0;
-    while at < groups.len() {
-        if !group_has_ckpt(spec, &groups[at]) {
-            at += 1;
-            continue;
-        }
-        let hooks = groups[at]
-            .get_mut("hooks")
-            .and_then(Value::as_array_mut)
-            .ok_or("a hook group's \"hooks\" is not a list")?;
-        hooks.retain(|h| !entry_is_ckpt(spec, h));
-        if hooks.is_empty() {
-            groups.remove(at);
-            first.get_or_insert(at);
-        } else {
-            at += 1;
-        }
+/// The settings text without ckpt's hooks (and without the lists and the table that held only
+/// them), or `None` when it has none. The exact inverse of [`with_ckpt_hooks`] adding them.
+pub(super) fn without_ckpt_hooks(spec: &AgentSpec, before: Option<&str>) -> Result<Option<String>, String> {
+    if before.is_none() {
+        return Ok(None);
     }
-    Ok((first, no_watch))
+    edit(before, |doc| {
+        // The reverse of the order they are added in.
+        for event in [spec.prompt_event, spec.tool_event] {
+            let root = doc.root()?;
+            let Some((_, hooks)) = root.member("hooks") else {
+                return Ok(());
+            };
+            if !hooks.is_object() {
+                return Err("\"hooks\" is not an object".into());
+            }
+            let Some((_, list)) = hooks.member(event) else {
+                continue;
+            };
+            if !list.is_array() {
+                return Err(format!("\"hooks.{event}\" is not a list"));
+            }
+            let found = ckpt_entries(spec, doc.text(), list);
+            if found.is_empty() {
+                continue;
+            }
+            for found in found.iter().rev() {
+                drop_found(doc, event, found)?;
+            }
+            // A list, and then a table, that ckpt's removal left empty goes too.
+            let root = doc.root()?;
+            if let Some((_, hooks)) = root.member("hooks") {
+                if let Some((at, list)) = hooks.member(event) {
+                    if list.items().is_empty() {
+                        doc.remove(hooks, at);
+                    }
+                }
+            }
+            let root = doc.root()?;
+            if let Some((at, hooks)) = root.member("hooks") {
+                if hooks.is_object() && hooks.items().is_empty() {
+                    doc.remove(&root, at);
+                }
+            }
+        }
+        Ok(())
+    })
 }
 
-/// Parses `before` (empty: `{}`), lets `change` edit its `hooks` table, and prints it back in
-/// the file's own indentation; `None` when nothing changed.
-fn edit(
-    before: Option<&str>,
-    change: impl FnOnce(&mut Map<String, Value>) -> Result<(), String>,
-) -> Result<Option<String>, String> {
+/// Where ckpt's entries stand in one hook group of an event's list.
+struct Found {
+    /// The group's place in the list.
+    group: usize,
+    /// ckpt's entries' places in the group's `hooks`.
+    entries: Vec<usize>,
+    /// Whether the group holds nothing but ckpt's entries.
+    whole: bool,
+    /// Whether one of them ran with `--no-watch`.
+    no_watch: bool,
+}
+
+fn ckpt_entries(spec: &AgentSpec, text: &str, list: &jsonedit::Node) -> Vec<Found> {
+    let mut found = Vec::new();
+    for (group, item) in list.items().iter().enumerate() {
+        let Some((_, hooks)) = item.value.member("hooks").filter(|(_, h)| h.is_array()) else {
+            continue;
+        };
+        let mut no_watch = false;
+        let entries: Vec<usize> = hooks
+            .items()
+            .iter()
+            .enumerate()
+            .filter_map(|(at, entry)| {
+                let command = entry.value.value(text)?.get("command")?.as_str()?.to_owned();
+                if !is_ckpt_hook(spec, &command) {
+                    return None;
+                }
+                no_watch |= command.split_whitespace().any(|w| w == "--no-watch");
+                Some(at)
+            })
+            .collect();
+        if !entries.is_empty() {
+            found.push(Found {
+                group,
+                whole: entries.len() == hooks.items().len(),
+                entries,
+                no_watch,
+            });
+        }
+    }
+    found
+}
+
+fn event_list<'n>(root: &'n jsonedit::Node, event: &str) -> Option<&'n jsonedit::Node> {
+    root.member("hooks")?.1.member(event).map(|(_, list)| list)
+}
+
+/// Takes ckpt's entries of one group out, and the group with them when it held only those.
+fn drop_found(doc: &mut Doc, event: &str, found: &Found) -> Result<(), String> {
+    let changed = "the hook list changed while it was edited";
+    if found.whole {
+        let root = doc.root()?;
+        let list = event_list(&root, event).ok_or(changed)?;
+        doc.remove(list, found.group);
+        return Ok(());
+    }
+    for at in found.entries.iter().rev() {
+        let root = doc.root()?;
+        let hooks = event_list(&root, event)
+            .and_then(|list| list.items().get(found.group))
+            .and_then(|group| group.value.member("hooks"))
+            .ok_or(changed)?
+            .1;
+        doc.remove(hooks, *at);
+    }
+    Ok(())
+}
+
+/// Lets `change` edit the settings text (a missing or blank file is an empty table), keeping a
+/// byte-order mark the file starts with; `None` when nothing changed.
+fn edit(before: Option<&str>, change: impl FnOnce(&mut Doc) -> Result<(), String>) -> Result<Option<String>, String> {
     let text = before.unwrap_or("");
-    // A byte-order mark (some editors write one) is kept, and so are CRLF line ends.
     let (bom, text) = match text.strip_prefix('\u{feff}') {
         Some(rest) => ("\u{feff}", rest),
         None => ("", text),
     };
-    let mut root: Value = if text.trim().is_empty() {
-        Value::Object(Map::new())
+    let start = if text.trim().is_empty() {
+        "{}\n".to_owned()
     } else {
-        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?
+        text.to_owned()
     };
-    let original = root.clone();
-    let object = root.as_object_mut().ok_or("not a JSON object")?;
-    let hooks = object
-        .entry("hooks")
-        .or_insert_with(|| Value::Object(Map::new()))
-        .as_object_mut()
-        .ok_or("\"hooks\" is not an object")?;
-    change(hooks)?;
-    // An empty table is no hooks: it goes (ckpt's removal may leave one it made).
-    if hooks.is_empty() {
-        object.remove("hooks");
-    }
-    if root == original && before.is_some() {
+    let mut doc = Doc::new(start.clone())?;
+    change(&mut doc)?;
+    if doc.text() == start {
         return Ok(None);
     }
-    let printed = print_like(&root, text);
-    let printed = if text.contains("\r\n") {
-        printed.replace('\n', "\r\n")
-    } else {
-        printed
-    };
-    Ok(Some(format!("{bom}{printed}")))
-}
-
-/// `value` as pretty JSON indented the way `like` is (two spaces when it shows no indent).
-fn print_like(value: &Value, like: &str) -> String {
-    let indent: String = like
-        .lines()
-        .skip(1)
-        .map(|line| line.chars().take_while(|c| *c == ' ' || *c == '\t').collect::<String>())
-        .find(|indent| !indent.is_empty())
-        .unwrap_or_else(|| "  ".into());
-    let mut out = Vec::new();
-    let formatter = serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes());
-    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
-    // Serializing a Value into memory cannot fail.
-    let _ = serde::Serialize::serialize(value, &mut serializer);
-    let mut text = String::from_utf8_lossy(&out).into_owned();
-    text.push('\n');
-    text
+    Ok(Some(format!("{bom}{}", doc.into_text())))
 }
 
 fn unified_diff(before: &str, after: &str, file: &Path) -> String {
@@ -798,6 +858,24 @@ mod tests {
         assert_eq!(pre[1]["hooks"][0]["command"], "lint.sh");
         // Another agent's ckpt hook is not this agent's.
         assert_eq!(pre[2]["hooks"][0]["command"], "ckpt hook gemini");
+    }
+
+    #[test]
+    fn an_old_entry_sharing_a_group_makes_way_for_ckpts_group_at_that_place() {
+        let before = "{\"hooks\": {\"PreToolUse\": [{\"matcher\": \"Bash\", \"hooks\": [{\"command\": \"lint.sh\"}, {\"command\": \"ckpt hook claude\"}]}, {\"matcher\": \"Edit\", \"hooks\": []}]}}";
+        let after = with_ckpt_hooks(claude(), Some(before), CKPT)
+            .expect("merge")
+            .expect("changed");
+        let value: Value = serde_json::from_str(&after).expect("json");
+        let pre = value["hooks"]["PreToolUse"].as_array().expect("list");
+        assert_eq!(pre.len(), 3, "{after}");
+        assert_eq!(pre[0]["hooks"][0]["command"], CKPT, "{after}");
+        assert_eq!(pre[1]["hooks"], json!([{"command": "lint.sh"}]));
+        assert_eq!(pre[2]["matcher"], "Edit");
+        assert!(
+            after.starts_with("{\"hooks\": {\"PreToolUse\": [{\"matcher\": \"Write|"),
+            "{after}"
+        );
     }
 
     #[test]

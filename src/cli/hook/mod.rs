@@ -7,6 +7,7 @@
 
 mod agents;
 pub(super) mod integrate;
+mod jsonedit;
 
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
