@@ -621,3 +621,98 @@ fn integrate_replaces_an_older_entry_where_it_stood_and_touches_nothing_else() {
         );
     }
 }
+
+#[test]
+fn integrate_adds_nothing_git_status_shows_and_remove_takes_every_trace_back() {
+    let repo = TestRepo::new();
+    let status = |dir: &std::path::Path| repo.git_in(dir, &["status", "--porcelain", "-uall"]);
+    let exclude = repo.common_dir().join("info").join("exclude");
+    let in_dir = |dir: &std::path::Path, args: &[&str]| {
+        let mut full = vec![std::ffi::OsStr::new("--json")];
+        full.extend(args.iter().map(std::ffi::OsStr::new));
+        let run = repo.ckpt_in(dir, &full);
+        assert_eq!(run.code, 0, "{args:?}: {}", run.stderr);
+    };
+    // As git init wrote it, with no final line end, and none at all.
+    let init = std::fs::read(&exclude).ok();
+    for exclude_text in [init.clone(), Some(b"# mine\n*.tmp".to_vec()), None] {
+        match &exclude_text {
+            Some(text) => std::fs::write(&exclude, text).expect("write"),
+            None => std::fs::remove_file(&exclude).expect("rm"),
+        }
+        for agent in ["claude", "codex", "gemini"] {
+            let before = status(&repo.root);
+            in_dir(&repo.root, &["integrate", agent, "--yes"]);
+            assert_eq!(status(&repo.root), before, "{agent}: git status shows nothing new");
+            let recorded = std::fs::read(&exclude).expect("the records");
+            in_dir(&repo.root, &["integrate", agent, "--yes"]);
+            assert_eq!(std::fs::read(&exclude).expect("read"), recorded, "twice is once");
+            in_dir(&repo.root, &["integrate", agent, "--remove", "--yes"]);
+            assert_eq!(status(&repo.root), before, "{agent}");
+            assert_eq!(
+                std::fs::read(&exclude).ok(),
+                exclude_text,
+                "{agent}: the exclude file as it was"
+            );
+            for dir in [".claude", ".codex", ".gemini"] {
+                assert!(!repo.path(dir).exists(), "{agent}: {dir} was ckpt's and went");
+            }
+        }
+    }
+    std::fs::write(&exclude, init.clone().unwrap_or_default()).expect("write");
+    assert_eq!(
+        repo.read(".gitignore"),
+        b"target/\n*.log\n",
+        "the team's .gitignore is never touched"
+    );
+
+    // The user's own settings file: shown before, shown after, kept as it was; only what ckpt
+    // created goes, and no directory ckpt did not make.
+    repo.write(".claude/settings.local.json", b"{\"model\": \"x\"}\n");
+    let before = status(&repo.root);
+    assert!(before.contains("?? .claude/settings.local.json"), "{before}");
+    in_dir(&repo.root, &["integrate", "claude", "--yes"]);
+    assert_eq!(status(&repo.root), before);
+    assert!(repo.path(".claude/commands/ckpt.md").is_file());
+    in_dir(&repo.root, &["integrate", "claude", "--remove", "--yes"]);
+    assert_eq!(status(&repo.root), before);
+    assert_eq!(repo.read(".claude/settings.local.json"), b"{\"model\": \"x\"}\n");
+    assert!(
+        !repo.path(".claude/commands").exists(),
+        "no empty commands/ left behind"
+    );
+    assert_eq!(std::fs::read(&exclude).ok(), init);
+    repo.remove(".claude");
+
+    // A linked worktree shares the common exclude file; each worktree's records are its own.
+    let linked = repo.root.parent().expect("parent").join("linked");
+    repo.git(&["worktree", "add", "-q", "-b", "side", linked.to_str().expect("utf-8")]);
+    let (main_before, linked_before) = (status(&repo.root), status(&linked));
+    in_dir(&repo.root, &["integrate", "claude", "--yes"]);
+    in_dir(&linked, &["integrate", "claude", "--yes"]);
+    assert!(linked.join(".claude/commands/ckpt.md").is_file());
+    assert_eq!(
+        (status(&repo.root), status(&linked)),
+        (main_before.clone(), linked_before.clone())
+    );
+    in_dir(&linked, &["integrate", "claude", "--remove", "--yes"]);
+    assert!(!linked.join(".claude").exists());
+    assert_eq!(
+        status(&repo.root),
+        main_before,
+        "the main worktree's files stay out of git status"
+    );
+    in_dir(&repo.root, &["integrate", "claude", "--remove", "--yes"]);
+    assert_eq!((status(&repo.root), status(&linked)), (main_before, linked_before));
+    assert_eq!(std::fs::read(&exclude).ok(), init);
+
+    // An exclude file that is a link is never written through: nothing is.
+    let elsewhere = repo.home.join("exclude-elsewhere");
+    std::fs::write(&elsewhere, b"# not the repository's\n").expect("write");
+    std::fs::remove_file(&exclude).expect("rm");
+    std::os::unix::fs::symlink(&elsewhere, &exclude).expect("symlink");
+    let refused = repo.ckpt_json(&["integrate", "claude", "--yes"], 4);
+    assert!(refused.stderr.contains("symbolic link"), "{}", refused.stderr);
+    assert_eq!(std::fs::read(&elsewhere).expect("read"), b"# not the repository's\n");
+    assert!(!repo.path(".claude").exists());
+}

@@ -65,7 +65,8 @@ fn only_verbs_and_the_registry_mutate_files() {
         "renameat",
     ];
     // The demo acts as the user of a scratch repository it creates itself; `ckpt integrate`
-    // edits the one agent settings file the user asked it to (and keeps a backup beside it).
+    // edits the one agent settings file the user asked it to (and keeps a backup of it), writes
+    // Claude Code's /ckpt command, and records what it created in the clone's info/exclude.
     let found = offenders(&writes, &["verbs/", "records/", "cli/demo.rs", "cli/hook/integrate.rs"]);
     assert!(
         found.is_empty(),

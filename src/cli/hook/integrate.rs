@@ -2,8 +2,9 @@
 //! them, merged with everything already there (other hooks, other settings, key order), by
 //! splicing text (`jsonedit.rs`): every byte it need not change stays as written. It shows
 //! the change as a diff first, asks (or takes `--yes`), keeps a backup of the old file, and
-//! writes the new one atomically. It writes nothing but that settings file and its backup, and
-//! never a file it cannot parse.
+//! writes the new one atomically. It writes nothing but that settings file, its backup, Claude
+//! Code's `/ckpt` command, and in a repository the records in `info/exclude` that keep the files
+//! it created out of `git status`; and never a file it cannot parse.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -78,6 +79,18 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
         (Some(_), false, _) => "added",
     };
     let slash = slash_command_change(spec, &named, &exe, request.remove)?.filter(|c| c.before != c.after);
+    let exclude = match &project {
+        Some(root) => plan_exclude(
+            root,
+            &file,
+            before.as_deref(),
+            merged.as_deref(),
+            slash.as_ref(),
+            request.remove,
+        )?,
+        None => None,
+    };
+    let delete_settings = exclude.as_ref().is_some_and(|e| e.delete_settings);
     if !request.remove {
         let other = settings_file(spec, !request.user, cli)
             .ok()
@@ -121,6 +134,7 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
         return Ok(Exit::Ok);
     }
     let mut diff = match &merged {
+        Some(_) if delete_settings => unified_diff(before.as_deref().unwrap_or(""), "", &file),
         Some(after) => unified_diff(before.as_deref().unwrap_or(""), after, &file),
         None => String::new(),
     };
@@ -129,6 +143,13 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
             change.before.as_deref().unwrap_or(""),
             change.after.as_deref().unwrap_or(""),
             &change.file,
+        ));
+    }
+    if let Some(plan) = exclude.as_ref().filter(|e| e.changes()) {
+        diff.push_str(&unified_diff(
+            plan.before.as_deref().unwrap_or(""),
+            plan.after.as_deref().unwrap_or(""),
+            &plan.file,
         ));
     }
     out.human(diff.trim_end());
@@ -160,12 +181,22 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
             file.display()
         )));
     }
+    if let Some(plan) = exclude.as_ref().filter(|_| !request.remove) {
+        plan.write_added()?;
+    }
     let mut backup = None;
     if let Some(after) = &merged {
         if let Some(old) = &before {
             backup = Some(write_backup(&file, old)?);
         }
-        write_settings(&file, after)?;
+        if delete_settings {
+            std::fs::remove_file(&file).map_err(|source| CkptError::Io {
+                path: file.clone(),
+                source,
+            })?;
+        } else {
+            write_settings(&file, after)?;
+        }
     }
     if let Some(change) = &slash {
         // ckpt's /ckpt as someone edited it, or as an older ckpt wrote it: kept as a backup.
@@ -179,6 +210,9 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
                 source,
             })?,
         }
+    }
+    if let Some(plan) = exclude.as_ref().filter(|_| request.remove) {
+        plan.write_removed()?;
     }
     record(true, backup.as_deref(), command_file, &diff);
     match &backup {
@@ -197,6 +231,12 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
             "{}: {done} the /ckpt command ({})",
             spec.product,
             change.file.display()
+        ));
+    }
+    if let Some(plan) = exclude.as_ref().filter(|e| e.changes() && !request.remove) {
+        out.human(&format!(
+            "ckpt: {} keeps the files ckpt created out of `git status` (this clone only; `--remove` takes its lines out)",
+            plan.file.display()
         ));
     }
     if !request.remove {
@@ -278,6 +318,292 @@ The user asks for: $ARGUMENTS
 - Never restore without that yes, and never with `--exact` unless the user asked for it.
 "#
     )
+}
+
+/// A file or directory ckpt creates in a project. Each is recorded in the repository's own
+/// exclude file (`info/exclude` in the common git directory: per clone, never committed or
+/// shared, and neither config nor a hook): a file with a line that keeps it out of `git status`
+/// (so a later `git add -A` cannot commit ckpt's files, which name this machine's ckpt, for the
+/// whole team), a directory with a comment only, so `--remove` takes out a directory only when
+/// ckpt made it.
+struct Created {
+    path: PathBuf,
+    /// The path below the project's top, `/`-separated.
+    rel: String,
+    dir: bool,
+}
+
+impl Created {
+    fn new(root: &Path, path: &Path, dir: bool) -> Option<Created> {
+        let below = path.strip_prefix(root).ok()?;
+        let parts: Option<Vec<&str>> = below.components().map(|c| c.as_os_str().to_str()).collect();
+        let rel = parts?.join("/");
+        Some(Created {
+            path: path.to_path_buf(),
+            rel,
+            dir,
+        })
+    }
+
+    /// The exclude file's lines for it. The comment names the worktree (all worktrees of a
+    /// repository share one exclude file), so each one's record is its own.
+    fn lines(&self, root: &Path) -> Vec<String> {
+        let slash = if self.dir { "/" } else { "" };
+        let marker = format!(
+            "# ckpt integrate created {}{slash} in {:?}; `ckpt integrate --remove` takes this out",
+            self.rel,
+            root.to_string_lossy()
+        );
+        match self.dir {
+            true => vec![marker],
+            false => vec![marker, format!("/{}", self.rel)],
+        }
+    }
+}
+
+/// What `ckpt integrate` changes in a project's exclude file: the records of what it creates,
+/// or (`--remove`) of what it created and takes out again.
+struct ExcludePlan {
+    file: PathBuf,
+    root: PathBuf,
+    before: Option<String>,
+    /// What the exclude file would hold after (the diff shown; each write reads it afresh).
+    after: Option<String>,
+    /// Adding: what ckpt is about to create. Removing: what this worktree's records name.
+    created: Vec<Created>,
+    /// Removing: the settings file is ckpt's own and holds nothing else, so it goes.
+    delete_settings: bool,
+}
+
+/// Where the records go: the exclude file of the repository `root` is in (`None` outside a
+/// repository), and the link on its way, if any: ckpt never writes through one (a repository's
+/// `info` could point anywhere).
+fn exclude_file(root: &Path) -> Option<(PathBuf, Option<PathBuf>)> {
+    let info = crate::verbs::enclosing_common_dir(root)?.join("info");
+    let link = [info.clone(), info.join("exclude")]
+        .into_iter()
+        .find(|path| std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()));
+    Some((info.join("exclude"), link))
+}
+
+/// The directories between `root` and `file` that do not exist yet, outermost first.
+fn missing_dirs(root: &Path, file: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = file
+        .ancestors()
+        .skip(1)
+        .take_while(|dir| dir.starts_with(root) && dir.as_os_str() != root.as_os_str())
+        .filter(|dir| std::fs::symlink_metadata(dir).is_err())
+        .map(Path::to_path_buf)
+        .collect();
+    dirs.reverse();
+    dirs
+}
+
+fn plan_exclude(
+    root: &Path,
+    settings: &Path,
+    settings_before: Option<&str>,
+    merged: Option<&str>,
+    slash: Option<&SlashCommandChange>,
+    remove: bool,
+) -> Result<Option<ExcludePlan>, CkptError> {
+    let Some((file, link)) = exclude_file(root) else {
+        return Ok(None);
+    };
+    let before = read_settings(&file)?;
+    let text = before.as_deref().unwrap_or("");
+    let mut created = Vec::new();
+    let mut delete_settings = false;
+    let after = if !remove {
+        let mut files = Vec::new();
+        if settings_before.is_none() && merged.is_some() {
+            files.push(settings.to_path_buf());
+        }
+        if let Some(change) = slash.filter(|c| c.before.is_none() && c.after.is_some()) {
+            files.push(change.file.clone());
+        }
+        for path in files {
+            for dir in missing_dirs(root, &path) {
+                if !created.iter().any(|c: &Created| c.path == dir) {
+                    created.extend(Created::new(root, &dir, true));
+                }
+            }
+            created.extend(Created::new(root, &path, false));
+        }
+        created
+            .iter()
+            .fold(text.to_owned(), |text, c| add_lines(&text, &c.lines(root)))
+    } else {
+        let mut candidates: Vec<Created> = Vec::new();
+        let mut files = vec![settings.to_path_buf()];
+        files.extend(slash.map(|c| c.file.clone()));
+        for path in files {
+            for dir in path
+                .ancestors()
+                .skip(1)
+                .take_while(|d| d.starts_with(root) && d.as_os_str() != root.as_os_str())
+            {
+                if !candidates.iter().any(|c| c.path == dir) {
+                    candidates.extend(Created::new(root, dir, true));
+                }
+            }
+            candidates.extend(Created::new(root, &path, false));
+        }
+        created = candidates
+            .into_iter()
+            .filter(|c| has_lines(text, &c.lines(root)))
+            .collect();
+        // ckpt's own settings file, left holding nothing: it goes, as it came.
+        delete_settings = created.iter().any(|c| c.path == settings)
+            && merged.is_some_and(|m| {
+                serde_json::from_str::<Value>(m.trim_start_matches('\u{feff}')).is_ok_and(|v| v == json!({}))
+            });
+        let mut gone: Vec<PathBuf> = Vec::new();
+        if delete_settings {
+            gone.push(settings.to_path_buf());
+        }
+        gone.extend(slash.filter(|c| c.after.is_none()).map(|c| c.file.clone()));
+        // Deepest first: a directory goes once everything in it went.
+        let mut dirs: Vec<&Created> = created.iter().filter(|c| c.dir).collect();
+        dirs.sort_by_key(|c| std::cmp::Reverse(c.path.components().count()));
+        for dir in dirs {
+            let empty_after = std::fs::read_dir(&dir.path)
+                .map(|entries| entries.flatten().all(|e| gone.contains(&e.path())))
+                .unwrap_or(true);
+            if empty_after {
+                gone.push(dir.path.clone());
+            }
+        }
+        created.iter().fold(text.to_owned(), |text, c| {
+            let stays = c.path.exists() && !gone.contains(&c.path);
+            match stays {
+                true => text,
+                false => remove_lines(&text, &c.lines(root)),
+            }
+        })
+    };
+    let after = match (after.is_empty(), text.is_empty()) {
+        (true, true) => before.clone(),
+        // Only ckpt's lines were left: the file goes (no file and an empty one exclude the same).
+        (true, false) => None,
+        (false, _) => Some(after),
+    };
+    if let Some(link) = link.filter(|_| after != before) {
+        return Err(CkptError::Refused(format!(
+            "{} is a symbolic link; ckpt keeps the files it creates out of `git status` in {} and writes it only where it is. Nothing was written",
+            link.display(),
+            file.display()
+        )));
+    }
+    Ok(Some(ExcludePlan {
+        file,
+        root: root.to_path_buf(),
+        before,
+        after,
+        created,
+        delete_settings,
+    }))
+}
+
+impl ExcludePlan {
+    fn changes(&self) -> bool {
+        self.before != self.after
+    }
+
+    /// Before ckpt creates its files: their records, so no `git status` ever shows them.
+    fn write_added(&self) -> Result<(), CkptError> {
+        let text = read_settings(&self.file)?.unwrap_or_default();
+        let after = self
+            .created
+            .iter()
+            .fold(text.clone(), |t, c| add_lines(&t, &c.lines(&self.root)));
+        if after != text {
+            write_settings(&self.file, &after)?;
+        }
+        Ok(())
+    }
+
+    /// After ckpt took its files out: the directories it made that are empty now go, and the
+    /// records of everything that is gone.
+    fn write_removed(&self) -> Result<(), CkptError> {
+        let mut dirs: Vec<&Created> = self.created.iter().filter(|c| c.dir).collect();
+        dirs.sort_by_key(|c| std::cmp::Reverse(c.path.components().count()));
+        for dir in dirs {
+            // Not empty (someone put a file there): it stays, and so does its record.
+            let _ = std::fs::remove_dir(&dir.path);
+        }
+        let Some(text) = read_settings(&self.file)? else {
+            return Ok(());
+        };
+        let after = self.created.iter().fold(text.clone(), |t, c| match c.path.exists() {
+            true => t,
+            false => remove_lines(&t, &c.lines(&self.root)),
+        });
+        if after == text {
+            return Ok(());
+        }
+        if after.is_empty() {
+            // ckpt's lines were all it held (it made the file): no file and an empty one
+            // exclude the same.
+            return std::fs::remove_file(&self.file).map_err(|source| CkptError::Io {
+                path: self.file.clone(),
+                source,
+            });
+        }
+        write_settings(&self.file, &after)
+    }
+}
+
+/// Whether `text` holds `lines`, one after another, as whole lines.
+fn has_lines(text: &str, lines: &[String]) -> bool {
+    find_lines(text, lines).is_some()
+}
+
+fn find_lines(text: &str, lines: &[String]) -> Option<usize> {
+    let pieces: Vec<&str> = text.split_inclusive('\n').collect();
+    (0..pieces.len()).find(|&at| {
+        lines.iter().enumerate().all(|(n, line)| {
+            pieces
+                .get(at + n)
+                .is_some_and(|piece| piece.trim_end_matches(['\n', '\r']) == line)
+        })
+    })
+}
+
+/// `text` with `lines` at its end (unless already there), keeping whether it ends in a line
+/// end: the exact inverse of [`remove_lines`].
+fn add_lines(text: &str, lines: &[String]) -> String {
+    let mut out = text.to_owned();
+    if has_lines(text, lines) {
+        return out;
+    }
+    for line in lines {
+        if out.is_empty() || out.ends_with('\n') {
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            out.push('\n');
+            out.push_str(line);
+        }
+    }
+    out
+}
+
+/// `text` without `lines` (where they stand one after another).
+fn remove_lines(text: &str, lines: &[String]) -> String {
+    let Some(at) = find_lines(text, lines) else {
+        return text.to_owned();
+    };
+    let pieces: Vec<&str> = text.split_inclusive('\n').collect();
+    let last = at + lines.len() == pieces.len();
+    let unterminated = last && pieces.last().is_some_and(|p| !p.ends_with('\n'));
+    let mut out: String = pieces[..at].concat();
+    out.push_str(&pieces[at + lines.len()..].concat());
+    // They were added to a file that did not end in a line end: its last line gave one up.
+    if unterminated && out.ends_with('\n') {
+        out.pop();
+    }
+    out
 }
 
 fn wire_path(path: &Path) -> WirePath {
@@ -875,6 +1201,25 @@ mod tests {
         assert!(
             after.starts_with("{\"hooks\": {\"PreToolUse\": [{\"matcher\": \"Write|"),
             "{after}"
+        );
+    }
+
+    #[test]
+    fn exclude_lines_come_out_exactly_as_they_went_in() {
+        let lines = vec!["# ckpt".to_owned(), "/.claude/ckpt.md".to_owned()];
+        let other = vec!["# ckpt 2".to_owned()];
+        for text in ["", "# git's\n", "*.tmp", "a\r\nb\r\n"] {
+            let added = add_lines(text, &lines);
+            assert!(has_lines(&added, &lines));
+            assert_eq!(add_lines(&added, &lines), added, "once");
+            let both = add_lines(&added, &other);
+            assert_eq!(remove_lines(&remove_lines(&both, &lines), &other), text, "{both:?}");
+            assert_eq!(remove_lines(&remove_lines(&both, &other), &lines), text, "{both:?}");
+        }
+        assert_eq!(
+            remove_lines("a\n# ckpt\nb\n", &lines),
+            "a\n# ckpt\nb\n",
+            "only the pair"
         );
     }
 
