@@ -758,3 +758,78 @@ fn what_a_killed_ckpt_leaves_in_an_object_store_is_reported_and_removed() {
     plain.ckpt_json(&["gc", "--grace-seconds", "0"], 0);
     assert!(!store_temp.exists(), "gc removes the copy store's leftover temp file");
 }
+
+/// Every directory and file below `dir`, with its permission bits (set-group-id included).
+fn modes_below(dir: &std::path::Path) -> Vec<(std::path::PathBuf, bool, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        for entry in std::fs::read_dir(&current).expect("read_dir").flatten() {
+            let meta = std::fs::symlink_metadata(entry.path()).expect("lstat");
+            out.push((entry.path(), meta.is_dir(), meta.permissions().mode() & 0o7777));
+            if meta.is_dir() {
+                pending.push(entry.path());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_repository_shared_with_a_group_keeps_gits_sharing_rules_for_what_ckpt_makes() {
+    for watched in [false, true] {
+        let repo = TestRepo::bare_dir();
+        repo.git(&["init", "-q", "--shared=group", "-b", "main"]);
+        repo.write("README.md", b"# shared\n");
+        repo.commit_all("initial");
+        let mut args = vec!["snapshot"];
+        if watched {
+            args.push("--watch");
+            repo.ckpt_json(&args, 0);
+        }
+        // New content in new directories: objects in fanout directories git has not made yet.
+        for i in 0..40 {
+            repo.write(
+                format!("src/f{i}.txt"),
+                format!("file {i} of a shared project\n").as_bytes(),
+            );
+        }
+        repo.ckpt_json(&args, 0);
+        let common = repo.common_dir();
+        let mut looked = 0;
+        for (path, is_dir, mode) in modes_below(&common.join("objects"))
+            .into_iter()
+            .chain(modes_below(&common.join("refs/ckpt")))
+        {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name.ends_with(".keep") {
+                continue;
+            }
+            looked += 1;
+            if is_dir {
+                assert_eq!(
+                    mode & 0o2070,
+                    0o2070,
+                    "{} is {mode:o} (watched: {watched})",
+                    path.display()
+                );
+            } else {
+                assert_eq!(
+                    mode & 0o040,
+                    0o040,
+                    "{} is {mode:o} (watched: {watched})",
+                    path.display()
+                );
+                if path.starts_with(common.join("refs")) {
+                    assert_eq!(mode & 0o060, 0o060, "{} is {mode:o}", path.display());
+                }
+            }
+        }
+        assert!(looked > 10, "the object store and the pins were looked at");
+        assert_repository_healthy(&repo);
+    }
+}

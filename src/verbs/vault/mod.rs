@@ -15,6 +15,7 @@ mod objects;
 mod packed;
 mod pins;
 mod private;
+mod shared;
 mod trees;
 
 pub use batch::{OpenBatch, PackCompression};

@@ -57,6 +57,27 @@ impl Vault {
         // review: a prune loop beside snapshots broke one in 150, and every later `git gc`).
         let written = self.take_written_loose();
         let objects = self.repo.objects.store_ref().path().to_path_buf();
+        // Under `core.sharedRepository`, what ckpt made must be the group's as git makes it
+        // (found by a review: `objects/xx` directories 0755 made a teammate's `git add` fail).
+        if self.sharing() != super::shared::Sharing::Umask {
+            let refs = self.repo.common_dir().to_path_buf();
+            let mut made: Vec<std::path::PathBuf> = [
+                "refs/ckpt".to_owned(),
+                format!("refs/ckpt/{}", pin.workspace().as_str()),
+            ]
+            .iter()
+            .map(|dir| refs.join(dir))
+            .collect();
+            made.push(refs.join(pin.as_str()));
+            for id in &written {
+                let file = super::objects::loose_path(&objects, id);
+                made.extend(file.parent().map(std::path::Path::to_path_buf));
+                made.push(file);
+            }
+            made.sort();
+            made.dedup();
+            self.share(&made);
+        }
         let hash = self.repo.object_hash();
         let stored = |id: &&ObjectId| {
             std::fs::symlink_metadata(super::objects::loose_path(&objects, id)).is_ok_and(|meta| meta.is_file())
