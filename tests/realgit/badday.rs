@@ -833,3 +833,30 @@ fn a_repository_shared_with_a_group_keeps_gits_sharing_rules_for_what_ckpt_makes
         assert_repository_healthy(&repo);
     }
 }
+
+#[test]
+fn a_file_that_became_unreadable_is_not_shown_as_deleted_by_diff() {
+    let repo = TestRepo::new();
+    let Some(user) = OtherUser::set_up(&repo) else { return };
+    repo.write("secret.key", b"readable when the checkpoint was taken\n");
+    if user.as_root {
+        let chown = std::process::Command::new("chown")
+            .args([&format!("{0}:{0}", OtherUser::UID)])
+            .arg(repo.path("secret.key"))
+            .status()
+            .expect("chown");
+        assert!(chown.success());
+    }
+    let id = user.ckpt_json(&repo, &["snapshot"], 0).one("snapshot")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    user.lock_out(&repo, "secret.key", 0o600);
+    let run = user.ckpt_json(&repo, &["diff", &id, "--name-status"], 0);
+    assert!(
+        !run.stdout.contains("secret.key"),
+        "not shown as deleted: {}",
+        run.stdout
+    );
+    assert!(run.stderr.contains("not compared: secret.key"), "named: {}", run.stderr);
+}

@@ -479,6 +479,7 @@ fn a_trace_restore_never_replaces_a_directory_a_symlink_or_a_file_in_the_way_nor
     repo.symlink(outside.path(), "linkout");
     repo.write("big.bin", &vec![b'x'; 2048]);
     repo.write("ok.txt", b"old\n");
+    repo.write("kept.log", b"an ignored file already here\n");
     std::fs::write(repo.git_dir().join("info/exclude"), b"*.log\n").unwrap();
     let root = repo.root.to_str().unwrap().to_owned();
     let home = repo.home.join("dsh");
@@ -497,14 +498,14 @@ fn a_trace_restore_never_replaces_a_directory_a_symlink_or_a_file_in_the_way_nor
     };
     log(
         "session-obst01",
-        &["dir", "plain.txt/child", "big.bin", "new.log", "ok.txt"],
+        &["dir", "plain.txt/child", "big.bin", "new.log", "kept.log", "ok.txt"],
     );
     let before = repo.fingerprint().without_status();
     let files = repo.worktree();
     let args = [
         "trace",
         "restore",
-        "trace:obst01:1.5",
+        "trace:obst01:1.6",
         "--yes",
         "--max-file-size",
         "1024",
@@ -537,7 +538,12 @@ fn a_trace_restore_never_replaces_a_directory_a_symlink_or_a_file_in_the_way_nor
             "plain.txt is a file in the worktree, not a directory",
         ),
         ("big.bin", "not protected"),
-        ("new.log", "new ignored file"),
+        ("new.log", "would be a new ignored file"),
+        // One already there is not called new (a review found it was).
+        (
+            "kept.log\",\"reason\":\"it is an ignored file",
+            "ckpt never writes over one",
+        ),
     ] {
         assert!(
             refused.contains(path) && refused.contains(why),
@@ -546,6 +552,7 @@ fn a_trace_restore_never_replaces_a_directory_a_symlink_or_a_file_in_the_way_nor
     }
     assert_eq!(repo.read("ok.txt"), b"from the trace\n");
     assert!(!repo.root.join("new.log").exists(), "no new ignored file");
+    assert_eq!(repo.read("kept.log"), b"an ignored file already here\n");
     let mut expected = files.clone();
     expected.remove(&b"ok.txt"[..]);
     let mut now = repo.worktree();

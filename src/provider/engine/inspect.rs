@@ -55,15 +55,28 @@ impl Engine {
             None => {
                 let old = self.checkpoint_tree(from)?;
                 let cache = Registry::open_existing(&self.state_dir)?.and_then(|r| self.trusted_stat_cache(&r));
-                let new = scan::capture(
+                let capture = scan::capture(
                     &self.vault,
                     max_file_size,
                     BlobSink::HashOnly,
                     cache.as_ref(),
                     &Progress::hidden(),
-                )?
-                .items();
-                crate::provider::diff::changes(&old, &new, paths)
+                )?;
+                let mut changes = crate::provider::diff::changes(&old, &capture.items(), paths);
+                // A file still there that this capture could not read (no permission, too
+                // large) is not deleted: it is left out and named (a review found it shown as
+                // deleted, with no word).
+                let unseen: std::collections::HashMap<&RepoPath, &String> =
+                    capture.skipped.iter().map(|(path, why)| (path, why)).collect();
+                changes.retain(|change| match (change.new, unseen.get(&change.path)) {
+                    (None, Some(why)) => {
+                        self.reporter
+                            .warning(&format!("not compared: {} ({why})", change.path.display()));
+                        false
+                    }
+                    _ => true,
+                });
+                changes
             }
         };
         let mut out = Vec::new();

@@ -224,10 +224,14 @@ impl Engine {
         let mut refused = Vec::new();
         for path in paths {
             if ignored.contains(path) {
-                refused.push((
-                    path.clone(),
-                    "it would be a new ignored file, which no checkpoint holds (undo could not remove it)".into(),
-                ));
+                // An ignored file already there is not new; either way no checkpoint holds it.
+                let there = !matches!(self.vault.read_worktree_item(path), Ok(crate::verbs::DiskItem::Missing));
+                let why = if there {
+                    "it is an ignored file, which no checkpoint holds: ckpt never writes over one (undo could not give it back)"
+                } else {
+                    "it would be a new ignored file, which no checkpoint holds (undo could not remove it)"
+                };
+                refused.push((path.clone(), why.into()));
             } else if let Some(why) = self.obstacle(now, path, skipped)? {
                 refused.push((path.clone(), why));
             }
