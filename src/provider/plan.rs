@@ -19,6 +19,10 @@ pub struct PlanInput<'a> {
     /// protected (it has no evidence about them, so even `--exact` must not delete them), and
     /// ckpt's own store inside the workspace.
     pub untouchable: &'a [RepoPath],
+    /// Target paths not protected now (ignored) whose bytes on disk are already the target's:
+    /// nothing to write, so no conflict (an ignore file the restore brings back or takes away
+    /// turns a captured file into an ignored one that already matches).
+    pub same_on_disk: &'a BTreeSet<RepoPath>,
     pub exact: bool,
 }
 
@@ -105,7 +109,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let mut writes: Vec<RestoreOp> = Vec::new();
 
     for (&path, &want) in target.iter().filter(|(p, _)| in_scope(p, input.filter)) {
-        if current.get(path) == Some(&want) {
+        if current.get(path) == Some(&want) || input.same_on_disk.contains(path) {
             out.unchanged += 1;
             continue;
         }
@@ -226,6 +230,7 @@ mod tests {
             unprotected: &unprotected,
             filter: &filter,
             untouchable: &[],
+            same_on_disk: &BTreeSet::new(),
             exact,
         })
     }
@@ -380,6 +385,7 @@ mod tests {
             unprotected: &[],
             filter: &[],
             untouchable: &[],
+            same_on_disk: &BTreeSet::new(),
             exact: true,
         });
         assert!(plan.ops.is_empty(), "{:?}", plan.ops);
@@ -401,6 +407,7 @@ mod tests {
             unprotected: &[],
             filter: &[],
             untouchable: &[],
+            same_on_disk: &BTreeSet::new(),
             exact: true,
         });
         assert_eq!(plan.overwrite, vec![p("a")]);
@@ -424,6 +431,7 @@ mod tests {
             unprotected: &[],
             filter: &[],
             untouchable: &untouchable,
+            same_on_disk: &BTreeSet::new(),
             exact: true,
         });
         assert_eq!(plan.overwrite, vec![p("a")]);

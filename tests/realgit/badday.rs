@@ -860,3 +860,78 @@ fn a_file_that_became_unreadable_is_not_shown_as_deleted_by_diff() {
     );
     assert!(run.stderr.contains("not compared: secret.key"), "named: {}", run.stderr);
 }
+
+#[test]
+fn a_write_through_a_memory_map_after_its_file_was_closed_is_seen_by_a_watched_snapshot() {
+    use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
+    let repo = TestRepo::new();
+    repo.ckpt_json(&["snapshot", "--watch"], 0);
+    repo.ckpt_json(&["snapshot", "--watch"], 0);
+    // A program writes a file while the daemon watches, and later maps it shared and closes
+    // its descriptor: the map keeps the file open, so no event comes until it is unmapped.
+    repo.write("data.bin", &[b'a'; 4096]);
+    repo.ckpt_json(&["snapshot", "--watch"], 0);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(repo.path("data.bin"))
+        .expect("open");
+    // SAFETY: a fresh shared mapping of a 4096-byte file this test owns, unmapped below.
+    let map = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            4096,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            &file,
+            0,
+        )
+    }
+    .expect("mmap");
+    drop(file);
+    let mut before = String::new();
+    for _ in 0..2 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let run = repo.ckpt_json(&["snapshot", "--watch"], 0);
+        before = run.one("snapshot")["id"].as_str().expect("id").to_owned();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    // SAFETY: `map` is 4096 writable bytes, mapped above.
+    unsafe { std::ptr::write_bytes(map.cast::<u8>(), b'z', 100) };
+    // The snapshot comes while the map still holds the file: no event has named it.
+    let after = repo.ckpt_json(&["snapshot", "--watch"], 0);
+    // SAFETY: unmapping the mapping made above, once.
+    unsafe { munmap(map, 4096) }.expect("munmap");
+    let snap = after.one("snapshot");
+    assert_eq!(snap["scan"]["mode"], "watch", "served by the daemon: {}", after.stdout);
+    assert_eq!(snap["created"], true, "the write was seen: {}", after.stdout);
+    let id = snap["id"].as_str().expect("id");
+    assert_ne!(id, before);
+    let stored = repo.git_raw(&["cat-file", "blob", &format!("{id}:data.bin")]).stdout;
+    assert_eq!(&stored[..100], &[b'z'; 100][..]);
+    assert_eq!(&stored[100..], &[b'a'; 3996][..]);
+}
+
+#[test]
+fn an_undo_across_an_ignore_file_it_takes_away_finds_the_ignored_file_already_right() {
+    let repo = TestRepo::new();
+    repo.write("x.log", b"a log the agent kept\n");
+    let with_ignore = repo.snapshot(&[]);
+    // The agent removes .gitignore (an orphan branch's `git rm -rf .` does): x.log is captured.
+    repo.remove(".gitignore");
+    repo.write("a.txt", b"new\n");
+    repo.snapshot(&[]);
+    let run = repo.ckpt_json(&["restore", &with_ignore, "--yes"], 0);
+    let guard = run.one("restore")["guard"].as_str().expect("guard").to_owned();
+    assert!(
+        repo.path(".gitignore").exists(),
+        "the ignore file is back: x.log is ignored again"
+    );
+    assert_eq!(repo.read("x.log"), b"a log the agent kept\n", "left as it is");
+    // The undo wants x.log with the bytes it has: nothing to write, no conflict.
+    let undo = repo.ckpt_json(&["restore", &guard, "--exact", "--yes"], 0);
+    assert_eq!(undo.one("restore")["verified"], true, "{}", undo.stdout);
+    assert!(!repo.path(".gitignore").exists());
+    assert_eq!(repo.read("x.log"), b"a log the agent kept\n");
+    assert_eq!(repo.read("a.txt"), b"new\n");
+}

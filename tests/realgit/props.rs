@@ -63,9 +63,17 @@ enum Start {
     IgnoreCase,
     /// Copy provider whose store (`CKPT_HOME`) lies inside the workspace.
     StoreInWorkspace,
+    /// History, then `git checkout --orphan` and `git rm -rf .`: HEAD unborn again, the git
+    /// checkpoints taken before go on being the workspace's.
+    OrphanAfterHistory,
+    /// Untracked names git reserves (`.Git`, `docs/.GIT`, `.git.`): never in a tree, always
+    /// named as skipped.
+    ReservedNames,
+    /// `git init --shared=group`: what ckpt creates follows git's sharing rules.
+    SharedGroup,
 }
 
-const STARTS: [Start; 20] = [
+const STARTS: [Start; 23] = [
     Start::Clean,
     Start::StagedUnstagedUntracked,
     Start::Unmerged,
@@ -86,6 +94,9 @@ const STARTS: [Start; 20] = [
     Start::UntrackedAttributes,
     Start::IgnoreCase,
     Start::StoreInWorkspace,
+    Start::OrphanAfterHistory,
+    Start::ReservedNames,
+    Start::SharedGroup,
 ];
 
 /// Where `StoreInWorkspace` keeps its copy store, relative to the workspace.
@@ -147,6 +158,8 @@ impl World {
         let copy = matches!(start, Start::PlainDir | Start::UnbornRepo | Start::StoreInWorkspace);
         if start == Start::Sha256 {
             repo.git(&["init", "-q", "-b", "main", "--object-format=sha256"]);
+        } else if start == Start::SharedGroup {
+            repo.git(&["init", "-q", "-b", "main", "--shared=group"]);
         } else if !matches!(start, Start::PlainDir | Start::StoreInWorkspace) {
             repo.git(&["init", "-q", "-b", "main"]);
         }
@@ -279,6 +292,18 @@ impl World {
                 repo.git(&["config", "core.ignorecase", "true"]);
                 std::fs::rename(repo.path("Readme"), repo.path("README")).ok();
                 repo.write("readme", b"lower case\n");
+            }
+            Start::OrphanAfterHistory => {
+                // A git checkpoint first: the workspace's timeline began on a born HEAD.
+                repo.ckpt_json(&["snapshot"], 0);
+                repo.git(&["checkout", "-q", "--orphan", "pages"]);
+                repo.git(&["rm", "-rfq", "."]);
+                repo.write("index.html", b"<h1>pages</h1>\n");
+            }
+            Start::ReservedNames => {
+                for name in [".Git", "docs/.GIT", ".git.", "dir/GIT~1"] {
+                    repo.write(name, b"a name git reserves\n");
+                }
             }
             _ => {}
         }
@@ -476,6 +501,7 @@ impl World {
         }
         paths
             .into_iter()
+            .filter(|p| !names_a_reserved_component(p))
             .filter_map(|p| match all.get(&p) {
                 Some(e @ Entry::File { .. }) | Some(e @ Entry::Link(_)) => {
                     let below_link = p
@@ -532,10 +558,32 @@ impl World {
             }
             return;
         }
-        let fsck = self.git(&["fsck", "--full", "--no-progress"]);
+        let fsck = self.git(&["fsck", "--full", "--strict", "--no-progress"]);
         self.check(fsck.status.success(), || {
-            format!("git fsck: {}", String::from_utf8_lossy(&fsck.stderr))
+            format!("git fsck --strict: {}", String::from_utf8_lossy(&fsck.stderr))
         });
+        // One timeline whatever HEAD is: every checkpoint taken stays listed.
+        let listed = self.ckpt(&["list".as_ref()]);
+        let ids: BTreeSet<&str> = listed.json.iter().filter_map(|line| line["id"].as_str()).collect();
+        let lost: Vec<String> = self
+            .checkpoints
+            .iter()
+            .map(|(id, _)| id.clone())
+            .filter(|id| !ids.contains(id.as_str()))
+            .collect();
+        self.check(lost.is_empty(), || format!("checkpoints no longer listed: {lost:?}"));
+        if self.start == Start::SharedGroup {
+            let common = self.repo.common_dir();
+            let unshared: Vec<String> = [common.join("objects"), common.join("refs/ckpt")]
+                .iter()
+                .flat_map(|dir| dirs_below(dir))
+                .filter(|(_, mode)| mode & 0o2070 != 0o2070)
+                .map(|(path, mode)| format!("{} {mode:o}", path.display()))
+                .collect();
+            self.check(unshared.is_empty(), || {
+                format!("not shared as git shares: {unshared:?}")
+            });
+        }
         let types = String::from_utf8_lossy(&self.git_ok(&["for-each-ref", "--format=%(objecttype)", "refs/ckpt/"]))
             .into_owned();
         self.check(types.lines().all(|t| t == "commit"), || {
@@ -645,7 +693,19 @@ impl World {
         if self.copy {
             return;
         }
-        let op = rng.below(6);
+        let op = rng.below(7);
+        if op == 6 {
+            // The agent's bad day: a new root branch with everything removed from it.
+            if self.start == Start::LinkedWorktree {
+                return;
+            }
+            let branch = format!("orphan{}", rng.below(1000));
+            let ok = self.git(&["checkout", "-q", "--orphan", &branch]).status.success()
+                && self.git(&["rm", "-rfq", "--ignore-unmatch", "."]).status.success();
+            self.log
+                .push(format!("user git checkout --orphan {branch} && git rm -rf . ({ok})"));
+            return;
+        }
         let args: Vec<&str> = match op {
             0 => vec!["add", "-A"],
             1 => vec!["commit", "-q", "-a", "-m", "user commit"],
@@ -1157,6 +1217,43 @@ impl World {
         }
         self.global_invariants();
     }
+}
+
+/// Whether a path holds a component git reserves (its fsck's `hasDotgit`): `.git` in any case,
+/// alone or followed only by dots and spaces, or its short name `git~1`. Written apart from
+/// ckpt's own check, as the oracle's view.
+fn names_a_reserved_component(path: &[u8]) -> bool {
+    path.split(|b| *b == b'/').any(|component| {
+        let lower = component.to_ascii_lowercase();
+        let trimmed: &[u8] = {
+            let mut end = lower.len();
+            while end > 0 && matches!(lower[end - 1], b'.' | b' ') {
+                end -= 1;
+            }
+            &lower[..end]
+        };
+        trimmed == b".git" || trimmed == b"git~1"
+    })
+}
+
+/// Every directory below `dir` (itself included) with its permission bits.
+fn dirs_below(dir: &Path) -> Vec<(PathBuf, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&current) else {
+            continue;
+        };
+        if !meta.is_dir() {
+            continue;
+        }
+        out.push((current.clone(), meta.permissions().mode() & 0o7777));
+        if let Ok(entries) = std::fs::read_dir(&current) {
+            pending.extend(entries.flatten().map(|e| e.path()));
+        }
+    }
+    out
 }
 
 fn make_parent(path: &Path) {

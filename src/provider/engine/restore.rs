@@ -178,6 +178,7 @@ impl Engine {
             unprotected: &capture.unprotected(),
             filter: &selection.paths,
             untouchable: &Self::untouchable(record, capture),
+            same_on_disk: &self.ignored_but_same(&target, capture),
             exact: selection.exact,
         });
         give_narrow_modes(&mut plan.ops, record);
@@ -268,6 +269,25 @@ impl Engine {
     /// A filter that names only files on disk ckpt could not protect (too large, unreadable, a
     /// special file) names something that is there: the restore leaves it and says so, rather
     /// than claiming it is nowhere.
+    /// The target's files that are ignored on disk now and hold the target's bytes already.
+    /// Read-only; only ignored paths the target names are hashed.
+    fn ignored_but_same(
+        &self,
+        target: &BTreeMap<RepoPath, TreeItem>,
+        capture: &Capture,
+    ) -> std::collections::BTreeSet<RepoPath> {
+        capture
+            .ignored
+            .iter()
+            .filter(|(_, whole_dir)| !whole_dir)
+            .filter_map(|(path, _)| {
+                let want = target.get(path)?;
+                let now = self.vault.read_worktree_item(path).ok()?;
+                (now == crate::verbs::DiskItem::Entry(*want)).then(|| path.clone())
+            })
+            .collect()
+    }
+
     fn match_filters_naming_unprotected(plan: &mut plan::Plan, capture: &Capture) {
         plan.unmatched_filter
             .retain(|f| !capture.skipped.iter().any(|(p, _)| p.is_within(f) || f.is_within(p)));
@@ -294,6 +314,7 @@ impl Engine {
     }
 
     pub(super) fn make_plan(
+        &self,
         target: &BTreeMap<RepoPath, TreeItem>,
         record: &Record,
         capture: &Capture,
@@ -305,6 +326,7 @@ impl Engine {
             unprotected: &capture.unprotected(),
             filter: &selection.paths,
             untouchable: &Self::untouchable(record, capture),
+            same_on_disk: &self.ignored_but_same(target, capture),
             exact: selection.exact,
         });
         give_narrow_modes(&mut plan.ops, record);
@@ -397,7 +419,7 @@ impl Engine {
             cache.as_ref(),
             self.reporter.progress(),
         )?;
-        let plan = Self::make_plan(&target, record, &capture, selection)?;
+        let plan = self.make_plan(&target, record, &capture, selection)?;
         // A preview of a restore that would fail says so, rather than listing what it would do.
         if let Some((path, why)) = self.unwritable_content(&plan.ops) {
             return Err(CkptError::Verb(crate::verbs::VerbError::Worktree {
