@@ -371,10 +371,50 @@ pub fn open(
                     Ok(Box::new(primary))
                 }
             }
-            Err(CkptError::NoProvider(_)) => Ok(Box::new(engine::Engine::open_copy(dir, reporter, excludes)?)),
+            Err(CkptError::NoProvider(why)) => match unreadable_git_above(dir) {
+                // A repository ckpt may not read is not a plain directory: copies taken in its
+                // place would start another timeline, silently (found by a review).
+                Some((git, error)) => Err(CkptError::Refused(format!(
+                    "{} holds a git repository at {} that ckpt cannot read ({error}); fix its permissions (git itself cannot use it either), or run ckpt with --provider copy to protect the files alone ({why})",
+                    dir.display(),
+                    git.display()
+                ))),
+                None => Ok(Box::new(engine::Engine::open_copy(dir, reporter, excludes)?)),
+            },
             Err(e) => Err(e),
         },
     }
+}
+
+/// The nearest `.git` above `dir` (or at it) that exists but this user may not read, and why:
+/// a directory it may not list, or a `.git` file naming one. Read-only.
+fn unreadable_git_above(dir: &Path) -> Option<(PathBuf, std::io::Error)> {
+    let start = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    for ancestor in start.ancestors() {
+        let git = ancestor.join(".git");
+        let Ok(meta) = std::fs::symlink_metadata(&git) else {
+            continue;
+        };
+        let readable = if meta.is_file() {
+            // A linked worktree's `.git` file names its administrative directory.
+            std::fs::read_to_string(&git).and_then(|text| {
+                let named = text
+                    .trim()
+                    .strip_prefix("gitdir:")
+                    .map(str::trim)
+                    .unwrap_or_default()
+                    .to_owned();
+                std::fs::read_dir(ancestor.join(named)).map(drop)
+            })
+        } else {
+            std::fs::read_dir(&git).map(drop)
+        };
+        return readable
+            .err()
+            .filter(|error| error.kind() == std::io::ErrorKind::PermissionDenied)
+            .map(|error| (git, error));
+    }
+    None
 }
 
 /// The git provider over a workspace that also has copy checkpoints from before its first

@@ -331,17 +331,39 @@ pub struct StoreLock {
     _file: File,
 }
 
+/// Makes the copy store's directory, private to the user (0700): it holds copies of every file
+/// it protects, a `0600` secret among them, whose objects are readable by anyone who can reach
+/// them (found by a review: another local user read a `.env` from the store). A store made
+/// before, with wider bits, is narrowed once it holds ckpt's own lock file.
+fn create_private_store(home: &Path) -> Result<(), RecordsError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if let Some(parent) = home.parent() {
+        fs::create_dir_all(parent).map_err(io_error(parent))?;
+    }
+    match fs::DirBuilder::new().mode(0o700).create(home) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io_error(home)(e)),
+    }
+    let meta = fs::symlink_metadata(home).map_err(io_error(home))?;
+    let ours = home.join(STORE_LOCK_FILE).is_file();
+    if meta.is_dir() && ours && meta.permissions().mode() & 0o077 != 0 {
+        fs::set_permissions(home, fs::Permissions::from_mode(0o700)).map_err(io_error(home))?;
+    }
+    Ok(())
+}
+
 impl StoreLock {
     /// Waits (like [`Registry::lock`]) for the shared store lock in the store directory `home`.
     pub fn shared(home: &Path, waiting: &dyn Fn(&Path)) -> Result<StoreLock, RecordsError> {
-        fs::create_dir_all(home).map_err(io_error(home))?;
+        create_private_store(home)?;
         let file = acquire_lock(&home.join(STORE_LOCK_FILE), LockMode::Shared, waiting)?;
         Ok(StoreLock { _file: file })
     }
 
     /// Waits for the exclusive store lock: no snapshot of any workspace runs while it is held.
     pub fn exclusive(home: &Path, waiting: &dyn Fn(&Path)) -> Result<StoreLock, RecordsError> {
-        fs::create_dir_all(home).map_err(io_error(home))?;
+        create_private_store(home)?;
         let file = acquire_lock(&home.join(STORE_LOCK_FILE), LockMode::Exclusive, waiting)?;
         Ok(StoreLock { _file: file })
     }

@@ -12,7 +12,8 @@ mod vault;
 mod worktree;
 
 pub use types::{
-    names_gitmodules, EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PinRef, RepoPath, TreeItem, WorkspaceKey,
+    names_gitattributes, names_gitmodules, EntryKind, FileStat, IdMap, IdSet, ObjectId, PathKind, PinRef, RepoPath,
+    TreeItem, WorkspaceKey,
 };
 pub use vault::{
     absolute_parent_canonical, collect_private_garbage, enclosing_bare_repository, enclosing_common_dir,

@@ -56,6 +56,21 @@ pub fn names_gitmodules(component: &[u8]) -> bool {
     is_ntfs_dot_generic(&folded, b"gitmodules", b"gi7eba")
 }
 
+/// Whether a name is one git reads as `.gitattributes` on some file system (as
+/// [`names_gitmodules`], with the short names `gitatt~1`…`gitatt~4` and `gi7d29~N`): `git fsck`
+/// checks its content.
+pub fn names_gitattributes(component: &[u8]) -> bool {
+    if component.len() < 8 {
+        return false;
+    }
+    let folded = if component.is_ascii() {
+        component.to_vec()
+    } else {
+        without_hfs_ignorables(component)
+    };
+    is_ntfs_dot_generic(&folded, b"gitattributes", b"gi7d29")
+}
+
 /// git's `is_ntfs_dot_generic`: `.<name>`, or an NTFS short name of it, followed only by spaces
 /// and dots, up to the end or a `:`.
 fn is_ntfs_dot_generic(name: &[u8], dotted: &[u8], short_prefix: &[u8; 6]) -> bool {
@@ -534,6 +549,22 @@ mod tests {
             b"a.gitmodules",
         ] {
             assert!(!names_gitmodules(name), "{:?}", String::from_utf8_lossy(name));
+        }
+    }
+
+    #[test]
+    fn gitattributes_names_as_git_reads_them() {
+        for name in [
+            &b".gitattributes"[..],
+            b".GITATTRIBUTES. ",
+            b"GITATT~1",
+            b"gi7d29~1",
+            b".gitattributes:x",
+        ] {
+            assert!(names_gitattributes(name), "{:?}", String::from_utf8_lossy(name));
+        }
+        for name in [&b".gitattribute"[..], b"gi7d29~0", b"gitatt~5", b".gitattributes.bak"] {
+            assert!(!names_gitattributes(name), "{:?}", String::from_utf8_lossy(name));
         }
     }
 

@@ -511,6 +511,40 @@ fn what_git_reads_as_gitmodules_never_makes_a_tree_fsck_rejects() {
             "ok/.gitmodules",
             b"[submodule \"lib\"]\n\tpath = lib\n\turl = https://example.invalid/lib.git\n",
         );
+        // URLs git's fsck refuses too (a second review found these six got through).
+        let judged = [
+            ("u1", "https:///example.com/x"),
+            ("u2", "http::https:///x"),
+            ("u3", "ftp:///x"),
+            ("u4", "..\\..\\:x"),
+            ("u5", ".././/x"),
+            ("u6", "https://e.com:99999999999/x"),
+        ];
+        for (dir, url) in judged {
+            let text = format!("[submodule \"x\"]\n\tpath = x\n\turl = {url}\n");
+            repo.write(format!("{dir}/.gitmodules"), text.as_bytes());
+        }
+        repo.write("attrs/.gitattributes", format!("*.x {}\n", "a".repeat(3000)).as_bytes());
+        let mut by_content: Vec<String> = judged.iter().map(|(dir, _)| format!("{dir}/.gitmodules")).collect();
+        by_content.extend([
+            ".gitmodules".to_owned(),
+            "sub/.gitmodules".to_owned(),
+            "attrs/.gitattributes".to_owned(),
+        ]);
+        // `status` judges the content as a snapshot does.
+        let status = repo.ckpt_json(&["status"], 0);
+        let listed: Vec<Vec<u8>> = status.one("status")["not_protected"]
+            .as_array()
+            .expect("not_protected")
+            .iter()
+            .map(|s| json_path(&s["path"]))
+            .collect();
+        for name in &by_content {
+            assert!(
+                listed.contains(&name.as_bytes().to_vec()),
+                "status names {name}: {listed:?}"
+            );
+        }
         let run = repo.ckpt_json(&args, 0);
         let snap = run.one("snapshot");
         let id = snap["id"].as_str().expect("id").to_owned();
@@ -528,7 +562,11 @@ fn what_git_reads_as_gitmodules_never_makes_a_tree_fsck_rejects() {
             "deep/GITMOD~2",
             ".gitmodules",
             "sub/.gitmodules",
-        ] {
+        ]
+        .iter()
+        .map(|name| name.to_string())
+        .chain(by_content.iter().cloned())
+        {
             assert!(
                 skipped.contains(&name.as_bytes().to_vec()),
                 "{name} skipped (watched: {watched}): {skipped:?}"
@@ -934,4 +972,69 @@ fn an_undo_across_an_ignore_file_it_takes_away_finds_the_ignored_file_already_ri
     assert!(!repo.path(".gitignore").exists());
     assert_eq!(repo.read("x.log"), b"a log the agent kept\n");
     assert_eq!(repo.read("a.txt"), b"new\n");
+}
+
+#[test]
+fn a_repository_ckpt_may_not_read_is_refused_never_taken_for_a_plain_directory() {
+    let repo = TestRepo::new();
+    let Some(user) = OtherUser::set_up(&repo) else { return };
+    repo.write("a.txt", b"changed\n");
+    user.ckpt_json(&repo, &["snapshot"], 0);
+    repo.chmod(".git", 0o000);
+    let run = user.ckpt_json(&repo, &["snapshot"], 4);
+    repo.chmod(".git", 0o755);
+    assert!(run.stdout.contains("cannot read"), "{}", run.stdout);
+    let workspaces = repo.home.join(".local/share/ckpt/workspaces");
+    assert!(
+        std::fs::read_dir(&workspaces).map_or(true, |mut d| d.next().is_none()),
+        "no copy checkpoint was taken in its place"
+    );
+}
+
+#[test]
+fn the_copy_store_is_private_to_its_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let plain = TestRepo::bare_dir();
+    plain.write(".env", b"SECRET=1\n");
+    plain.chmod(".env", 0o600);
+    plain.snapshot(&[]);
+    let home = plain.home.join(".local/share/ckpt");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode(&home), 0o700, "made private");
+    // A store an older ckpt made wider is narrowed by the next run.
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    plain.ckpt_json(&["list"], 0);
+    assert_eq!(mode(&home), 0o700, "narrowed");
+}
+
+#[test]
+fn a_restore_into_a_directory_this_user_may_not_change_writes_nothing() {
+    let repo = TestRepo::new();
+    let Some(user) = OtherUser::set_up(&repo) else { return };
+    repo.write("p/1.txt", b"one\n");
+    repo.write("q/2.txt", b"two\n");
+    if user.as_root {
+        let chown = std::process::Command::new("chown")
+            .args(["-R", &format!("{0}:{0}", OtherUser::UID)])
+            .arg(repo.path("p"))
+            .arg(repo.path("q"))
+            .status()
+            .expect("chown");
+        assert!(chown.success());
+    }
+    let id = user.ckpt_json(&repo, &["snapshot"], 0).one("snapshot")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    repo.write("p/1.txt", b"one, edited\n");
+    repo.write("q/2.txt", b"two, edited\n");
+    user.lock_out(&repo, "q", 0o555);
+    if !user.as_root {
+        repo.chmod("q", 0o555);
+    }
+    let before = repo.worktree();
+    let run = user.ckpt_json(&repo, &["restore", &id, "--yes"], 1);
+    repo.chmod("q", 0o755);
+    assert!(run.stdout.contains("no write permission"), "{}", run.stdout);
+    assert_eq!(repo.worktree(), before, "nothing written, not even p/1.txt");
 }

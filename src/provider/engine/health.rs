@@ -15,7 +15,8 @@ use crate::verbs::{temp_file_owner, DiskItem, IdSet, ObjectId, PinRef, RepoPath}
 
 /// A pack writer's temp file untouched this long is a killed write's leftover: no pack write
 /// pauses for a day, ckpt's own last seconds.
-pub(super) const STALE_PACK_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+/// A write in progress keeps touching its temp file; none leaves it untouched for an hour.
+pub(super) const STALE_PACK_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 fn problem(code: &'static str, message: String, id: Option<&str>) -> Problem {
     Problem {

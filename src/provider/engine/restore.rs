@@ -392,7 +392,8 @@ impl Engine {
             .collect();
         let unwritable = prestaged
             .unwritable(ops)
-            .or_else(|| self.unwritable_content(&unchecked));
+            .or_else(|| self.unwritable_content(&unchecked))
+            .or_else(|| self.vault.unwritable_directory(ops));
         match unwritable {
             None => Ok(()),
             Some((path, why)) => Err(CkptError::Verb(crate::verbs::VerbError::Worktree {

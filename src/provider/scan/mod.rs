@@ -20,7 +20,7 @@ use crate::verbs::{
 };
 
 mod files;
-mod gitmodules;
+mod gitfiles;
 mod one;
 mod survey;
 

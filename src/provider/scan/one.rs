@@ -110,11 +110,11 @@ pub(super) fn capture_one(
         return Ok(Outcome::Captured(file, source));
     }
     let full = root.join(candidate.path.to_os_path());
-    let names_gitmodules = candidate
+    let git_file = candidate
         .path
         .components()
         .last()
-        .is_some_and(crate::verbs::names_gitmodules);
+        .and_then(super::gitfiles::GitFile::of);
     let (id, size, fresh) = if kind == EntryKind::Symlink {
         match fs::read_link(&full) {
             Ok(target) => {
@@ -124,26 +124,24 @@ pub(super) fn capture_one(
             }
             Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
         }
-    } else if names_gitmodules {
+    } else if let Some(git_file) = git_file {
         // Judged, then stored, from the same bytes: what git fsck would reject never enters a
         // tree, and what changes after the judging is not what is stored.
-        if stat.size > super::gitmodules::MOST_BYTES {
+        if stat.size > super::gitfiles::MOST_BYTES {
             return Ok(Outcome::Skipped(format!(
-                "too_large: {} bytes, limit {} for a .gitmodules (git fsck reads its content)",
+                "too_large: {} bytes, limit {} for a {} (git fsck reads its content)",
                 stat.size,
-                super::gitmodules::MOST_BYTES
+                super::gitfiles::MOST_BYTES,
+                git_file.shown()
             )));
         }
-        let bytes = match crate::verbs::read_small_state_file(&full, super::gitmodules::MOST_BYTES) {
+        let bytes = match crate::verbs::read_small_state_file(&full, super::gitfiles::MOST_BYTES) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Outcome::Absent),
             Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
         };
-        if let Some(problem) = super::gitmodules::fsck_problem(&bytes) {
-            return Ok(Outcome::Skipped(format!(
-                "{}: a .gitmodules whose {problem}, which git fsck rejects in a tree",
-                crate::records::RESERVED_NAME
-            )));
+        if let Some(why) = git_file.skip_reason(&bytes) {
+            return Ok(Outcome::Skipped(why));
         }
         let put = local.get_or_insert_with(|| blobs.local()).put(&bytes)?;
         (put.id, bytes.len() as u64, put.fresh)

@@ -16,11 +16,12 @@ pub struct Survey {
 
 pub fn survey(vault: &Vault, max_file_size: u64) -> Result<Survey, CkptError> {
     let probe = vault.worktree_probe()?;
+    let root = vault.workdir();
     let verdict_of_each = |candidates: Vec<Candidate>, _: Option<(i64, u32)>| {
         candidates
             .into_par_iter()
             .map(|candidate| {
-                let verdict = survey_one(&probe, &candidate.path, max_file_size);
+                let verdict = survey_one(&probe, root, &candidate.path, max_file_size);
                 (candidate.path, verdict)
             })
             .collect::<Vec<(RepoPath, Option<Result<(), String>>)>>()
@@ -46,7 +47,7 @@ pub fn survey(vault: &Vault, max_file_size: u64) -> Result<Survey, CkptError> {
 
 /// Whether `status` counts `path` as protected (`Ok`), not protected and why (`Err`), or not a
 /// file at all (`None`), by `lstat` alone.
-fn survey_one(probe: &WorktreeProbe, path: &RepoPath, max_file_size: u64) -> Option<Result<(), String>> {
+fn survey_one(probe: &WorktreeProbe, root: &Path, path: &RepoPath, max_file_size: u64) -> Option<Result<(), String>> {
     let probed = match probe.lstat(path) {
         Ok(probed) => probed,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
@@ -60,7 +61,18 @@ fn survey_one(probe: &WorktreeProbe, path: &RepoPath, max_file_size: u64) -> Opt
             probed.stat.size
         ))),
         PathKind::File if !probe.may_read(path) => Some(Err("unreadable: permission denied".into())),
-        PathKind::File => Some(Ok(())),
+        // A file git reads itself is judged by its content, as a snapshot judges it.
+        PathKind::File => match path.components().last().and_then(super::gitfiles::GitFile::of) {
+            Some(git_file) => {
+                let bytes =
+                    crate::verbs::read_small_state_file(&root.join(path.to_os_path()), super::gitfiles::MOST_BYTES);
+                match bytes {
+                    Ok(bytes) => Some(git_file.skip_reason(&bytes).map_or(Ok(()), Err)),
+                    Err(e) => Some(Err(format!("unreadable: {e}"))),
+                }
+            }
+            None => Some(Ok(())),
+        },
         PathKind::Special => Some(Err("special_file".into())),
     }
 }

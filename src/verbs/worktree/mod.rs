@@ -459,6 +459,55 @@ impl Vault {
         }
     }
 
+    /// The first op of `ops` whose directory this process may not change (no write or search
+    /// permission on the nearest directory that exists above its path), with why: found before
+    /// anything is written, so a restore never stops half way on it (found by a review: files
+    /// in one directory were written, then a read-only directory failed the rest). Read-only.
+    pub fn unwritable_directory(&self, ops: &[RestoreOp]) -> Option<(RepoPath, String)> {
+        use rustix::fs::{accessat, statat, Access, AtFlags, FileType};
+        let root = self.worktree().open_root().ok()?;
+        let mut judged: HashMap<Vec<u8>, bool> = HashMap::new();
+        // A prune of an empty directory is best effort: one that cannot go stays, silently.
+        for op in ops.iter().filter(|op| !matches!(op, RestoreOp::PruneEmptyDir { .. })) {
+            let path = op.path();
+            // The nearest existing directory above the path: what the op creates or changes in.
+            let mut dir: Vec<u8> = path.parent().map(|p| p.as_bytes().to_vec()).unwrap_or_default();
+            loop {
+                let shown = if dir.is_empty() { b".".to_vec() } else { dir.clone() };
+                let exists = statat(&root, shown.as_slice(), AtFlags::SYMLINK_NOFOLLOW)
+                    .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
+                if exists || dir.is_empty() {
+                    let writable = *judged.entry(shown.clone()).or_insert_with(|| {
+                        !matches!(
+                            accessat(
+                                &root,
+                                shown.as_slice(),
+                                Access::WRITE_OK | Access::EXEC_OK,
+                                AtFlags::EACCESS
+                            ),
+                            Err(Errno::ACCESS) | Err(Errno::ROFS)
+                        )
+                    });
+                    if !writable {
+                        return Some((
+                            path.clone(),
+                            format!(
+                                "the directory {} may not be changed by this user (no write permission)",
+                                String::from_utf8_lossy(&shown)
+                            ),
+                        ));
+                    }
+                    break;
+                }
+                dir = match dir.iter().rposition(|b| *b == b'/') {
+                    Some(cut) => dir[..cut].to_vec(),
+                    None => Vec::new(),
+                };
+            }
+        }
+        None
+    }
+
     /// Reads what is at `path` now, without following any symlink, and hashes it as a blob.
     pub fn read_worktree_item(&self, path: &RepoPath) -> Result<DiskItem, VerbError> {
         self.worktree().read_item(path)
