@@ -45,21 +45,20 @@ fn is_ntfs_dot_git(name: &[u8]) -> bool {
 /// `g~123456`: a prefix of `gi7eba`, `~`, digits, eight characters in all). `git fsck` rejects a
 /// tree where such a name is a symlink (`gitmodulesSymlink`) and checks its content.
 pub fn names_gitmodules(component: &[u8]) -> bool {
-    if component.len() < 8 {
-        return false;
-    }
-    let folded = if component.is_ascii() {
-        component.to_vec()
-    } else {
-        without_hfs_ignorables(component)
-    };
-    is_ntfs_dot_generic(&folded, b"gitmodules", b"gi7eba")
+    names_dot_file(component, b"gitmodules", b"gi7eba")
 }
 
 /// Whether a name is one git reads as `.gitattributes` on some file system (as
 /// [`names_gitmodules`], with the short names `gitatt~1`…`gitatt~4` and `gi7d29~N`): `git fsck`
 /// checks its content.
 pub fn names_gitattributes(component: &[u8]) -> bool {
+    names_dot_file(component, b"gitattributes", b"gi7d29")
+}
+
+/// Whether `component` names `.<dotted>` as git reads names on NTFS and HFS+ (see
+/// [`names_gitmodules`]); `short_prefix` starts NTFS's fallback short name for it.
+fn names_dot_file(component: &[u8], dotted: &[u8], short_prefix: &[u8; 6]) -> bool {
+    // The shortest form is an eight-character short name.
     if component.len() < 8 {
         return false;
     }
@@ -68,7 +67,7 @@ pub fn names_gitattributes(component: &[u8]) -> bool {
     } else {
         without_hfs_ignorables(component)
     };
-    is_ntfs_dot_generic(&folded, b"gitattributes", b"gi7d29")
+    is_ntfs_dot_generic(&folded, dotted, short_prefix)
 }
 
 /// git's `is_ntfs_dot_generic`: `.<name>`, or an NTFS short name of it, followed only by spaces

@@ -7,6 +7,16 @@ use std::path::PathBuf;
 
 use crate::common::*;
 
+/// The paths a snapshot record names as skipped.
+fn skipped_paths(snapshot: &serde_json::Value) -> Vec<Vec<u8>> {
+    snapshot["skipped"]
+        .as_array()
+        .expect("skipped")
+        .iter()
+        .map(|s| json_path(&s["path"]))
+        .collect()
+}
+
 /// Every path `git status --porcelain -uall` lists, as bytes.
 fn status_paths(repo: &TestRepo) -> BTreeSet<Vec<u8>> {
     let out = repo.git_raw(&["status", "--porcelain", "-uall", "-z"]);
@@ -89,12 +99,7 @@ fn names_git_reserves_are_skipped_by_name_never_written_into_a_tree() {
         let run = repo.ckpt_json(&args, 0);
         let snap = run.one("snapshot");
         let id = snap["id"].as_str().expect("id").to_owned();
-        let skipped: Vec<Vec<u8>> = snap["skipped"]
-            .as_array()
-            .expect("skipped")
-            .iter()
-            .map(|s| json_path(&s["path"]))
-            .collect();
+        let skipped = skipped_paths(snap);
         for name in reserved.iter().copied().chain([&b".gitmodules"[..]]) {
             assert!(
                 skipped.contains(&name.to_vec()),
@@ -123,12 +128,7 @@ fn names_git_reserves_are_skipped_by_name_never_written_into_a_tree() {
         // A later change elsewhere keeps the record's list whole (the watched path edits it).
         repo.write("docs/guide.md", b"changed\n");
         let run = repo.ckpt_json(&args, 0);
-        let again: Vec<Vec<u8>> = run.one("snapshot")["skipped"]
-            .as_array()
-            .expect("skipped")
-            .iter()
-            .map(|s| json_path(&s["path"]))
-            .collect();
+        let again = skipped_paths(run.one("snapshot"));
         assert!(again.contains(&b".Git".to_vec()), "still named: {again:?}");
     }
 }
@@ -465,12 +465,7 @@ fn a_reserved_name_committed_in_head_is_skipped_and_snapshots_go_on() {
     let run = repo.ckpt_json(&["snapshot"], 0);
     let snap = run.one("snapshot");
     let id = snap["id"].as_str().expect("id").to_owned();
-    let skipped: Vec<Vec<u8>> = snap["skipped"]
-        .as_array()
-        .expect("skipped")
-        .iter()
-        .map(|s| json_path(&s["path"]))
-        .collect();
+    let skipped = skipped_paths(snap);
     assert!(
         skipped.contains(&b"GIT~1".to_vec()) && skipped.contains(&b"sub/.git.".to_vec()),
         "{skipped:?}"
@@ -548,12 +543,7 @@ fn what_git_reads_as_gitmodules_never_makes_a_tree_fsck_rejects() {
         let run = repo.ckpt_json(&args, 0);
         let snap = run.one("snapshot");
         let id = snap["id"].as_str().expect("id").to_owned();
-        let skipped: Vec<Vec<u8>> = snap["skipped"]
-            .as_array()
-            .expect("skipped")
-            .iter()
-            .map(|s| json_path(&s["path"]))
-            .collect();
+        let skipped = skipped_paths(snap);
         for name in [
             "gi7eba~1",
             "GI7E~123",
