@@ -659,6 +659,14 @@ impl Registry {
     /// malformed one is an error, never silently reset.
     pub fn load(&self) -> Result<Vec<Record>, RecordsError> {
         let path = self.records_path();
+        // Never through a link: one to another repository's registry made its checkpoints
+        // listed here, and the next snapshot copied them in (found by a review).
+        if fs::symlink_metadata(&path).is_ok_and(|meta| meta.file_type().is_symlink()) {
+            return Err(RecordsError::Corrupt {
+                path: path.clone(),
+                why: "it is a symlink, and ckpt never reads its registry through one (doctor --fix sets the link aside and rebuilds the registry from this workspace's pins)".into(),
+            });
+        }
         let text = match crate::verbs::read_regular_file(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

@@ -944,6 +944,8 @@ fn a_write_through_a_memory_map_after_its_file_was_closed_is_seen_by_a_watched_s
 fn an_undo_across_an_ignore_file_it_takes_away_finds_the_ignored_file_already_right() {
     let repo = TestRepo::new();
     repo.write("x.log", b"a log the agent kept\n");
+    // And a file in a directory ignored as a whole (the second matrix run found this one).
+    repo.write("target/out.o", b"a build product\n");
     let with_ignore = repo.snapshot(&[]);
     // The agent removes .gitignore (an orphan branch's `git rm -rf .` does): x.log is captured.
     repo.remove(".gitignore");
@@ -961,6 +963,7 @@ fn an_undo_across_an_ignore_file_it_takes_away_finds_the_ignored_file_already_ri
     assert_eq!(undo.one("restore")["verified"], true, "{}", undo.stdout);
     assert!(!repo.path(".gitignore").exists());
     assert_eq!(repo.read("x.log"), b"a log the agent kept\n");
+    assert_eq!(repo.read("target/out.o"), b"a build product\n");
     assert_eq!(repo.read("a.txt"), b"new\n");
 }
 
@@ -1027,4 +1030,27 @@ fn a_restore_into_a_directory_this_user_may_not_change_writes_nothing() {
     repo.chmod("q", 0o755);
     assert!(run.stdout.contains("no write permission"), "{}", run.stdout);
     assert_eq!(repo.worktree(), before, "nothing written, not even p/1.txt");
+}
+
+#[test]
+fn a_registry_that_is_a_symlink_is_never_read_through() {
+    let repo = TestRepo::new();
+    let own = repo.snapshot(&[]);
+    let other = TestRepo::new();
+    other.write("theirs.txt", b"another project\n");
+    other.snapshot(&[]);
+    let theirs = other.common_dir().join("ckpt/main/records.json");
+    let before = std::fs::read(&theirs).expect("their registry");
+    let registry = repo.common_dir().join("ckpt/main/records.json");
+    std::fs::remove_file(&registry).expect("rm");
+    std::os::unix::fs::symlink(&theirs, &registry).expect("link");
+    let run = repo.ckpt_json(&["list"], 1);
+    assert_eq!(run.one("error")["code"], "corrupt_registry", "{}", run.stdout);
+    repo.ckpt_json(&["doctor", "--fix"], 0);
+    assert_eq!(ids(&repo.ckpt_json(&["list"], 0), "checkpoint", "id"), vec![own]);
+    assert_eq!(
+        std::fs::read(&theirs).expect("theirs"),
+        before,
+        "the other registry is untouched"
+    );
 }

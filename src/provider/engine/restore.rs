@@ -269,19 +269,29 @@ impl Engine {
     /// A filter that names only files on disk ckpt could not protect (too large, unreadable, a
     /// special file) names something that is there: the restore leaves it and says so, rather
     /// than claiming it is nowhere.
-    /// The target's files that are ignored on disk now and hold the target's bytes already.
-    /// Read-only; only ignored paths the target names are hashed.
+    /// The target's files that are ignored on disk now (one by one, or inside a directory
+    /// ignored as a whole) and hold the target's bytes already. Read-only; only ignored paths
+    /// the target names are hashed.
     fn ignored_but_same(
         &self,
         target: &BTreeMap<RepoPath, TreeItem>,
         capture: &Capture,
     ) -> std::collections::BTreeSet<RepoPath> {
-        capture
+        if capture.ignored.is_empty() {
+            return Default::default();
+        }
+        let ignored: std::collections::HashMap<&RepoPath, bool> = capture
             .ignored
             .iter()
-            .filter(|(_, whole_dir)| !whole_dir)
-            .filter_map(|(path, _)| {
-                let want = target.get(path)?;
+            .map(|(path, whole_dir)| (path, *whole_dir))
+            .collect();
+        let is_ignored = |path: &RepoPath| {
+            ignored.get(path) == Some(&false) || path.ancestors().iter().any(|dir| ignored.get(dir) == Some(&true))
+        };
+        target
+            .iter()
+            .filter(|(path, _)| is_ignored(path))
+            .filter_map(|(path, want)| {
                 let now = self.vault.read_worktree_item(path).ok()?;
                 (now == crate::verbs::DiskItem::Entry(*want)).then(|| path.clone())
             })
