@@ -217,6 +217,16 @@ fn a_new_repository_keeps_using_copies_until_its_first_commit_then_both_stay_lis
     assert_eq!(repo.read("draft.txt"), b"before any commit\n");
 }
 
+/// Gives `paths` (recursively) to user and group `id`.
+fn chown(id: u32, paths: &[PathBuf]) {
+    let status = std::process::Command::new("chown")
+        .args(["-R", &format!("{id}:{id}")])
+        .args(paths)
+        .status()
+        .expect("chown");
+    assert!(status.success(), "chown {id} {paths:?}");
+}
+
 /// A second user for shapes that need one (a directory this user may not read): as root, the
 /// workspace and home are handed to `nobody` and ckpt runs as `nobody`; as any other user, that
 /// user is the second one already. `None` (the test is skipped, loudly) when neither works.
@@ -239,13 +249,7 @@ impl OtherUser {
         std::fs::write(repo.home.join(".gitconfig"), "[safe]\n\tdirectory = *\n").expect("gitconfig");
         let top = repo.root.parent().expect("temp dir");
         std::fs::set_permissions(top, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
-        let chown = std::process::Command::new("chown")
-            .args(["-R", &format!("{0}:{0}", Self::UID)])
-            .arg(&repo.root)
-            .arg(&repo.home)
-            .status()
-            .expect("chown");
-        assert!(chown.success());
+        chown(Self::UID, &[repo.root.clone(), repo.home.clone()]);
         Some(OtherUser { as_root: true })
     }
 
@@ -253,14 +257,24 @@ impl OtherUser {
     /// or mode 000 when this user is not root.
     fn lock_out(&self, repo: &TestRepo, rel: &str, mode: u32) {
         if self.as_root {
-            let chown = std::process::Command::new("chown")
-                .args(["-R", "0:0"])
-                .arg(repo.path(rel))
-                .status()
-                .expect("chown");
-            assert!(chown.success());
+            chown(0, &[repo.path(rel)]);
         }
         repo.chmod(rel, if self.as_root { mode } else { 0o000 });
+    }
+
+    /// Gives `rels` (made by the test, as root) to the second user, as its own files.
+    fn hand_over(&self, repo: &TestRepo, rels: &[&str]) {
+        if self.as_root {
+            chown(Self::UID, &rels.iter().map(|rel| repo.path(rel)).collect::<Vec<_>>());
+        }
+    }
+
+    /// A snapshot taken as the second user; its id.
+    fn snapshot(&self, repo: &TestRepo) -> String {
+        self.ckpt_json(repo, &["snapshot"], 0).one("snapshot")["id"]
+            .as_str()
+            .expect("id")
+            .to_owned()
     }
 
     fn ckpt_json(&self, repo: &TestRepo, args: &[&str], code: i32) -> Run {
@@ -867,18 +881,8 @@ fn a_file_that_became_unreadable_is_not_shown_as_deleted_by_diff() {
     let repo = TestRepo::new();
     let Some(user) = OtherUser::set_up(&repo) else { return };
     repo.write("secret.key", b"readable when the checkpoint was taken\n");
-    if user.as_root {
-        let chown = std::process::Command::new("chown")
-            .args([&format!("{0}:{0}", OtherUser::UID)])
-            .arg(repo.path("secret.key"))
-            .status()
-            .expect("chown");
-        assert!(chown.success());
-    }
-    let id = user.ckpt_json(&repo, &["snapshot"], 0).one("snapshot")["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    user.hand_over(&repo, &["secret.key"]);
+    let id = user.snapshot(&repo);
     user.lock_out(&repo, "secret.key", 0o600);
     let run = user.ckpt_json(&repo, &["diff", &id, "--name-status"], 0);
     assert!(
@@ -1006,19 +1010,8 @@ fn a_restore_into_a_directory_this_user_may_not_change_writes_nothing() {
     let Some(user) = OtherUser::set_up(&repo) else { return };
     repo.write("p/1.txt", b"one\n");
     repo.write("q/2.txt", b"two\n");
-    if user.as_root {
-        let chown = std::process::Command::new("chown")
-            .args(["-R", &format!("{0}:{0}", OtherUser::UID)])
-            .arg(repo.path("p"))
-            .arg(repo.path("q"))
-            .status()
-            .expect("chown");
-        assert!(chown.success());
-    }
-    let id = user.ckpt_json(&repo, &["snapshot"], 0).one("snapshot")["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    user.hand_over(&repo, &["p", "q"]);
+    let id = user.snapshot(&repo);
     repo.write("p/1.txt", b"one, edited\n");
     repo.write("q/2.txt", b"two, edited\n");
     user.lock_out(&repo, "q", 0o555);
