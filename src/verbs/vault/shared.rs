@@ -4,7 +4,6 @@
 //! directory ckpt made. Only permission bits of files and directories ckpt itself just created
 //! are changed, never through a link, and only when the repository asks for sharing.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use super::Vault;
@@ -87,16 +86,24 @@ impl Vault {
 }
 
 fn share_one(path: &Path, sharing: Sharing) {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
+    use rustix::fs::{fchmod, fstat, open, FileType, Mode, OFlags};
+    // Judged and changed through one descriptor opened without following a link, so a link
+    // swapped in after a look is never followed.
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let Ok(fd) = open(path, flags, Mode::empty()) else {
         return;
     };
-    if meta.file_type().is_symlink() {
+    let Ok(stat) = fstat(&fd) else {
+        return;
+    };
+    let kind = FileType::from_raw_mode(stat.st_mode);
+    if !matches!(kind, FileType::RegularFile | FileType::Directory) {
         return;
     }
-    let mode = meta.permissions().mode();
-    let wanted = sharing.mode_for(mode, meta.is_dir());
+    let mode = stat.st_mode;
+    let wanted = sharing.mode_for(mode, kind == FileType::Directory);
     if wanted & 0o7777 != mode & 0o7777 {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(wanted & 0o7777)).ok();
+        fchmod(&fd, Mode::from_raw_mode(wanted & 0o7777)).ok();
     }
 }
 
