@@ -80,6 +80,7 @@ impl CkptError {
             CkptError::Verb(VerbError::MissingObject { .. }) => "missing_object",
             CkptError::Verb(VerbError::UnusableObject { .. }) => "unusable_object",
             CkptError::Verb(VerbError::RefConflict { .. }) => "ref_conflict",
+            CkptError::Verb(VerbError::CollectedBeforePin { .. }) => "git",
             CkptError::Verb(VerbError::Worktree { .. }) => "worktree",
             CkptError::Verb(VerbError::Unsupported(_)) => "unsupported",
             CkptError::Verb(VerbError::Git { .. }) => "git",

@@ -18,9 +18,9 @@ pub use types::{
 pub use vault::{
     absolute_parent_canonical, collect_private_garbage, enclosing_bare_repository, enclosing_common_dir,
     enclosing_exclude_files, enclosing_worktree, path_key, refuse_blocking_rule_file, refuse_unreadable_packed_refs,
-    FileCounts, FileRead, Follow, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, OpenBatch,
-    PackCompression, ParallelBlobs, PathScope, PinNames, PrivateStore, TreeChange, TreeCheck, Vault, WorktreeIdentity,
-    LEGACY_MARK, READ_ATTEMPTS,
+    FileCounts, FileRead, Follow, GarbageReport, IndexStat, LevelEntry, LocalBlobs, NewTreeEntry, PackCompression,
+    ParallelBlobs, PathScope, PinNames, PrivateStore, TreeChange, TreeCheck, Vault, WorktreeIdentity, LEGACY_MARK,
+    READ_ATTEMPTS,
 };
 pub use worktree::{
     any_staged_files, dead_staged_files, directory_identity, end_watch_daemon, open_lock_no_follow, open_no_follow,
@@ -80,6 +80,10 @@ pub enum VerbError {
     },
     #[error("ref {name} changed concurrently: {message}")]
     RefConflict { name: String, message: String },
+    /// Objects a new checkpoint needs were removed before its pin was written (a gc running
+    /// beside ckpt took stored objects no ref reached yet); the pin was taken back.
+    #[error("pinning {pin}: {gone} of the objects it needs ({first} among them) were removed before its pin was written (a `git prune` or `git gc --prune=now` running beside ckpt removes every unreachable object); nothing was published, take the checkpoint again")]
+    CollectedBeforePin { pin: String, gone: usize, first: ObjectId },
     #[error("{path}: {message}")]
     Worktree { path: String, message: String },
     /// A repository feature ckpt cannot work with (yet).

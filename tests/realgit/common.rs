@@ -418,6 +418,68 @@ impl TestRepo {
         PathBuf::from(self.git(&["rev-parse", "--absolute-git-dir"]).trim())
     }
 
+    /// Turns every pack of the repository into loose objects (ckpt writes a checkpoint's
+    /// objects as packs): for tests of what ckpt does with a loose object a user's git left.
+    pub fn loosen(&self) {
+        let pack_dir = self.common_dir().join("objects/pack");
+        let aside = tempfile::tempdir().expect("a temp dir");
+        let Ok(entries) = std::fs::read_dir(&pack_dir) else {
+            return;
+        };
+        let mut packs = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+                continue;
+            };
+            if name.ends_with(".pack") {
+                let moved = aside.path().join(&name);
+                std::fs::rename(&path, &moved).expect("pack moved aside");
+                packs.push(moved);
+            } else if name.starts_with("pack-") {
+                std::fs::remove_file(&path).expect("pack file removed");
+            }
+        }
+        for pack in packs {
+            let input = std::fs::File::open(&pack).expect("pack");
+            let out = Command::new("git")
+                .current_dir(&self.root)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .args(["unpack-objects", "-q"])
+                .stdin(input)
+                .output()
+                .expect("git unpack-objects");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+
+    /// The pack (as `objects/pack/pack-<name>.pack`, relative to the common dir) that holds
+    /// object `id`.
+    pub fn pack_holding(&self, id: &str) -> String {
+        let pack_dir = self.common_dir().join("objects/pack");
+        for entry in std::fs::read_dir(&pack_dir).expect("a pack directory").flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|ext| ext != "idx") {
+                continue;
+            }
+            let index = std::fs::File::open(&path).expect("index");
+            let out = Command::new("git")
+                .current_dir(&self.root)
+                .args(["show-index"])
+                .stdin(index)
+                .output()
+                .expect("git show-index");
+            if String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|line| line.split(' ').nth(1) == Some(id))
+            {
+                let name = path.with_extension("pack");
+                return format!("objects/pack/{}", name.file_name().unwrap().to_string_lossy());
+            }
+        }
+        panic!("no pack holds {id}");
+    }
+
     pub fn common_dir(&self) -> PathBuf {
         let text = self.git(&["rev-parse", "--git-common-dir"]);
         let path = PathBuf::from(text.trim());

@@ -173,13 +173,16 @@ fn a_guard_is_on_disk_before_the_restore_changes_anything() {
         let edit = format!("agent edit {round}\n");
         repo.write("a.txt", edit.as_bytes());
         let blob = repo.git(&["hash-object", "a.txt"]).trim().to_owned();
+        // A checkpoint of the edit taken first is the guard the restore stands on (nothing
+        // changed since), so the packs holding its commit and content are known beforehand.
         let at = match subject {
-            "@content" => format!("objects/{}/{}", &blob[..2], &blob[2..]),
-            // A checkpoint of the edit taken first is the guard the restore stands on (nothing
-            // changed since), so its commit (a loose object) is known beforehand.
+            "@content" => {
+                repo.snapshot(&[]);
+                repo.pack_holding(&blob)
+            }
             "@commit" => {
                 let guard = repo.snapshot(&[]);
-                format!("objects/{}/{}", &guard[..2], &guard[2..])
+                repo.pack_holding(&guard)
             }
             other => other.to_owned(),
         };

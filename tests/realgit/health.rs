@@ -92,6 +92,7 @@ fn audit_reports_missing_objects() {
     repo.write("only.txt", b"only in the checkpoint");
     let id = repo.snapshot(&[]);
     let blob = repo.git(&["rev-parse", &format!("{id}:only.txt")]).trim().to_owned();
+    repo.loosen();
     std::fs::remove_file(repo.common_dir().join("objects").join(&blob[..2]).join(&blob[2..])).unwrap();
     let audit = repo.ckpt_json(&["audit"], 1);
     assert_eq!(problems(&audit, "audit.problem"), vec!["unreadable_checkpoint"]);
@@ -338,6 +339,7 @@ fn a_snapshot_never_stands_on_a_newest_record_its_commit_does_not_back() {
     repo.write("a.txt", b"new\n");
     let third = repo.snapshot(&[]);
     assert_ne!(third, newest);
+    repo.loosen();
     let object = repo.common_dir().join("objects").join(&third[..2]).join(&third[2..]);
     assert!(object.exists(), "a loose commit");
     std::fs::remove_file(&object).unwrap();
@@ -439,6 +441,7 @@ fn a_commit_that_reads_as_another_never_gives_a_snapshot_its_tree() {
         repo.write("f.txt", b"v3\n");
         let third = repo.snapshot(&[]);
         if overwrite {
+            repo.loosen();
             let object = |id: &str| repo.common_dir().join("objects").join(&id[..2]).join(&id[2..]);
             std::fs::remove_file(object(&third)).unwrap();
             std::fs::copy(object(&first), object(&third)).unwrap();
@@ -488,6 +491,7 @@ fn doctor_removes_a_pin_to_nothing_and_a_fifo_packed_refs_is_refused() {
     let gone = repo.snapshot(&[]);
     repo.write("f.txt", b"v3\n");
     repo.snapshot(&[]);
+    repo.loosen();
     std::fs::remove_file(repo.common_dir().join("objects").join(&gone[..2]).join(&gone[2..])).unwrap();
     let fixed = repo.ckpt_json(&["doctor", "--fix"], 0);
     assert!(fixed.stdout.contains("removed"), "{}", fixed.stdout);

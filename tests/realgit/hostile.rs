@@ -376,6 +376,7 @@ fn missing_objects_fail_loudly_never_restored_zero_files() {
         .git(&["rev-parse", &format!("{id}:only-here.txt")])
         .trim()
         .to_owned();
+    repo.loosen();
     let object = repo.common_dir().join("objects").join(&blob[..2]).join(&blob[2..]);
     std::fs::remove_file(&object).expect("the blob is a loose object");
     let run = repo.ckpt_json(&["restore", &id, "--yes"], 1);
@@ -432,7 +433,8 @@ fn only_pack(repo: &TestRepo) -> std::path::PathBuf {
 /// Repacks every object uncompressed (zlib's stored blocks, so `real` lies in the pack as it
 /// is), then lets `change` alter the pack's bytes, told where `real` starts in them.
 fn repack_and_alter(repo: &TestRepo, real: &[u8], change: impl FnOnce(&mut [u8], usize)) {
-    repo.git(&["-c", "pack.compression=0", "repack", "-a", "-d", "-q"]);
+    // `-F`: ckpt's own packs are compressed, and a repack would copy their objects as they are.
+    repo.git(&["-c", "pack.compression=0", "repack", "-a", "-d", "-F", "-q"]);
     let pack = only_pack(repo);
     let mut bytes = std::fs::read(&pack).unwrap();
     let at = bytes
@@ -608,35 +610,93 @@ fn a_pack_removed_while_the_guard_is_made_durable_does_not_fail_the_restore() {
     assert_eq!(repo.read(spread_path(3, 2)), b"original 3\n");
 }
 
-/// A `git prune` (no grace period: it removes every unreachable loose object, however new)
-/// that runs between a snapshot writing its objects and writing its pin takes them; the
-/// snapshot then fails and publishes nothing, where it used to exit 0 with a checkpoint that
-/// could not be restored (found by a review: one in 150 beside a prune loop, and every later
-/// `git gc` failed on the broken ref). Taken again, the checkpoint is whole.
+/// `git prune`, `git repack -a -d` and `git gc --prune=now` (no grace period: they remove every
+/// unreachable object, however new) run between a snapshot writing its objects (its commit and
+/// a streamed large blob among them) and writing its pin: they take none of them, and the
+/// snapshot is published whole (found by a review: one in ~90 beside a gc loop exited 0 with
+/// its commit gone, and every later `git gc` of the user's aborted on the dangling ref).
 #[cfg(feature = "fault-injection")]
 #[test]
-fn objects_pruned_before_the_pin_fail_the_snapshot_and_publish_nothing() {
+fn a_gc_between_a_snapshots_objects_and_its_pin_takes_none_of_them() {
     let repo = TestRepo::new();
     repo.write("kept.txt", b"first\n");
     repo.snapshot(&[]);
-    repo.write("kept.txt", b"second, pruned before its pin\n");
+    repo.write("kept.txt", b"second, written just before a gc\n");
     repo.write("new/dir.txt", b"a new directory's file\n");
-    let before = repo.git(&["for-each-ref", "refs/ckpt/"]);
-    // Its blobs and trees are written, its commit not yet.
-    let out = crate::safety::run_paused(&repo, "snapshot:before-commit", &["--json", "snapshot"], || {
-        repo.git(&["prune"]);
+    let large: Vec<u8> = (0..9u32 << 20)
+        .map(|n| (n.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    repo.write("large.bin", &large);
+    let out = crate::safety::run_paused(&repo, "snapshot:before-pin", &["--json", "snapshot"], || {
+        repo.git(&["prune", "--expire=now"]);
+        repo.git(&["repack", "-a", "-d", "-q"]);
+        repo.git(&["gc", "-q", "--prune=now"]);
     });
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{stdout}");
-    assert!(stdout.contains("removed before its pin"), "{stdout}");
-    assert_eq!(repo.git(&["for-each-ref", "refs/ckpt/"]), before, "a ref was published");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout} {stderr}");
+    assert!(!stderr.contains("taken again"), "nothing it wrote was taken: {stderr}");
+    let id = stdout
+        .lines()
+        .find_map(|line| line.split("\"id\":\"").nth(1))
+        .and_then(|rest| rest.split('"').next())
+        .expect("a snapshot record")
+        .to_owned();
+    assert!(repo.git_raw(&["fsck", "--full", "--strict"]).status.success());
+    repo.git(&["gc", "-q", "--prune=now"]);
     repo.ckpt_json(&["audit"], 0);
-    repo.git(&["gc", "-q"]);
-    let id = repo.snapshot(&[]);
     repo.write("kept.txt", b"later\n");
+    repo.write("large.bin", b"small now\n");
     repo.ckpt_json(&["restore", &id, "--yes"], 0);
-    assert_eq!(repo.read("kept.txt"), b"second, pruned before its pin\n");
+    assert_eq!(repo.read("kept.txt"), b"second, written just before a gc\n");
     assert_eq!(repo.read("new/dir.txt"), b"a new directory's file\n");
+    assert!(repo.read("large.bin") == large, "the large file comes back byte-exact");
+}
+
+/// A snapshot that finds a file's content stored already relies on that copy; where it was an
+/// unreachable one (a dropped stash's blob, say) that a `git repack -a -d` beside the snapshot
+/// removes before the pin exists, the pin notices, publishes nothing, and the snapshot is taken
+/// again, storing the content itself: it exits 0 with a checkpoint that restores.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn a_stored_copy_a_gc_removes_before_the_pin_is_stored_again() {
+    let repo = TestRepo::new();
+    repo.write("kept.txt", b"first\n");
+    repo.snapshot(&[]);
+    let content = b"content that only a dropped stash held\n";
+    let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], content)
+        .trim()
+        .to_owned();
+    let base = repo.common_dir().join("objects/pack/pack");
+    git_stdin(
+        &repo,
+        &["pack-objects", "-q", base.to_str().unwrap()],
+        format!("{blob}\n").as_bytes(),
+    );
+    repo.git(&["prune-packed"]);
+    assert!(!loose_path(&repo, &blob).exists(), "the blob is only packed");
+    repo.write("dropped.txt", content);
+    let pins = |repo: &TestRepo| repo.git(&["for-each-ref", "refs/ckpt/"]).lines().count();
+    let before = pins(&repo);
+    let out = crate::safety::run_paused(&repo, "snapshot:before-pin", &["--json", "snapshot"], || {
+        repo.git(&["repack", "-a", "-d", "-q"]);
+    });
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout} {stderr}");
+    assert!(stderr.contains("taken again"), "{stderr}");
+    assert_eq!(pins(&repo), before + 1, "one checkpoint, no ref left of the first try");
+    assert!(repo.git_raw(&["fsck", "--full", "--strict"]).status.success());
+    repo.git(&["gc", "-q", "--prune=now"]);
+    let id = stdout
+        .lines()
+        .find_map(|line| line.split("\"id\":\"").nth(1))
+        .and_then(|rest| rest.split('"').next())
+        .expect("a snapshot record")
+        .to_owned();
+    repo.write("dropped.txt", b"changed\n");
+    repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(repo.read("dropped.txt"), content);
 }
 
 /// A loose object's file that is a FIFO, or a link to a device, is refused by name at once:
@@ -649,6 +709,7 @@ fn a_loose_object_that_is_no_regular_file_is_refused_without_hanging() {
         repo.write("f.txt", b"checkpoint content\n");
         let id = repo.snapshot(&[]);
         let blob = repo.git(&["rev-parse", &format!("{id}:f.txt")]).trim().to_owned();
+        repo.loosen();
         let object = loose_path(&repo, &blob);
         std::fs::remove_file(&object).unwrap();
         match what {
@@ -681,6 +742,8 @@ fn a_forged_loose_tree_is_refused_or_read_from_a_sound_pack() {
         let id = repo.snapshot(&[]);
         if packed {
             repo.git(&["repack", "-a", "-d", "-q"]);
+        } else {
+            repo.loosen();
         }
         let tree = repo.git(&["rev-parse", &format!("{id}^{{tree}}")]).trim().to_owned();
         let evil = git_stdin(&repo, &["hash-object", "-w", "--stdin"], b"EVIL CONTENT\n");
@@ -752,6 +815,7 @@ fn damaged_loose_objects_are_refused_everywhere_and_never_stop_a_snapshot() {
     repo.write("a.txt", b"checkpoint content\n");
     let id = repo.snapshot(&[]);
     let blob = repo.git(&["rev-parse", &format!("{id}:a.txt")]).trim().to_owned();
+    repo.loosen();
     let mut bomb = b"blob 13\0".to_vec();
     bomb.resize(bomb.len() + 20_000_000, b'x');
     overwrite_loose(&repo, &blob, &zlib(&bomb));
@@ -771,6 +835,7 @@ fn damaged_loose_objects_are_refused_everywhere_and_never_stop_a_snapshot() {
     let repo = TestRepo::new();
     repo.write("b.txt", b"checkpoint content\n");
     let id = repo.snapshot(&[]);
+    repo.loosen();
     overwrite_loose(&repo, &id, &zlib(&raw_commit_naming(&repo, &id)));
     std::fs::remove_file(repo.git_dir().join("ckpt").join("main").join("records.json")).unwrap();
     repo.write("b.txt", b"later edit\n");
@@ -793,6 +858,7 @@ fn damaged_loose_objects_are_refused_everywhere_and_never_stop_a_snapshot() {
     repo.write("c.txt", b"one\n");
     let id = repo.snapshot(&[]);
     let tree = repo.git(&["rev-parse", &format!("{id}^{{tree}}")]).trim().to_owned();
+    repo.loosen();
     let object = loose_path(&repo, &tree);
     std::fs::remove_file(&object).unwrap();
     mkfifo(&object);
@@ -1166,6 +1232,7 @@ fn a_guard_object_pruned_before_it_is_synced_stops_the_restore_with_nothing_chan
                 .map(|line| line.split_once(' ').unwrap())
                 .find(|(name, _)| !refs_before.lines().any(|before| before == *name))
                 .expect("the guard's pin");
+            repo.loosen();
             let loose = repo.common_dir().join("objects").join(&guard[..2]).join(&guard[2..]);
             std::fs::remove_file(&loose).unwrap();
         });

@@ -99,6 +99,7 @@ fn audit_verifies_object_content_not_only_presence() {
     let blob = repo.git(&["rev-parse", &format!("{id}:data.txt")]).trim().to_owned();
     assert_eq!(repo.ckpt_json(&["audit"], 0).one("audit")["problems"], 0);
     // Replace the loose object with a valid zlib stream of other content under the same name.
+    repo.loosen();
     let object = repo.git_dir().join("objects").join(&blob[..2]).join(&blob[2..]);
     let other = tempfile::tempdir().expect("tempdir");
     let scratch = other.path().join("objects");

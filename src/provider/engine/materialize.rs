@@ -94,6 +94,10 @@ impl Engine {
                 refused,
             });
         }
+        // As a snapshot's: every new object in kept packs until the pin exists.
+        let _keeps = self.vault.pack_keeps_released_on_return();
+        let _batch = (self.kind == super::StoreKind::Repository)
+            .then(|| self.vault.begin_batch(crate::verbs::PackCompression::Fastest));
         let blobs = self.vault.parallel_blobs(true).local();
         let mut edits: Vec<(RepoPath, TreeItem)> = Vec::with_capacity(sorted.len());
         let (mut changed, mut added, mut bytes) = (0u64, 0u64, 0u64);

@@ -98,30 +98,25 @@ const STALE_PACK_KEEP: std::time::Duration = std::time::Duration::from_secs(600)
 const KEPT_LARGEST_PACKS: usize = 3;
 
 impl Engine {
-    /// Writes an object batch (if one was begun) and reports how, as `phase`. A pack it writes
-    /// joins this workspace's list of packs ([`Self::merge_ckpt_packs`]).
-    fn finish_batch(
-        &self,
-        batch: Option<crate::verbs::OpenBatch<'_>>,
-        phase: &str,
-        registry: &Registry,
-        lock: &RegistryLock,
-    ) -> Result<(), CkptError> {
-        if let Some(batch) = batch {
-            let started = std::time::Instant::now();
-            let written = batch.finish()?;
-            let how = if written.packed { "as one pack" } else { "loose" };
-            self.reporter
-                .timing(phase, started, || format!("{} {how}", written.objects));
-            if let Some(name) = written.pack {
-                let pack = CkptPack {
-                    name,
-                    uncompressed: written.compression == Some(PackCompression::Stored),
-                };
-                // Listed now, merged (if due) only once a pin covers it: until then it is kept
-                // from git's repack, and a merge leaves kept packs alone.
-                self.merge_ckpt_packs(registry, lock, Some(pack), usize::MAX, false);
-            }
+    /// Writes what the open object batch (if any) still holds and reports it, as `phase`. The
+    /// packs it wrote join this workspace's list of packs ([`Self::merge_ckpt_packs`]).
+    fn finish_open_batch(&self, phase: &str, registry: &Registry, lock: &RegistryLock) -> Result<(), CkptError> {
+        if !self.vault.batch_open() {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let written = self.vault.finish_open_batch()?;
+        self.reporter.timing(phase, started, || {
+            format!("{} in {} pack(s)", written.objects, written.packs.len())
+        });
+        for (name, compression) in written.packs {
+            let pack = CkptPack {
+                name,
+                uncompressed: compression == PackCompression::Stored,
+            };
+            // Listed now, merged (if due) only once a pin covers it: until then it is kept
+            // from git's repack, and a merge leaves kept packs alone.
+            self.merge_ckpt_packs(registry, lock, Some(pack), usize::MAX, false);
         }
         Ok(())
     }

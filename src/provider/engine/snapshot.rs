@@ -10,7 +10,7 @@ use crate::provider::treebuild;
 use crate::provider::{CkptError, Provider, ScanMode, SnapshotOutcome, SnapshotRequest};
 use crate::records::statcache::StatCache;
 use crate::records::{NarrowMode, Record, Registry, RegistryLock, Skipped, Trailers, WirePath, MAX_NARROW_MODES};
-use crate::verbs::{EntryKind, ObjectId, PackCompression, PathScope, PinRef, RepoPath, TreeItem};
+use crate::verbs::{EntryKind, ObjectId, PackCompression, PathScope, PinRef, RepoPath, TreeItem, VerbError};
 
 use super::{now_rfc3339, Engine, StoreKind};
 
@@ -22,9 +22,6 @@ pub(super) struct Counts {
     /// Content this snapshot added to the object store.
     pub bytes: u64,
 }
-
-/// A walking snapshot packs its new trees only from this many on (a first snapshot's).
-const FULL_SNAPSHOT_PACK_AT_LEAST: usize = 1024;
 
 /// What a capture did not protect, as records keep it.
 pub(super) fn skipped_of(capture: &Capture) -> Vec<Skipped> {
@@ -109,8 +106,26 @@ impl Engine {
     }
 
     /// The snapshot transaction; the caller holds the workspace lock. All or nothing: the record
-    /// is the last step, and a failure to save it removes the ref it just pinned.
+    /// is the last step, and a failure to save it removes the ref it just pinned. Taken a second
+    /// time when a gc running beside it removed a stored object it relied on before its pin
+    /// existed: that object is missing then, so the second one stores it itself.
     pub(super) fn snapshot_locked(
+        &self,
+        registry: &Registry,
+        lock: &RegistryLock,
+        request: &SnapshotRequest,
+    ) -> Result<(SnapshotOutcome, Capture), CkptError> {
+        match self.snapshot_locked_once(registry, lock, request) {
+            Err(CkptError::Verb(collected @ VerbError::CollectedBeforePin { .. })) => {
+                let (mut outcome, capture) = self.snapshot_locked_once(registry, lock, request)?;
+                outcome.warnings.push(format!("{collected}; it was taken again"));
+                Ok((outcome, capture))
+            }
+            done => done,
+        }
+    }
+
+    fn snapshot_locked_once(
         &self,
         registry: &Registry,
         lock: &RegistryLock,
@@ -129,6 +144,10 @@ impl Engine {
         let cache = self.trusted_stat_cache(registry);
         self.phase_time("stat cache load", started);
         let scan_mode = ScanMode::Full { fallback: None };
+        // Every object this snapshot adds goes into kept packs, its commit too (see
+        // [`crate::verbs::Vault::begin_batch`]): none is ever loose for a `git prune` to take
+        // before the pin exists. A copy store keeps loose objects: only its own gc collects.
+        let _batch = (self.kind == StoreKind::Repository).then(|| self.vault.begin_batch(PackCompression::Fastest));
         let capture = scan::capture(
             &self.vault,
             request.max_file_size,
@@ -141,20 +160,7 @@ impl Engine {
         let t1 = std::time::Instant::now();
         let tree = match self.unchanged_since_cache(&capture, cache.as_ref(), previous.as_ref()) {
             Some(tree) => tree,
-            None => {
-                // The trees of a first snapshot (thousands of them) go into one pack, as the
-                // objects of a watched snapshot do: one file instead of one per tree, and a
-                // restore reads them back from one mapped file. Blobs stay loose (already
-                // written by the capture, and not held in memory). The few trees of a later
-                // walking snapshot stay loose: a pack each would pile up until git repacks.
-                let batch = (self.kind == StoreKind::Repository).then(|| {
-                    self.vault
-                        .begin_batch_packing_at(FULL_SNAPSHOT_PACK_AT_LEAST, PackCompression::Fastest)
-                });
-                let tree = self.write_trees(&capture, cache.as_ref())?;
-                self.finish_batch(batch, "trees written", registry, lock)?;
-                tree
-            }
+            None => self.write_trees(&capture, cache.as_ref())?,
         };
         self.phase_time("trees", t1);
         // Only its size and checkpoint matter from here on; the entries go (memory at 200k files).
@@ -282,9 +288,14 @@ impl Engine {
         };
         let started = std::time::Instant::now();
         crate::fault::pause("snapshot:before-commit");
+        // The commit goes into the open batch's last pack; a checkpoint that wrote nothing else
+        // (the same tree, new labels) gets a batch of its own.
+        let _own_batch = (self.kind == StoreKind::Repository && !self.vault.batch_open())
+            .then(|| self.vault.begin_batch(PackCompression::Fastest));
         let commit = self
             .vault
             .write_commit(&tree, head.as_ref(), &trailers.format(), unix)?;
+        self.finish_open_batch("objects written", registry, lock)?;
         crate::fault::point("snapshot:after-commit");
         crate::fault::pause("snapshot:before-pin");
         let pin = PinRef::for_checkpoint(&self.workspace, &commit);

@@ -12,7 +12,7 @@ use crate::provider::watch::{self, Changes};
 use crate::provider::{CkptError, ScanMode, SnapshotOutcome, SnapshotRequest};
 use crate::records::watch::{WatchBase, WatchFiles};
 use crate::records::{Record, Registry, RegistryLock, WirePath};
-use crate::verbs::{ObjectId, PackCompression, PathScope, RepoPath, TreeItem};
+use crate::verbs::{ObjectId, PackCompression, PathScope, RepoPath, TreeItem, VerbError};
 
 use super::snapshot::{skipped_list, unnamable_list, Counts};
 use super::{Engine, StoreKind};
@@ -258,7 +258,13 @@ impl Engine {
                                 // Nothing changed since that checkpoint's capture.
                                 Ok((self.unchanged_outcome(previous), Capture::default()))
                             } else {
-                                self.snapshot_delta(registry, lock, request, (previous, records), &scope, hooks)?
+                                match self.snapshot_delta(registry, lock, request, (previous, records), &scope, hooks) {
+                                    // The full snapshot stores what the gc took.
+                                    Err(CkptError::Verb(collected @ VerbError::CollectedBeforePin { .. })) => {
+                                        Err(collected.to_string())
+                                    }
+                                    delta => delta?,
+                                }
                             };
                             match delta {
                                 Ok((outcome, within)) => {
@@ -358,7 +364,7 @@ impl Engine {
         // (measured). The daemon compresses the pack once the worktree is quiet
         // ([`Engine::merge_ckpt_packs`]). A copy store keeps loose objects only: its own gc
         // collects those.
-        let batch = (self.kind == StoreKind::Repository).then(|| self.vault.begin_batch(PackCompression::Stored));
+        let _batch = (self.kind == StoreKind::Repository).then(|| self.vault.begin_batch(PackCompression::Stored));
         let Some(mut delta) = scan::capture_delta(&self.vault, request.max_file_size, &cache, scope, progress)? else {
             return Ok(Err(
                 "a changed path reaches a submodule or a file with other hard links".into(),
@@ -409,7 +415,6 @@ impl Engine {
         };
         self.phase_time("trees (changed directories only)", started);
         (hooks.before_writing)()?;
-        self.finish_batch(batch, "objects written", registry, lock)?;
         if tree == base_tree {
             save_cache(previous_id);
             let mut outcome = self.unchanged_outcome(previous);

@@ -1,16 +1,23 @@
-//! Object batches: a snapshot that adds many small objects (a watched snapshot after a burst of
-//! edits: a blob per changed file, a tree per changed directory) collects them in memory and
-//! writes them as one pack with its index instead of one loose file each, which on a journaling
-//! filesystem costs a create, a rename and often a directory entry per object. Small batches are
-//! written loose as before. ckpt writes the pack's index itself from what it encoded (having gix
-//! index the pack from its bytes hashed everything twice more: two thirds of the pack's time):
-//! each object is hashed again as it is encoded and must give its id, and gix must read the
-//! index back as naming exactly the batch's ids, so an object is only ever stored under the id
-//! of its bytes; an unfinished batch writes nothing. A batch may be written uncompressed (zlib's stored blocks:
-//! compressing, and gix inflating again to index it, were half a watched snapshot's pack time);
-//! its caller has it compressed later by merging. It writes only objects.
+//! Object batches: every object a snapshot of a repository adds (blobs, large ones streamed,
+//! trees, and its commit) goes into packs that a `.keep` file holds from before they are
+//! visible until the snapshot's pin makes them reachable. Nothing is written loose: a `git
+//! prune` (or `gc --prune=now`) running beside a snapshot removes every unreachable loose
+//! object however new, and so could take a checkpoint's objects before its pin exists; a kept
+//! pack is left alone by `prune` and by `repack -a -d` (which decides what is kept when it
+//! starts, and reads the refs only after). Objects collect in memory and are written as one
+//! pack when the batch finishes, or earlier once they pass [`FLUSH_AT_BYTES`]; a file of
+//! [`super::blobs::STREAM_THRESHOLD`] or more is streamed into a pack of its own, never held.
+//! ckpt writes each pack's index itself from what it encoded (having gix index the pack from
+//! its bytes hashed everything twice more: two thirds of the pack's time): each object is
+//! hashed again as it is encoded and must give its id, and gix must read the index back as
+//! naming exactly the batch's ids, so an object is only ever stored under the id of its
+//! bytes; an unfinished batch leaves only packs no ref needs, whose keep files go when the
+//! snapshot returns. A batch may be written uncompressed (zlib's stored blocks: compressing,
+//! and gix inflating again to index it, were half a watched snapshot's pack time); its caller
+//! has it compressed later by merging. It writes only objects.
 
 use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
@@ -19,9 +26,9 @@ use super::Vault;
 use crate::verbs::types::ObjectId;
 use crate::verbs::VerbError;
 
-/// Fewer objects than this are written loose: a pack of its own would not pay for itself, and
-/// every pack is one more file each object lookup consults until git repacks.
-const PACK_AT_LEAST: usize = 32;
+/// Collected objects past this many bytes are written as a pack at once: a first snapshot of a
+/// large tree must not hold all its content in memory.
+const FLUSH_AT_BYTES: usize = 64 << 20;
 
 /// What the `.keep` file of a pack awaiting its pin says, for whoever finds one.
 const PACK_KEEP_NOTE: &[u8] = b"ckpt: new checkpoint objects, until their pin is written\n";
@@ -39,19 +46,33 @@ pub enum PackCompression {
 /// New objects waiting to be written, shared by the threads of one snapshot.
 pub struct ObjectBatch {
     pending: Mutex<Pending>,
-    /// Fewer objects than this are written loose.
-    pack_at_least: usize,
     compression: PackCompression,
     /// The repository's pack directory, and its pack indices once first asked for.
-    pack_dir: std::path::PathBuf,
+    pack_dir: PathBuf,
     object_hash: gix::hash::Kind,
     pack_indices: std::sync::OnceLock<Vec<gix_pack::index::File>>,
+    /// What the batch wrote before it finished (packs flushed on the way, streamed blobs), and
+    /// the stored objects it relies on.
+    written: Mutex<Written>,
 }
 
 #[derive(Default)]
 struct Pending {
     ids: HashSet<ObjectId>,
     objects: Vec<(ObjectId, gix::objs::Kind, Vec<u8>)>,
+    bytes: usize,
+}
+
+/// The packs a batch wrote, the keep files holding them, and the objects it found stored
+/// already instead of writing them: one of those may be unreachable (a dropped stash's blob, a
+/// failed snapshot's pack) and so taken by a gc before the pin exists, so the pin checks they
+/// are all still there ([`Vault::pin`]).
+#[derive(Default)]
+pub(super) struct Written {
+    pub objects: usize,
+    pub packs: Vec<(ObjectId, PackCompression)>,
+    pub keeps: Vec<PathBuf>,
+    pub relied_on: Vec<ObjectId>,
 }
 
 impl ObjectBatch {
@@ -59,7 +80,7 @@ impl ObjectBatch {
     /// whole, which also searches the loose objects, a directory lookup per miss (20–30 µs each,
     /// measured on a store of 70k loose objects), and new content always misses. An object
     /// stored only loose joins the batch again: a second copy, harmless, that git's next repack
-    /// drops, and a batch written loose skips it anyway.
+    /// drops, and one that no gc can take before the pin exists.
     pub(super) fn packed(&self, id: &ObjectId) -> bool {
         self.pack_indices
             .get_or_init(|| {
@@ -78,27 +99,167 @@ impl ObjectBatch {
             .any(|index| index.lookup(id.0).is_some())
     }
 
-    /// Adds an object the store lacks; `false` when the batch holds it already.
-    pub(super) fn add(&self, id: ObjectId, kind: gix::objs::Kind, data: &[u8]) -> bool {
+    /// Adds an object the store lacks; `false` when the batch holds it already. Past
+    /// [`FLUSH_AT_BYTES`] what was collected is written as a pack now.
+    pub(super) fn add(&self, id: ObjectId, kind: gix::objs::Kind, data: &[u8]) -> Result<bool, VerbError> {
         let mut pending = self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if !pending.ids.insert(id) {
-            return false;
+            return Ok(false);
         }
         pending.objects.push((id, kind, data.to_vec()));
-        true
+        pending.bytes += data.len();
+        if pending.bytes < FLUSH_AT_BYTES {
+            return Ok(true);
+        }
+        let objects = std::mem::take(&mut pending.objects);
+        pending.bytes = 0;
+        drop(pending);
+        self.write(&objects)?;
+        Ok(true)
+    }
+
+    /// Notes that the snapshot refers to `id`, found stored already rather than written.
+    pub(super) fn rely_on(&self, id: ObjectId) {
+        self.written_now().relied_on.push(id);
+    }
+
+    fn written_now(&self) -> std::sync::MutexGuard<'_, Written> {
+        self.written.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Writes `objects` as one kept pack and notes it.
+    fn write(&self, objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)]) -> Result<(), VerbError> {
+        if objects.is_empty() {
+            return Ok(());
+        }
+        let (pack, placed) = encode_pack(self.object_hash, objects, self.compression)?;
+        let ids: Vec<ObjectId> = objects.iter().map(|(id, _, _)| *id).collect();
+        self.place(&pack, placed, &ids)
+    }
+
+    /// Puts an encoded pack and its index in the pack directory, held by a keep file, and notes
+    /// it; where an identical pack was there already (not this batch's, and maybe no ref's), its
+    /// objects are relied on instead.
+    fn place(&self, pack: &[u8], placed: Vec<Placed>, ids: &[ObjectId]) -> Result<(), VerbError> {
+        let placed = place_pack(&self.pack_dir, self.object_hash, pack, placed, ids)?;
+        let mut written = self.written_now();
+        written.objects += ids.len();
+        written.keeps.extend(placed.keep);
+        match placed.created {
+            Some(name) => written.packs.push((name, self.compression)),
+            None => written.relied_on.extend_from_slice(ids),
+        }
+        Ok(())
+    }
+
+    /// Writes what is still collected.
+    fn finish(&self) -> Result<(), VerbError> {
+        let objects = {
+            let mut pending = self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            pending.bytes = 0;
+            std::mem::take(&mut pending.objects)
+        };
+        self.write(&objects)
+    }
+
+    /// Streams `size` bytes from `content` into a blob in a pack of its own (at zlib's fastest
+    /// level), never holding them: the blob's id comes from the bytes as they pass. Fails, and
+    /// leaves nothing, when `content` fails or does not hold exactly `size` bytes.
+    pub(super) fn add_stream(&self, content: &mut dyn std::io::Read, size: u64) -> Result<ObjectId, VerbError> {
+        let failed = |e: std::io::Error| VerbError::git("streaming a large blob into a pack", e);
+        std::fs::create_dir_all(&self.pack_dir).map_err(|e| VerbError::git("creating the pack directory", e))?;
+        let mut temp = tempfile::NamedTempFile::new_in(&self.pack_dir).map_err(failed)?;
+        let mut header = Vec::with_capacity(12);
+        header.extend_from_slice(b"PACK");
+        header.extend_from_slice(&2u32.to_be_bytes());
+        header.extend_from_slice(&1u32.to_be_bytes());
+        let mut entry_header = Vec::with_capacity(10);
+        push_entry_header(&mut entry_header, gix::objs::Kind::Blob, size);
+        let mut tally = Tally {
+            out: std::io::BufWriter::new(temp.as_file_mut()),
+            pack: gix::hash::hasher(self.object_hash),
+            crc: crc32fast::Hasher::new(),
+        };
+        tally.pack.update(&header);
+        std::io::Write::write_all(&mut tally.out, &header).map_err(failed)?;
+        std::io::Write::write_all(&mut tally, &entry_header).map_err(failed)?;
+        let mut object = gix::hash::hasher(self.object_hash);
+        object.update(format!("blob {size}\0").as_bytes());
+        let mut zlib = gix::zlib::stream::deflate::Write::new(tally, gix::zlib::Compression::BEST_SPEED);
+        let mut buffer = vec![0u8; 256 * 1024];
+        let mut total = 0u64;
+        loop {
+            let read = match content.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(read) => read,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(failed(e)),
+            };
+            total += read as u64;
+            object.update(&buffer[..read]);
+            std::io::Write::write_all(&mut zlib, &buffer[..read]).map_err(failed)?;
+        }
+        if total != size {
+            return Err(failed(std::io::Error::other(
+                "the content changed length while it was read",
+            )));
+        }
+        std::io::Write::flush(&mut zlib).map_err(failed)?;
+        let Tally { mut out, pack, crc } = zlib.into_inner();
+        let id = ObjectId(object.try_finalize().map_err(std::io::Error::other).map_err(failed)?);
+        let trailer = pack.try_finalize().map_err(std::io::Error::other).map_err(failed)?;
+        std::io::Write::write_all(&mut out, trailer.as_bytes()).map_err(failed)?;
+        std::io::Write::flush(&mut out).map_err(failed)?;
+        drop(out);
+        let crc32 = crc.finalize();
+        let placed = vec![Placed { id, offset: 12, crc32 }];
+        let placed = place_pack_file(
+            &self.pack_dir,
+            self.object_hash,
+            temp,
+            trailer.as_bytes(),
+            placed,
+            &[id],
+        )?;
+        let mut written = self.written_now();
+        written.objects += 1;
+        written.keeps.extend(placed.keep);
+        match placed.created {
+            Some(name) => written.packs.push((name, PackCompression::Fastest)),
+            None => written.relied_on.push(id),
+        }
+        Ok(id)
+    }
+}
+
+/// A writer that passes a pack's bytes on while hashing them for its trailer, and keeps the
+/// CRC-32 of those after the pack header (one entry's, for a pack of one object).
+struct Tally<W: std::io::Write> {
+    out: W,
+    pack: gix::hash::Hasher,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: std::io::Write> std::io::Write for Tally<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let written = self.out.write(buf)?;
+        self.pack.update(&buf[..written]);
+        self.crc.update(&buf[..written]);
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
     }
 }
 
 /// How a finished batch was written.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct BatchWritten {
     pub objects: usize,
-    /// As one pack (else loose, one file each).
-    pub packed: bool,
-    /// The pack's name (its checksum, as in `pack-<hex>.pack`) when this call created it.
-    pub pack: Option<ObjectId>,
-    /// How that pack is compressed.
-    pub compression: Option<PackCompression>,
+    /// The packs it created, by name (their checksum, as in `pack-<hex>.pack`), with whether
+    /// each is compressed as stored blocks only.
+    pub packs: Vec<(ObjectId, PackCompression)>,
 }
 
 /// What [`Vault::merge_packs`] did.
@@ -181,8 +342,8 @@ fn pack_type(kind: gix::objs::Kind) -> u8 {
 }
 
 /// A pack entry's type and size: 3 type bits and 4 size bits, then 7 size bits per byte.
-fn push_entry_header(out: &mut Vec<u8>, kind: gix::objs::Kind, len: usize) {
-    let mut size = len as u64;
+fn push_entry_header(out: &mut Vec<u8>, kind: gix::objs::Kind, len: u64) {
+    let mut size = len;
     let mut byte = (pack_type(kind) << 4) | (size & 0x0f) as u8;
     size >>= 4;
     while size > 0 {
@@ -223,7 +384,7 @@ impl<W: std::io::Write> PackStream<W> {
         let compressed = self.compressor.compress(data)?;
         let mut header = std::mem::take(&mut self.scratch);
         header.clear();
-        push_entry_header(&mut header, kind, data.len());
+        push_entry_header(&mut header, kind, data.len() as u64);
         let added = self.raw_entry(&header, &compressed);
         self.scratch = header;
         added
@@ -327,6 +488,124 @@ fn deflate(compressor: &mut gix::zlib::stream::deflate::Compress, data: &[u8]) -
     }
 }
 
+/// Where [`place_pack`] put a pack.
+struct PackPlaced {
+    /// Its name, when this call created it (`None`: an identical pack was there already, and is
+    /// not ours).
+    created: Option<ObjectId>,
+    /// The keep file holding it, when this call made one.
+    keep: Option<PathBuf>,
+}
+
+/// Puts the encoded `pack` (its objects where `placed` says) in `directory`; see
+/// [`place_pack_file`].
+fn place_pack(
+    directory: &Path,
+    hash: gix::hash::Kind,
+    pack: &[u8],
+    placed: Vec<Placed>,
+    ids: &[ObjectId],
+) -> Result<PackPlaced, VerbError> {
+    let failed = |e: std::io::Error| VerbError::git("writing a pack", e);
+    std::fs::create_dir_all(directory).map_err(|e| VerbError::git("creating the pack directory", e))?;
+    let mut temp = tempfile::NamedTempFile::new_in(directory).map_err(failed)?;
+    std::io::Write::write_all(temp.as_file_mut(), pack).map_err(failed)?;
+    let checksum = &pack[pack.len() - hash.len_in_bytes()..];
+    place_pack_file(directory, hash, temp, checksum, placed, ids)
+}
+
+/// Gives the pack written to `temp` (whose trailer is `checksum`) its name in `directory`, with
+/// an index made here from `placed`: a `.keep` first, as git's own fetch does (until a pin
+/// makes these objects reachable, a `git repack -a -d` running beside this snapshot would
+/// delete the pack with them: found by a review, one snapshot in a few hundred beside a repack
+/// loop was published with its objects gone), then the data, then the index, which makes the
+/// pack visible. gix must read the index back as naming exactly `ids`, or nothing this call
+/// made is left and this fails. Never over a file that is there: an identical pack is not
+/// ours to replace.
+fn place_pack_file(
+    directory: &Path,
+    hash: gix::hash::Kind,
+    temp: tempfile::NamedTempFile,
+    checksum: &[u8],
+    placed: Vec<Placed>,
+    ids: &[ObjectId],
+) -> Result<PackPlaced, VerbError> {
+    let name = ObjectId::from_bytes(checksum).map_err(|e| VerbError::git_because("writing a pack", e.to_string()))?;
+    let index = index_v2(hash, placed, checksum)?;
+    let data_path = directory.join(format!("pack-{}.pack", name.to_hex()));
+    let index_path = data_path.with_extension("idx");
+    // git makes packs read-only for everyone the repository is shared with; the pack
+    // directory's own read bits say who that is.
+    let shared = {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(directory).map_or(0o755, |m| m.permissions().mode());
+        std::fs::Permissions::from_mode(0o444 & (0o400 | (mode & 0o044)))
+    };
+    // Each file is written whole under a temp name (the pack writer's pattern, so a leftover is
+    // found as one) and only then given its name.
+    let persist = |temp: tempfile::NamedTempFile, path: &Path| -> Result<bool, VerbError> {
+        let failed = |e: std::io::Error| VerbError::git(format!("writing {}", path.display()), e);
+        if std::fs::symlink_metadata(path).is_ok() {
+            return Ok(false);
+        }
+        temp.as_file().set_permissions(shared.clone()).map_err(failed)?;
+        match temp.persist_noclobber(path) {
+            Ok(_) => Ok(true),
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(failed(e.error)),
+        }
+    };
+    let place = |bytes: &[u8], path: &Path| -> Result<bool, VerbError> {
+        let failed = |e: std::io::Error| VerbError::git(format!("writing {}", path.display()), e);
+        if std::fs::symlink_metadata(path).is_ok() {
+            return Ok(false);
+        }
+        let mut temp = tempfile::NamedTempFile::new_in(directory).map_err(failed)?;
+        std::io::Write::write_all(temp.as_file_mut(), bytes).map_err(failed)?;
+        persist(temp, path)
+    };
+    let keep_path = data_path.with_extension("keep");
+    let kept = !data_path.exists() && place(PACK_KEEP_NOTE, &keep_path)?;
+    let created = match persist(temp, &data_path) {
+        Ok(created) => created,
+        Err(e) => {
+            if kept {
+                std::fs::remove_file(&keep_path).ok();
+            }
+            return Err(e);
+        }
+    };
+    let indexed = place(&index, &index_path).and_then(|_| {
+        let expected: HashSet<ObjectId> = ids.iter().copied().collect();
+        let read_back: Option<HashSet<ObjectId>> = gix_pack::index::File::at(&index_path, hash)
+            .ok()
+            .map(|index| index.iter().map(|entry| ObjectId(entry.oid)).collect());
+        if read_back.as_ref() == Some(&expected) {
+            Ok(())
+        } else {
+            Err(VerbError::git_because(
+                "writing a pack",
+                "its index does not name exactly the objects it was written for",
+            ))
+        }
+    });
+    if let Err(e) = indexed {
+        // Removed only if this call created them (an identical pack already there is not ours).
+        if created {
+            std::fs::remove_file(&index_path).ok();
+            std::fs::remove_file(&data_path).ok();
+        }
+        if kept {
+            std::fs::remove_file(&keep_path).ok();
+        }
+        return Err(e);
+    }
+    Ok(PackPlaced {
+        created: created.then_some(name),
+        keep: kept.then_some(keep_path),
+    })
+}
+
 /// Where one object of an encoded pack lies, as a version-2 pack index records it.
 struct Placed {
     id: ObjectId,
@@ -357,7 +636,7 @@ fn encode_pack(
                     )));
                 }
                 let mut header = Vec::with_capacity(10);
-                push_entry_header(&mut header, *kind, data.len());
+                push_entry_header(&mut header, *kind, data.len() as u64);
                 Ok((header, compressor.compress(data)?))
             },
         )
@@ -444,47 +723,38 @@ impl Drop for PackKeepsRelease<'_> {
         self.0.release_pack_keeps();
         // What a snapshot that published nothing wrote is not the next pin's to check.
         self.0.take_written_loose();
+        self.0.relied_on.borrow_mut().clear();
     }
 }
 
-/// An open batch: new blobs and trees are collected until [`OpenBatch::finish`] writes them.
-/// Dropped unfinished (an error, or a snapshot that falls back to another path), it discards
-/// them: nothing was written, and later writes go to the store again.
+/// An open batch: new objects are collected (and written as kept packs) until
+/// [`Vault::finish_open_batch`]. Dropped unfinished (an error, or a snapshot that falls back to
+/// another path), what it still held is discarded, and the packs it wrote already are left to
+/// the release of their keep files: no ref needs them.
 pub struct OpenBatch<'a> {
     vault: &'a Vault,
 }
 
-impl OpenBatch<'_> {
-    /// Writes what was collected; see [`Vault::finish_batch`].
-    pub fn finish(self) -> Result<BatchWritten, VerbError> {
-        self.vault.finish_batch()
-    }
-}
-
 impl Drop for OpenBatch<'_> {
     fn drop(&mut self) {
-        self.vault.batch.borrow_mut().take();
+        if let Some(batch) = self.vault.batch.borrow_mut().take() {
+            let written = std::mem::take(&mut *batch.written_now());
+            self.vault.pending_keeps.borrow_mut().extend(written.keeps);
+        }
     }
 }
 
 impl Vault {
-    /// From now until the batch is finished or dropped, new blobs and trees are collected, not
-    /// written; a pack, if it comes to one, is compressed as asked.
+    /// From now until the batch is finished or dropped, new blobs, trees and commits go into
+    /// kept packs, compressed as asked, never loose.
     pub fn begin_batch(&self, compression: PackCompression) -> OpenBatch<'_> {
-        self.begin_batch_packing_at(PACK_AT_LEAST, compression)
-    }
-
-    /// [`Self::begin_batch`], writing a pack only for `pack_at_least` objects or more: every
-    /// pack is one more file each lookup consults until git repacks, so a caller that may batch
-    /// often asks for a pack only where one saves the most.
-    pub fn begin_batch_packing_at(&self, pack_at_least: usize, compression: PackCompression) -> OpenBatch<'_> {
         let batch = ObjectBatch {
             pending: Mutex::default(),
-            pack_at_least: pack_at_least.max(PACK_AT_LEAST),
             compression,
             pack_dir: self.repo.objects.store_ref().path().join("pack"),
             object_hash: self.repo.object_hash(),
             pack_indices: std::sync::OnceLock::new(),
+            written: Mutex::default(),
         };
         *self.batch.borrow_mut() = Some(Arc::new(batch));
         OpenBatch { vault: self }
@@ -495,132 +765,27 @@ impl Vault {
         self.batch.borrow().clone()
     }
 
-    /// Writes the objects collected since [`Self::begin_batch`]: one pack and its index (or loose
-    /// files, for a few), before anything may refer to them. The index gix builds from the pack's
-    /// bytes must name exactly the batch's ids, or the pack is removed and this fails.
-    fn finish_batch(&self) -> Result<BatchWritten, VerbError> {
+    /// Whether a batch is open.
+    pub fn batch_open(&self) -> bool {
+        self.batch.borrow().is_some()
+    }
+
+    /// Writes what the open batch (if any) still holds as one kept pack, before anything may
+    /// refer to it, and ends the batch. Its keep files are released by the next pin (or when the
+    /// snapshot returns), and the pin checks that what it relied on is still stored.
+    pub fn finish_open_batch(&self) -> Result<BatchWritten, VerbError> {
         let Some(batch) = self.batch.borrow_mut().take() else {
             return Ok(BatchWritten::default());
         };
-        let pending = std::mem::take(&mut *batch.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
-        let objects = pending.objects;
-        if objects.len() < batch.pack_at_least {
-            // Trees join a batch unchecked ([`Vault::write_tree`]); loose, a stored one is kept.
-            for (id, kind, data) in objects.iter().filter(|(id, _, _)| !self.stored_already(id)) {
-                use gix::objs::Write as _;
-                let written = super::objects::retried_once(|| self.repo.objects.write_buf(*kind, data))
-                    .map_err(|e| VerbError::git(format!("writing object {id}"), e))?;
-                if written != id.0 {
-                    return Err(VerbError::git_because(
-                        format!("writing object {id}"),
-                        "the object store named it differently",
-                    ));
-                }
-                super::note_written(&self.written_loose, *id);
-            }
-            return Ok(BatchWritten {
-                objects: objects.len(),
-                packed: false,
-                pack: None,
-                compression: None,
-            });
-        }
-        let pack = self.write_pack(&objects, batch.compression)?;
+        let finished = batch.finish();
+        let written = std::mem::take(&mut *batch.written_now());
+        self.pending_keeps.borrow_mut().extend(written.keeps);
+        finished?;
+        self.relied_on.borrow_mut().extend(written.relied_on);
         Ok(BatchWritten {
-            objects: objects.len(),
-            packed: true,
-            pack,
-            compression: pack.map(|_| batch.compression),
+            objects: written.objects,
+            packs: written.packs,
         })
-    }
-
-    /// Writes `objects` as one pack with its index, both made here: each object is hashed
-    /// again as it is encoded and must give its id, and gix must read the index back as naming
-    /// exactly those ids, or nothing is left and this fails. The pack's name when this call
-    /// created it (`None`: an identical pack was there already, and is not ours).
-    fn write_pack(
-        &self,
-        objects: &[(ObjectId, gix::objs::Kind, Vec<u8>)],
-        compression: PackCompression,
-    ) -> Result<Option<ObjectId>, VerbError> {
-        let hash = self.repo.object_hash();
-        let (pack, placed) = encode_pack(hash, objects, compression)?;
-        let checksum = &pack[pack.len() - hash.len_in_bytes()..];
-        let name =
-            ObjectId::from_bytes(checksum).map_err(|e| VerbError::git_because("writing a pack", e.to_string()))?;
-        let index = index_v2(hash, placed, checksum)?;
-        let directory = self.repo.objects.store_ref().path().join("pack");
-        std::fs::create_dir_all(&directory).map_err(|e| VerbError::git("creating the pack directory", e))?;
-        let data_path = directory.join(format!("pack-{}.pack", name.to_hex()));
-        let index_path = data_path.with_extension("idx");
-        // git makes packs read-only for everyone the repository is shared with; the pack
-        // directory's own read bits say who that is.
-        let shared = {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(&directory).map_or(0o755, |m| m.permissions().mode());
-            std::fs::Permissions::from_mode(0o444 & (0o400 | (mode & 0o044)))
-        };
-        // Each file is written whole under a temp name (the pack writer's pattern, so a leftover
-        // is found as one) and only then given its name; never over a file that is there: an
-        // identical pack is not ours to replace. The index comes last: it makes the pack visible.
-        let place = |bytes: &[u8], path: &std::path::Path| -> Result<bool, VerbError> {
-            let failed = |e: std::io::Error| VerbError::git(format!("writing {}", path.display()), e);
-            if std::fs::symlink_metadata(path).is_ok() {
-                return Ok(false);
-            }
-            let mut temp = tempfile::NamedTempFile::new_in(&directory).map_err(failed)?;
-            std::io::Write::write_all(temp.as_file_mut(), bytes).map_err(failed)?;
-            temp.as_file().set_permissions(shared.clone()).map_err(failed)?;
-            match temp.persist_noclobber(path) {
-                Ok(_) => Ok(true),
-                Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-                Err(e) => Err(failed(e.error)),
-            }
-        };
-        // A `.keep` first, as git's own fetch does: until a pin makes these objects reachable,
-        // a `git repack -a -d` running beside this snapshot would delete the pack with them
-        // (found by a review: one snapshot in a few hundred beside a repack loop was published
-        // with its objects gone). Loose objects outlive a repack; a new pack needs this.
-        let keep_path = data_path.with_extension("keep");
-        let kept = !data_path.exists() && place(PACK_KEEP_NOTE, &keep_path)?;
-        let created = match place(&pack, &data_path) {
-            Ok(created) => created,
-            Err(e) => {
-                if kept {
-                    std::fs::remove_file(&keep_path).ok();
-                }
-                return Err(e);
-            }
-        };
-        let indexed = place(&index, &index_path).and_then(|_| {
-            let expected: HashSet<ObjectId> = objects.iter().map(|(id, _, _)| *id).collect();
-            let read_back: Option<HashSet<ObjectId>> = gix_pack::index::File::at(&index_path, hash)
-                .ok()
-                .map(|index| index.iter().map(|entry| ObjectId(entry.oid)).collect());
-            if read_back.as_ref() == Some(&expected) {
-                Ok(())
-            } else {
-                Err(VerbError::git_because(
-                    "writing a pack",
-                    "its index does not name exactly the objects it was written for",
-                ))
-            }
-        });
-        if let Err(e) = indexed {
-            // Removed only if this call created them (an identical pack already there is not ours).
-            if created {
-                std::fs::remove_file(&index_path).ok();
-                std::fs::remove_file(&data_path).ok();
-            }
-            if kept {
-                std::fs::remove_file(&keep_path).ok();
-            }
-            return Err(e);
-        }
-        if kept {
-            self.pending_keeps.borrow_mut().push(keep_path);
-        }
-        Ok(created.then_some(name))
     }
 
     /// Removes the `.keep` files of the packs this vault wrote and no pin has covered yet:

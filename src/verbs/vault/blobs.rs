@@ -57,19 +57,22 @@ impl LocalBlobs {
         if !self.store {
             return Ok(PutBlob { id, fresh: false });
         }
-        let stored = match &self.batch {
-            Some(batch) if !batch.packed(&id) => {
-                let fresh = batch.add(id, gix::objs::Kind::Blob, bytes);
-                return Ok(PutBlob { id, fresh });
-            }
-            Some(_) => true,
-            None => self.repo.has_object(id.0),
-        };
         // A stored copy is the one a restore will read: one that cannot be read back as exactly
-        // these bytes (a damaged or forged pack entry) gets a sound loose copy beside it, which
-        // every read falls back to (found by a review: a snapshot pointed at a damaged packed
-        // copy, and the file could not be restored).
-        if stored && super::objects::read_checked(&self.repo, &id, gix::objs::Kind::Blob).is_ok() {
+        // these bytes (a damaged or forged pack entry) gets a sound copy beside it, which every
+        // read falls back to (found by a review: a snapshot pointed at a damaged packed copy,
+        // and the file could not be restored).
+        if let Some(batch) = &self.batch {
+            if batch.packed(&id) && super::objects::read_checked(&self.repo, &id, gix::objs::Kind::Blob).is_ok() {
+                batch.rely_on(id);
+                return Ok(PutBlob { id, fresh: false });
+            }
+            // New content only if no copy was stored: a loose one (the user's own commit's) is
+            // stored again in the pack, where no gc can take it before the pin, but is not new.
+            let stored = self.repo.has_object(id.0);
+            let fresh = batch.add(id, gix::objs::Kind::Blob, bytes)? && !stored;
+            return Ok(PutBlob { id, fresh });
+        }
+        if self.repo.has_object(id.0) && super::objects::read_checked(&self.repo, &id, gix::objs::Kind::Blob).is_ok() {
             return Ok(PutBlob { id, fresh: false });
         }
         use gix::objs::Write as _;
@@ -124,6 +127,27 @@ impl LocalBlobs {
         }
     }
 
+    /// [`Self::put_stream`] into a kept pack of the open batch.
+    fn put_stream_packed(
+        &self,
+        batch: &super::batch::ObjectBatch,
+        file: &mut dyn Read,
+        size: u64,
+    ) -> Result<Streamed, VerbError> {
+        let fault = Cell::new(None);
+        let mut exact = ExactLength {
+            inner: file,
+            remaining: size,
+            fault: &fault,
+        };
+        let result = batch.add_stream(&mut exact, size);
+        match fault.take() {
+            Some(SourceFault::LengthChanged) => Ok(Streamed::LengthChanged),
+            Some(SourceFault::Unreadable(e)) => Ok(Streamed::Unreadable(e)),
+            None => result.map(Streamed::Whole),
+        }
+    }
+
     /// Captures the regular file at `path` (opened without following a symlink): its content is
     /// hashed, and stored when this handle stores, only if the file held still while it was
     /// read — same size, mtime, ctime, inode and mode before and after, and exactly `size`
@@ -167,8 +191,23 @@ impl LocalBlobs {
                 if stat_of(&file).ok() != Some(before) {
                     continue;
                 }
-                if !self.store || self.repo.has_object(id.0) {
+                if !self.store {
                     Some(PutBlob { id, fresh: false })
+                } else if self.repo.has_object(id.0) {
+                    if let Some(batch) = &self.batch {
+                        batch.rely_on(id);
+                    }
+                    Some(PutBlob { id, fresh: false })
+                } else if let Some(batch) = &self.batch {
+                    // Into a kept pack of its own, never loose (see [`super::batch`]).
+                    if let Err(e) = reader.seek(std::io::SeekFrom::Start(0)) {
+                        return Ok(FileRead::Unreadable(e));
+                    }
+                    match self.put_stream_packed(batch, &mut reader, before.size)? {
+                        Streamed::Whole(stored) if stored == id => Some(PutBlob { id, fresh: true }),
+                        Streamed::Whole(_) | Streamed::LengthChanged => None,
+                        Streamed::Unreadable(e) => return Ok(FileRead::Unreadable(e)),
+                    }
                 } else {
                     if let Err(e) = reader.seek(std::io::SeekFrom::Start(0)) {
                         return Ok(FileRead::Unreadable(e));

@@ -23,16 +23,16 @@ impl Vault {
         let is_file = |path: &PathBuf| std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file());
         // Each object is a loose file (synced below), in a pack (every pack is synced), or
         // gone: then the guard cannot give this state back, and the restore must not go on.
-        let mut loose = std::collections::HashMap::new();
-        for id in objects {
-            let path = super::objects::loose_path(&objects_dir, id);
-            if is_file(&path) {
-                loose.insert(path, *id);
-            } else if !self.has_object(id) {
-                return Err(guard_object_gone(*id));
-            }
+        let hash = self.repo.object_hash();
+        if let Some(id) = super::packed::missing_now(&objects_dir, hash, objects).first() {
+            return Err(guard_object_gone(*id));
         }
-        let mut files: Vec<PathBuf> = loose.keys().cloned().collect();
+        let loose: Vec<PathBuf> = objects
+            .iter()
+            .map(|id| super::objects::loose_path(&objects_dir, id))
+            .filter(is_file)
+            .collect();
+        let mut files: Vec<PathBuf> = loose;
         // Which pack holds an object is not asked: packs are few, and syncing one already on
         // disk costs a fraction of a millisecond.
         let pack_dir = objects_dir.join("pack");
@@ -103,12 +103,13 @@ impl Vault {
             Some(pool) => pool.install(sync_all),
             None => sync_all(),
         }?;
+        // Whatever vanished (a loose object or a pack), every object is looked for again: each
+        // must be a loose file or in a pack that is there now.
         let vanished = vanished.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match vanished
-            .iter()
-            .filter_map(|path| loose.get(path))
-            .find(|id| !self.has_object(id))
-        {
+        if vanished.is_empty() {
+            return Ok(());
+        }
+        match super::packed::missing_now(&objects_dir, hash, objects).first() {
             Some(id) => Err(guard_object_gone(*id)),
             None => Ok(()),
         }

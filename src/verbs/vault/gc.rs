@@ -46,6 +46,7 @@ pub fn collect_private_garbage(
             prefetched_index: Default::default(),
             pending_keeps: Default::default(),
             written_loose: Default::default(),
+            relied_on: Default::default(),
             levels: Default::default(),
             vouched_index: Default::default(),
         };

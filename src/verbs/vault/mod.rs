@@ -18,7 +18,7 @@ mod private;
 mod shared;
 mod trees;
 
-pub use batch::{OpenBatch, PackCompression};
+pub use batch::PackCompression;
 pub use blobs::{FileRead, LocalBlobs, ParallelBlobs, READ_ATTEMPTS};
 pub use gc::{collect_private_garbage, GarbageReport};
 pub use listing::{refuse_blocking_rule_file, Follow, IndexStat, PathScope};
@@ -121,6 +121,9 @@ pub struct Vault {
     /// Loose objects written since the last pin (by this vault and its blob writers): the pin
     /// checks they are all still stored ([`Vault::pin`]).
     written_loose: WrittenLoose,
+    /// Objects a batch found stored already and did not write since the last pin: the pin
+    /// checks they are all still stored ([`Vault::pin`]).
+    relied_on: std::cell::RefCell<Vec<ObjectId>>,
     /// Tree levels read or written in this process ([`trees::LevelCache`]).
     levels: trees::LevelCache,
 }
@@ -282,6 +285,7 @@ impl Vault {
             prefetched_index: Default::default(),
             pending_keeps: Default::default(),
             written_loose: Default::default(),
+            relied_on: Default::default(),
             levels: Default::default(),
             vouched_index: Default::default(),
         }))

@@ -87,16 +87,6 @@ impl Vault {
         self.repo.has_object(id.0)
     }
 
-    /// [`Self::has_object`] for an object about to be written: a miss does not rescan the pack
-    /// directory (new objects miss by nature; a pack that appeared meanwhile only costs one
-    /// duplicate write of the same bytes).
-    pub(super) fn stored_already(&self, id: &ObjectId) -> bool {
-        use gix::objs::Exists;
-        let mut objects = self.repo.objects.clone();
-        objects.refresh_never();
-        objects.exists(&id.0)
-    }
-
     /// Writes one tree from validated entries, sorted the way git requires.
     pub fn write_tree(&self, entries: Vec<NewTreeEntry>) -> Result<ObjectId, VerbError> {
         let mut tree = gix::objs::Tree {
@@ -133,10 +123,9 @@ impl Vault {
                 .map(ObjectId)
                 .map_err(|e| VerbError::git("hashing a tree", e))?;
             // Not looked up now: a changed directory's tree is almost always new, and a lookup
-            // that misses costs a directory search among the loose objects. A batch written
-            // loose skips the ones stored already; a pack may hold a copy (harmless; git's next
-            // repack keeps one).
-            batch.add(id, gix::objs::Kind::Tree, &encoded);
+            // that misses costs a directory search among the loose objects. A pack may hold a
+            // copy already (harmless; git's next repack keeps one).
+            batch.add(id, gix::objs::Kind::Tree, &encoded)?;
             self.levels.keep_written(id, &tree.entries);
             return Ok(id);
         }
@@ -173,6 +162,18 @@ impl Vault {
             message: message.into(),
             extra_headers: Vec::new(),
         };
+        if let Some(batch) = self.batch() {
+            use gix::objs::WriteTo;
+            let mut encoded = Vec::with_capacity(512 + commit.message.len());
+            commit
+                .write_to(&mut encoded)
+                .map_err(|e| VerbError::git("encoding a commit", e))?;
+            let id = gix::objs::compute_hash(self.repo.object_hash(), gix::objs::Kind::Commit, &encoded)
+                .map(ObjectId)
+                .map_err(|e| VerbError::git("hashing a commit", e))?;
+            batch.add(id, gix::objs::Kind::Commit, &encoded)?;
+            return Ok(id);
+        }
         let id = retried_once(|| self.repo.write_object(&commit))
             .map(|id| ObjectId(id.detach()))
             .map_err(|e| VerbError::git("writing a commit", e))?;

@@ -72,9 +72,59 @@ fn listed(objects: &Path, hash: gix::hash::Kind) -> Option<Arc<Listed>> {
     Some(listed)
 }
 
-/// Whether a pack in `objects/pack` (as listed now) names `id` in its index.
-pub(super) fn holds(objects: &Path, hash: gix::hash::Kind, id: &ObjectId) -> bool {
-    listed(objects, hash).is_some_and(|listed| listed.packs.iter().any(|pack| pack.index.lookup(id.0).is_some()))
+/// How many times [`missing_now`] looks for an object before it counts as gone.
+const GONE_CHECKS: u32 = 4;
+
+/// Those of `ids` that are neither a loose file nor in a pack that is there now. Asked again
+/// after a pause before an object counts as gone: a `git repack` moves objects between files
+/// while the pack directory is read (its new pack can come in after the listing passed, its
+/// old one go before the listing is checked), so one look can miss an object that is there;
+/// one truly removed stays missing.
+pub(super) fn missing_now(objects: &Path, hash: gix::hash::Kind, ids: &[ObjectId]) -> Vec<ObjectId> {
+    let loose = |id: &ObjectId| {
+        std::fs::symlink_metadata(super::objects::loose_path(objects, id)).is_ok_and(|meta| meta.is_file())
+    };
+    let mut gone = ids.to_vec();
+    for attempt in 0..GONE_CHECKS {
+        if attempt > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(20 << attempt));
+        }
+        gone.retain(|id| !loose(id));
+        let held = held_now(objects, hash, &gone);
+        gone = gone
+            .into_iter()
+            .zip(held)
+            .filter(|(_, held)| !held)
+            .map(|(id, _)| id)
+            .collect();
+        if gone.is_empty() {
+            break;
+        }
+    }
+    gone
+}
+
+/// For each of `ids`, whether a pack in `objects/pack` names it now: the directory is listed
+/// afresh (not as this process listed it before, which a pack removed within one tick of the
+/// directory's clock would fool), and a pack counts only while its data file is there too.
+fn held_now(objects: &Path, hash: gix::hash::Kind, ids: &[ObjectId]) -> Vec<bool> {
+    if ids.is_empty() {
+        return Vec::new();
+    }
+    let indices: Vec<gix_pack::index::File> = std::fs::read_dir(objects.join("pack"))
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_file()))
+                .map(|entry| entry.path())
+                .filter(|path| path.extension().is_some_and(|ext| ext == "idx"))
+                .filter(|path| std::fs::symlink_metadata(path.with_extension("pack")).is_ok_and(|meta| meta.is_file()))
+                .filter_map(|path| gix_pack::index::File::at(&path, hash).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.iter()
+        .map(|id| indices.iter().any(|index| index.lookup(id.0).is_some()))
+        .collect()
 }
 
 /// The content of `id` as the first listed pack holding it whole (not as a delta) gives it and

@@ -78,22 +78,20 @@ impl Vault {
             made.dedup();
             self.share(&made);
         }
-        let hash = self.repo.object_hash();
-        let stored = |id: &&ObjectId| {
-            std::fs::symlink_metadata(super::objects::loose_path(&objects, id)).is_ok_and(|meta| meta.is_file())
-                || super::packed::holds(&objects, hash, id)
-        };
-        let gone: Vec<&ObjectId> = written.iter().filter(|id| !stored(id)).collect();
+        // And what the snapshot relied on instead of writing it: found stored, but perhaps
+        // unreachable (a dropped stash's blob, a pack a failed snapshot left) and so taken by a
+        // gc that walked the refs before this pin existed.
+        let relied_on = std::mem::take(&mut *self.relied_on.borrow_mut());
+        let mut needed: Vec<ObjectId> = written;
+        needed.extend(relied_on);
+        let gone = super::packed::missing_now(&objects, self.repo.object_hash(), &needed);
         if let Some(first) = gone.first() {
             self.unpin(pin, commit).ok();
-            return Err(VerbError::git_because(
-                format!("pinning {}", pin.as_str()),
-                format!(
-                    "{} of the {} objects written for it ({first} among them) were removed before its pin was written (a `git prune` running beside ckpt removes every unreachable loose object); nothing was published, take the checkpoint again",
-                    gone.len(),
-                    written.len()
-                ),
-            ));
+            return Err(VerbError::CollectedBeforePin {
+                pin: pin.as_str().to_owned(),
+                gone: gone.len(),
+                first: *first,
+            });
         }
         Ok(())
     }

@@ -220,6 +220,7 @@ impl Vault {
             prefetched_index: Default::default(),
             pending_keeps: Default::default(),
             written_loose: Default::default(),
+            relied_on: Default::default(),
             levels: Default::default(),
             vouched_index: Default::default(),
         })
