@@ -1180,20 +1180,47 @@ impl World {
         ));
     }
 
-    /// `ckpt gc` with no grace period racing a snapshot of a copy workspace: every checkpoint
-    /// still has all its objects afterwards.
-    fn gc_during_snapshot(&mut self) {
-        if !self.copy {
-            return;
-        }
-        let mut gc = self.ckpt_command();
-        gc.args(["--json", "gc", "--grace-seconds", "0"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        let mut gc = gc.spawn().expect("gc");
+    /// A gc with no grace period racing a snapshot: `ckpt gc` for a copy workspace; for a
+    /// repository the user's `git gc --prune=now`, `git repack -a -d` or `git prune
+    /// --expire=now`, which remove every unreachable object however new. The snapshot's
+    /// checkpoint (kept by the oracle, restored later) loses nothing, the gc succeeds, and so
+    /// does the user's next `git gc`.
+    fn gc_during_snapshot(&mut self, rng: &mut Rng) {
+        let mut gc = if self.copy {
+            let mut gc = self.ckpt_command();
+            gc.args(["--json", "gc", "--grace-seconds", "0"]);
+            gc
+        } else {
+            let args: &[&str] = match rng.below(3) {
+                0 => &["gc", "-q", "--prune=now"],
+                1 => &["repack", "-a", "-d", "-q"],
+                _ => &["prune", "--expire=now"],
+            };
+            let mut gc = std::process::Command::new("git");
+            gc.current_dir(&self.ws)
+                .env("HOME", &self.repo.home)
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("GIT_CONFIG_GLOBAL", self.repo.home.join(".gitconfig"))
+                .args(args);
+            gc
+        };
+        gc.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let gc = gc.spawn().expect("gc");
         self.snapshot();
-        let gc_ok = gc.wait().map(|s| s.success()).unwrap_or(false);
-        self.check(gc_ok, || "gc failed".into());
+        let gc = gc.wait_with_output().expect("gc");
+        self.check(gc.status.success(), || {
+            format!(
+                "the gc beside a snapshot failed: {}",
+                String::from_utf8_lossy(&gc.stderr)
+            )
+        });
+        if !self.copy {
+            let after = self.git(&["gc", "-q"]);
+            self.check(after.status.success(), || {
+                format!("the user's git gc failed: {}", String::from_utf8_lossy(&after.stderr))
+            });
+        }
         let audit = self.ckpt(&["audit".as_ref()]);
         self.check(audit.code == 0, || format!("after gc: {}", audit.stdout));
         self.log.push("gc raced a snapshot".into());
@@ -1208,14 +1235,15 @@ impl World {
         match roll {
             0..=26 => self.agent_edit(rng),
             27..=37 => self.user_git(rng),
-            38..=55 => self.snapshot(),
+            38..=53 => self.snapshot(),
+            54..=55 => self.gc_during_snapshot(rng),
             56..=62 => self.preview(rng),
             63..=80 => self.restore(rng),
             81..=89 => self.undo_last_restore(),
             90..=93 => self.snapshot_while_a_large_file_changes(),
             #[cfg(feature = "fault-injection")]
             94..=97 => self.user_writes_during_restore(rng),
-            _ => self.gc_during_snapshot(),
+            _ => self.gc_during_snapshot(rng),
         }
         self.global_invariants();
     }
