@@ -502,6 +502,25 @@ impl Replayed {
         trace::work_backwards(&mut nodes, &self.foreign, now_ms, |path| {
             file_now(provider.workdir(), path)
         });
+        // A path the log names through what is a symlink in the worktree now is another name of
+        // some file: which one the call changed cannot be told, and a trace restore refuses it
+        // (found by a review: the list said it rebuilds such a file, the restore then refused
+        // the whole session).
+        let mut linked: BTreeMap<RepoPath, Option<RepoPath>> = BTreeMap::new();
+        for node in &mut nodes {
+            for (path, known) in node.files.iter_mut() {
+                let link = linked
+                    .entry(path.clone())
+                    .or_insert_with(|| crate::verbs::symlink_on_path(provider.workdir(), path));
+                if let Some(link) = link {
+                    *known = Known::Unknown(format!(
+                        "the log names it through the symlink {}: which file the call changed cannot be told",
+                        link.display()
+                    ));
+                    node.worked_back.remove(path);
+                }
+            }
+        }
         nodes
     }
 }
@@ -763,6 +782,10 @@ struct TraceDiffFile {
     removed: usize,
     binary: bool,
     reason: Option<String>,
+    /// Whether the trace rebuilds the newer side (`false`: the file cannot be put back as it
+    /// was there; `true` with status `unknown`: only the older side is unknown, so there is no
+    /// diff to show).
+    rebuildable: bool,
 }
 
 /// `trace.diff`: the files of one trace diff.
@@ -884,8 +907,13 @@ pub(super) fn trace_diff(
                 (status, None, counts, binary)
             }
         };
+        let rebuildable = !matches!(after, Side::Unknown(_));
         if let Some(why) = &reason {
-            text.push_str(&format!("? {shown}: the trace cannot rebuild it ({why})\n"));
+            if rebuildable {
+                text.push_str(&format!("? {shown}: no diff, the older side is unknown ({why})\n"));
+            } else {
+                text.push_str(&format!("? {shown}: the trace cannot rebuild it ({why})\n"));
+            }
         }
         files.push(TraceDiffFile {
             path: WirePath::from_repo_path(&path),
@@ -894,6 +922,7 @@ pub(super) fn trace_diff(
             removed: counts.1,
             binary,
             reason,
+            rebuildable,
         });
     }
     if files.is_empty() {

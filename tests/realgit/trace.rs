@@ -564,6 +564,28 @@ fn a_trace_restore_never_replaces_a_directory_a_symlink_or_a_file_in_the_way_nor
     for (session, path) in [("session-link01", "linkout/x"), ("session-link02", "linkout")] {
         log(session, &["ok.txt", path]);
         let node = format!("trace:{session}:1.2");
+        // The list says so too: it never claims to rebuild what the restore refuses.
+        let list = repo.ckpt_json(&["trace", "list", "--dsh-home", &home_text], 0);
+        let listed = list
+            .json
+            .iter()
+            .find(|r| r["type"] == "trace.node" && r["session"] == session && r["step"] == 2)
+            .unwrap_or_else(|| panic!("{node} listed: {}", list.stdout));
+        assert_eq!(listed["files"][0]["rebuildable"], false, "{path}: {listed}");
+        assert!(
+            listed["files"][0]["reason"]
+                .as_str()
+                .is_some_and(|why| why.contains("through the symlink linkout")),
+            "{path}: {listed}"
+        );
+        // Its diff agrees.
+        let diff = repo.ckpt_json(&["trace", "diff", &node, "--dsh-home", &home_text], 0);
+        assert_eq!(
+            diff.one("trace.diff")["files"][0]["rebuildable"],
+            false,
+            "{}",
+            diff.stdout
+        );
         let dry = repo.ckpt(&["trace", "restore", &node, "--dry-run", "--dsh-home", &home_text]);
         assert_eq!(dry.code, 4, "{path}: {}", dry.stderr);
         assert!(
@@ -607,6 +629,40 @@ fn a_trace_restore_never_replaces_a_directory_a_symlink_or_a_file_in_the_way_nor
         "nothing written outside"
     );
     assert_eq!(repo.fingerprint().without_status(), before);
+}
+
+/// A call whose file's state before it no checkpoint of the session holds has no diff to
+/// show, but what it wrote is rebuilt: the diff says so, and does not call it unrebuildable
+/// (the web view said "not rebuildable" where the list said "rebuilds 1").
+#[test]
+fn a_call_without_a_known_before_has_no_diff_but_is_rebuildable() {
+    let repo = TestRepo::new();
+    repo.write("ok.txt", b"old\n");
+    let root = repo.root.to_str().unwrap().to_owned();
+    let home = repo.home.join("dsh");
+    let dir = home.join("sessions").join(project_key(&root)).join("session-nodiff01");
+    std::fs::create_dir_all(&dir).unwrap();
+    let args = serde_json::json!({"file_path": "ok.txt", "content": "from the trace\n"});
+    let lines = [
+        serde_json::json!({"type": "session", "id": "session-nodiff01", "cwd": root}).to_string(),
+        call(1, 1, 1, "c1", "write", args),
+        result(2, "c1", false),
+    ];
+    std::fs::write(dir.join("session.jsonl"), format!("{}\n", lines.join("\n"))).unwrap();
+    let home_text = home.to_str().unwrap();
+    let list = repo.ckpt_json(&["trace", "list", "--dsh-home", home_text], 0);
+    let node = list.json.iter().find(|r| r["type"] == "trace.node").expect("a node");
+    assert_eq!(node["files"][0]["rebuildable"], true, "{node}");
+    let diff = repo.ckpt_json(&["trace", "diff", "trace:nodiff01:1.1", "--dsh-home", home_text], 0);
+    let file = &diff.one("trace.diff")["files"][0];
+    assert_eq!(file["status"], "unknown", "{file}");
+    assert_eq!(file["rebuildable"], true, "{file}");
+    let text = repo.ckpt(&["trace", "diff", "trace:nodiff01:1.1", "--dsh-home", home_text]);
+    assert!(
+        text.stdout.contains("ok.txt: no diff, the older side is unknown"),
+        "{}",
+        text.stdout
+    );
 }
 
 #[test]

@@ -200,7 +200,7 @@ async function pickCall (call) {
         el('td', {}, ''),
         el('td', { class: 'letter' }, letters[file.status] ?? '?'),
         el('td', { class: 'path' }, pathText(file.path)),
-        el('td', { class: 'counts' }, file.status === 'unknown' ? `not rebuildable: ${file.reason}` : file.binary ? 'binary' : `+${file.added} −${file.removed}`)))
+        el('td', { class: 'counts' }, file.status === 'unknown' ? (file.rebuildable ? `no diff, the older side is unknown: ${file.reason}` : `not rebuildable: ${file.reason}`) : file.binary ? 'binary' : `+${file.added} −${file.removed}`)))
     }
     files.replaceChildren(table)
     if (!diff?.files?.length) files.append(el('p', {}, 'This call changed no file the trace knows of.'))

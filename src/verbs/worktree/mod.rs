@@ -104,6 +104,27 @@ fn open_regular(path: &std::path::Path, extra: OFlags) -> std::io::Result<std::f
     Ok(file)
 }
 
+/// The first of `path`'s ancestors, or `path` itself, that is a symlink in the worktree at
+/// `workdir` now, looked at from the top down (nothing below a file or an absent name is).
+/// Read-only.
+pub fn symlink_on_path(workdir: &std::path::Path, path: &RepoPath) -> Option<RepoPath> {
+    let root = rustix::fs::open(
+        workdir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    for at in path.ancestors().into_iter().chain(std::iter::once(path.clone())) {
+        let stat = rustix::fs::statat(&root, at.as_bytes(), AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Symlink => return Some(at),
+            FileType::Directory => {}
+            _ => return None,
+        }
+    }
+    None
+}
+
 /// The whole content of ckpt's own state file at `path`, read only if it is a regular file
 /// (never through a symlink, never waiting on a FIFO) of at most `max_bytes`: for a list that
 /// only speeds ckpt up, where a tampered file must cost neither a read of gigabytes nor a read
