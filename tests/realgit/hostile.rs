@@ -636,12 +636,7 @@ fn a_gc_between_a_snapshots_objects_and_its_pin_takes_none_of_them() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout} {stderr}");
     assert!(!stderr.contains("taken again"), "nothing it wrote was taken: {stderr}");
-    let id = stdout
-        .lines()
-        .find_map(|line| line.split("\"id\":\"").nth(1))
-        .and_then(|rest| rest.split('"').next())
-        .expect("a snapshot record")
-        .to_owned();
+    let id = snapshot_id_in(&stdout);
     assert!(repo.git_raw(&["fsck", "--full", "--strict"]).status.success());
     repo.git(&["gc", "-q", "--prune=now"]);
     repo.ckpt_json(&["audit"], 0);
@@ -651,6 +646,16 @@ fn a_gc_between_a_snapshots_objects_and_its_pin_takes_none_of_them() {
     assert_eq!(repo.read("kept.txt"), b"second, written just before a gc\n");
     assert_eq!(repo.read("new/dir.txt"), b"a new directory's file\n");
     assert!(repo.read("large.bin") == large, "the large file comes back byte-exact");
+}
+
+/// The id of the `snapshot` record among `stdout`'s JSON lines.
+fn snapshot_id_in(stdout: &str) -> String {
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|record| record["type"] == "snapshot")
+        .and_then(|record| record["id"].as_str().map(str::to_owned))
+        .expect("a snapshot record")
 }
 
 /// A snapshot that finds a file's content stored already relies on that copy; where it was an
@@ -688,12 +693,7 @@ fn a_stored_copy_a_gc_removes_before_the_pin_is_stored_again() {
     assert_eq!(pins(&repo), before + 1, "one checkpoint, no ref left of the first try");
     assert!(repo.git_raw(&["fsck", "--full", "--strict"]).status.success());
     repo.git(&["gc", "-q", "--prune=now"]);
-    let id = stdout
-        .lines()
-        .find_map(|line| line.split("\"id\":\"").nth(1))
-        .and_then(|rest| rest.split('"').next())
-        .expect("a snapshot record")
-        .to_owned();
+    let id = snapshot_id_in(&stdout);
     repo.write("dropped.txt", b"changed\n");
     repo.ckpt_json(&["restore", &id, "--yes"], 0);
     assert_eq!(repo.read("dropped.txt"), content);
