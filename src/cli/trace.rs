@@ -480,7 +480,7 @@ pub(super) fn timeline(
 struct Replayed {
     /// Where the log was read from.
     path: PathBuf,
-    log: SessionLog,
+    log: std::sync::Arc<SessionLog>,
     checkpoints: Vec<Record>,
     /// What the other sessions of the workspace may have changed meanwhile.
     foreign: Vec<trace::ForeignChange>,
@@ -552,8 +552,66 @@ fn ran_inside(provider: &dyn Provider, log: &SessionLog) -> bool {
 
 /// A session's log from a file of the caller's (`--session-log`): it must say which session it
 /// is and that the session ran in this workspace.
-fn given_log(provider: &dyn Provider, file: &Path) -> Result<(PathBuf, SessionLog), CkptError> {
-    let log = sessionlog::read_log(file)?;
+/// What says a log file is the one read before: a file rewritten, replaced or grown has another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LogIdentity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl LogIdentity {
+    fn of(path: &Path) -> Option<LogIdentity> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        Some(LogIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        })
+    }
+}
+
+/// The session logs this process read, by path, with the identity each file had before it was
+/// read: the web view asks for the trace every 10 s, and a log that has not changed since is not
+/// read again (found by a review: a 320 KB zstd bomb cost 3–7 s and 1 GB on every request).
+type ReadLogs = std::collections::HashMap<PathBuf, (LogIdentity, std::sync::Arc<SessionLog>)>;
+static READ_LOGS: std::sync::Mutex<Option<ReadLogs>> = std::sync::Mutex::new(None);
+
+/// A session log read (or the copy read before, if its file has not changed since), with a
+/// warning on stderr when it was cut at the limit of what is read.
+fn read_session_log(path: &Path) -> Result<std::sync::Arc<SessionLog>, CkptError> {
+    let identity = LogIdentity::of(path);
+    if let Some(identity) = identity {
+        let held = READ_LOGS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((seen, log)) = held.as_ref().and_then(|logs| logs.get(path)) {
+            if *seen == identity {
+                return Ok(std::sync::Arc::clone(log));
+            }
+        }
+    }
+    let log = std::sync::Arc::new(sessionlog::read_log(path)?);
+    if let Some(identity) = identity {
+        let mut held = READ_LOGS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        held.get_or_insert_with(Default::default)
+            .insert(path.to_path_buf(), (identity, std::sync::Arc::clone(&log)));
+    }
+    if log.cut {
+        sayln!(
+            "ckpt: warning: {}: the log holds more than {} MiB; ckpt trace read that much of it, and knows nothing of the calls after",
+            path.display(),
+            sessionlog::MAX_LOG_BYTES / (1024 * 1024)
+        );
+    }
+    Ok(log)
+}
+
+fn given_log(provider: &dyn Provider, file: &Path) -> Result<(PathBuf, std::sync::Arc<SessionLog>), CkptError> {
+    let log = read_session_log(file)?;
     let named = log.problems.iter().all(|p| p.message != "no session header line");
     if !named {
         return Err(CkptError::InvalidInput(format!(
@@ -602,7 +660,7 @@ fn replay_sessions(
         .collect();
     let above: Vec<PathBuf> = above.into_iter().filter(|p| !paths.contains(p)).collect();
     paths.extend(above);
-    let mut logs: Vec<(PathBuf, SessionLog)> = match logs.session_log {
+    let mut logs: Vec<(PathBuf, std::sync::Arc<SessionLog>)> = match logs.session_log {
         Some(file) => vec![given_log(provider, file)?],
         None => Vec::new(),
     };
@@ -611,7 +669,7 @@ fn replay_sessions(
     // The logs only other sessions' changes are taken from.
     let mut foreign_only: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
     for (at, path) in paths.into_iter().enumerate() {
-        let log = sessionlog::read_log(&path)?;
+        let log = read_session_log(&path)?;
         if at >= first_above {
             foreign_only.insert(path.clone());
         } else if at >= first_below && !ran_inside(provider, &log) {

@@ -66,8 +66,10 @@ pub struct SessionLog {
     pub header: SessionHeader,
     pub calls: Vec<ToolCall>,
     pub problems: Vec<LogProblem>,
-    /// How many bytes the log held, decoded.
+    /// How many bytes the log held, decoded (as far as it was read).
     pub bytes: u64,
+    /// Whether the log was cut at [`MAX_LOG_BYTES`], what follows unread.
+    pub cut: bool,
 }
 
 /// The directory the harness keeps session logs in: `<dsh home>/sessions`, the home being
@@ -183,46 +185,59 @@ fn logs_in(project: &Path) -> Vec<PathBuf> {
 /// line counts as unreadable), never a process that runs out of memory.
 pub const MAX_LOG_BYTES: u64 = 512 * 1024 * 1024;
 
-/// Decodes every complete zstd frame of `bytes`, in order. A torn or corrupt frame ends the
-/// decoding; what came before it is kept and the problem is said.
-fn decode_frames(bytes: &[u8], limit: u64) -> (Vec<u8>, Option<String>) {
-    let mut out = Vec::new();
+/// Decodes every complete zstd frame of `bytes`, in order, handing what they hold to `sink` a
+/// piece at a time (never more than `limit` bytes in all). A torn or corrupt frame ends the
+/// decoding, and so does the limit; what came before is kept and the problem is said.
+fn decode_frames_into(bytes: &[u8], limit: u64, sink: &mut dyn FnMut(&[u8])) -> Option<String> {
     let mut rest = bytes;
+    let mut room = limit;
+    let mut buffer = vec![0u8; 256 * 1024];
     while !rest.is_empty() {
         let size = match zstd::zstd_safe::find_frame_compressed_size(rest) {
             Ok(size) if size <= rest.len() => size,
             _ => {
-                return (
-                    out,
-                    Some(format!(
-                        "the last {} byte(s) are not a complete zstd frame (torn by a crash?); the frames before them were read",
-                        rest.len()
-                    )),
-                )
+                return Some(format!(
+                    "the last {} byte(s) are not a complete zstd frame (torn by a crash?); the frames before them were read",
+                    rest.len()
+                ))
             }
         };
         let (frame, after) = rest.split_at(size);
-        let mut decoded = Vec::new();
-        let room = limit - out.len() as u64;
-        if let Err(e) = zstd::stream::read::Decoder::new(frame).and_then(|d| d.take(room + 1).read_to_end(&mut decoded))
-        {
-            return (
-                out,
-                Some(format!(
-                    "a zstd frame at byte {} does not decode ({e}); the frames before it were read",
-                    bytes.len() - rest.len()
-                )),
-            );
+        let failed = |e: std::io::Error| {
+            format!(
+                "a zstd frame at byte {} does not decode ({e}); the frames before it were read",
+                bytes.len() - rest.len()
+            )
+        };
+        let mut decoder = match zstd::stream::read::Decoder::new(frame) {
+            Ok(decoder) => decoder,
+            Err(e) => return Some(failed(e)),
+        };
+        loop {
+            let read = match decoder.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(read) => read,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Some(failed(e)),
+            };
+            if read as u64 > room {
+                sink(&buffer[..room as usize]);
+                return Some(too_long(limit));
+            }
+            room -= read as u64;
+            sink(&buffer[..read]);
         }
-        if decoded.len() as u64 > room {
-            decoded.truncate(room as usize);
-            out.extend_from_slice(&decoded);
-            return (out, Some(too_long(limit)));
-        }
-        out.extend_from_slice(&decoded);
         rest = after;
     }
-    (out, None)
+    None
+}
+
+/// [`decode_frames_into`] into one buffer.
+#[cfg(test)]
+fn decode_frames(bytes: &[u8], limit: u64) -> (Vec<u8>, Option<String>) {
+    let mut out = Vec::new();
+    let problem = decode_frames_into(bytes, limit, &mut |piece| out.extend_from_slice(piece));
+    (out, problem)
 }
 
 fn too_long(limit: u64) -> String {
@@ -273,50 +288,115 @@ fn result_call_id(data: &Value) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Parses decoded log text: the header, then every `tool/call` paired with its result.
-pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
-    let mut header = SessionHeader::default();
-    let mut calls: Vec<ToolCall> = Vec::new();
-    let mut problems = Vec::new();
-    // `None`: results that disagree (or more than one) arrived for one call id.
-    let mut results: std::collections::HashMap<String, Option<(CallOutcome, Option<String>)>> =
-        std::collections::HashMap::new();
-    for (index, line) in text.split(|b| *b == b'\n').enumerate() {
+/// A line longer than this is not read (it counts as an unreadable line): one line of a log
+/// must not cost more memory than this, whatever the log holds (a zstd bomb decodes to one
+/// line of gigabytes).
+const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Parses decoded log text as it arrives, a piece at a time: the header, then every
+/// `tool/call` paired with its result. Holds one line at a time, never the log.
+struct LogParser {
+    header: SessionHeader,
+    calls: Vec<ToolCall>,
+    problems: Vec<LogProblem>,
+    /// `None`: results that disagree (or more than one) arrived for one call id.
+    results: std::collections::HashMap<String, Option<(CallOutcome, Option<String>)>>,
+    /// The line being read, and how many lines came before it.
+    line: Vec<u8>,
+    index: usize,
+    /// The line being read is longer than [`MAX_LINE_BYTES`]: the rest of it is passed over.
+    overlong: bool,
+    /// Every decoded byte seen.
+    bytes: u64,
+}
+
+impl LogParser {
+    fn new() -> Self {
+        LogParser {
+            header: SessionHeader::default(),
+            calls: Vec::new(),
+            problems: Vec::new(),
+            results: std::collections::HashMap::new(),
+            line: Vec::new(),
+            index: 0,
+            overlong: false,
+            bytes: 0,
+        }
+    }
+
+    fn feed(&mut self, mut piece: &[u8]) {
+        self.bytes += piece.len() as u64;
+        while !piece.is_empty() {
+            let (part, ends) = match piece.iter().position(|b| *b == b'\n') {
+                Some(at) => (&piece[..at], Some(at + 1)),
+                None => (piece, None),
+            };
+            if !self.overlong {
+                if self.line.len() + part.len() > MAX_LINE_BYTES {
+                    self.overlong = true;
+                    self.line = Vec::new();
+                } else {
+                    self.line.extend_from_slice(part);
+                }
+            }
+            match ends {
+                Some(after) => {
+                    self.end_line();
+                    piece = &piece[after..];
+                }
+                None => piece = &[],
+            }
+        }
+    }
+
+    /// Parses the line read so far, and starts the next.
+    fn end_line(&mut self) {
+        let line = std::mem::take(&mut self.line);
+        let overlong = std::mem::replace(&mut self.overlong, false);
+        let index = self.index;
+        self.index += 1;
+        if overlong {
+            let message = format!("a line longer than {MAX_LINE_BYTES} bytes; it was not read");
+            self.unreadable(index, message);
+            return;
+        }
+        self.parse_line(index, &line);
+    }
+
+    /// A line that cannot be read may have been a tool call: it stays in the calls, as one whose
+    /// effect is unknown, so the replay is blind from there on instead of trusting it. Its time
+    /// is unknown, but no earlier than the call before it (the log is in time order).
+    fn unreadable(&mut self, index: usize, message: String) {
+        let number = index + 1;
+        let time = self.calls.last().and_then(|c| c.time.clone());
+        self.calls.push(ToolCall {
+            seq: index as u64,
+            time,
+            turn: None,
+            step: None,
+            call_id: format!("line-{number}"),
+            name: UNREADABLE_LINE.to_owned(),
+            arguments: Err(message.clone()),
+            outcome: CallOutcome::Unknown,
+            result_time: None,
+        });
+        self.problems.push(LogProblem { line: number, message });
+    }
+
+    fn parse_line(&mut self, index: usize, line: &[u8]) {
         let number = index + 1;
         if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
+            return;
         }
-        // A line that cannot be read may have been a tool call: it stays in the calls, as one
-        // whose effect is unknown, so the replay is blind from there on instead of trusting it.
-        // Its time is unknown, but no earlier than the call before it (the log is in time order).
-        let unreadable = |calls: &mut Vec<ToolCall>, message: String| {
-            let time = calls.last().and_then(|c| c.time.clone());
-            calls.push(ToolCall {
-                seq: index as u64,
-                time,
-                turn: None,
-                step: None,
-                call_id: format!("line-{number}"),
-                name: UNREADABLE_LINE.to_owned(),
-                arguments: Err(message),
-                outcome: CallOutcome::Unknown,
-                result_time: None,
-            });
-        };
         let value: Value = match serde_json::from_slice(line) {
             Ok(value) => value,
-            Err(e) => {
-                let message = format!("not JSON ({e})");
-                unreadable(&mut calls, message.clone());
-                problems.push(LogProblem { line: number, message });
-                continue;
-            }
+            Err(e) => return self.unreadable(index, format!("not JSON ({e})")),
         };
         let kind = value.get("type").and_then(Value::as_str).unwrap_or_default();
         let data = value.get("data").unwrap_or(&Value::Null);
         match kind {
-            "session" if number == 1 || header.id.is_empty() => {
-                header = SessionHeader {
+            "session" if number == 1 || self.header.id.is_empty() => {
+                self.header = SessionHeader {
                     id: string_field(&value, "id").unwrap_or_default(),
                     created_at: string_field(&value, "createdAt"),
                     cwd: string_field(&value, "cwd"),
@@ -326,10 +406,7 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
             }
             "tool/call" => {
                 let (Some(call_id), Some(name)) = (string_field(data, "callId"), string_field(data, "name")) else {
-                    let message = "a tool/call without callId or name".to_owned();
-                    unreadable(&mut calls, message.clone());
-                    problems.push(LogProblem { line: number, message });
-                    continue;
+                    return self.unreadable(index, "a tool/call without callId or name".to_owned());
                 };
                 let arguments = match data.get("arguments") {
                     Some(Value::String(raw)) => {
@@ -338,7 +415,7 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
                     Some(Value::Object(map)) => Ok(Value::Object(map.clone())),
                     _ => Err("no arguments".to_owned()),
                 };
-                calls.push(ToolCall {
+                self.calls.push(ToolCall {
                     seq: value.get("seq").and_then(Value::as_u64).unwrap_or(index as u64),
                     time: value.get("time").map(|t| match t {
                         Value::String(s) => s.clone(),
@@ -360,7 +437,7 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
                         Value::String(s) => s.clone(),
                         other => other.to_string(),
                     });
-                    results
+                    self.results
                         .entry(call_id)
                         .and_modify(|known| match known {
                             // A repeated result keeps its outcome if it agrees, but no single
@@ -374,56 +451,105 @@ pub fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
             _ => {}
         }
     }
-    if header.id.is_empty() {
-        problems.push(LogProblem {
-            line: 1,
-            message: "no session header line".into(),
-        });
+
+    /// The header, the calls with their outcomes, and the problems found; the last line counts
+    /// even without its newline.
+    fn finish(mut self) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>, u64) {
+        if !self.line.is_empty() || self.overlong {
+            self.end_line();
+        }
+        let LogParser {
+            header,
+            mut calls,
+            mut problems,
+            results,
+            bytes,
+            ..
+        } = self;
+        if header.id.is_empty() {
+            problems.push(LogProblem {
+                line: 1,
+                message: "no session header line".into(),
+            });
+        }
+        // A result names its call by id only: where calls share an id, no result can be told to be
+        // whose, so each of them has an unknown outcome.
+        let mut uses: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for call in &calls {
+            *uses.entry(call.call_id.as_str()).or_default() += 1;
+        }
+        let shared: std::collections::HashSet<String> = uses
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(id, _)| id.to_owned())
+            .collect();
+        for call in &mut calls {
+            let result = if shared.contains(&call.call_id) {
+                None
+            } else {
+                results.get(&call.call_id).cloned().flatten()
+            };
+            (call.outcome, call.result_time) = match result {
+                Some((outcome, time)) => (outcome, time),
+                None => (CallOutcome::Unknown, None),
+            };
+        }
+        // The replay allocates a node per call next: the doubling room of a log's worth of
+        // calls is given back first.
+        calls.shrink_to_fit();
+        (header, calls, problems, bytes)
     }
-    // A result names its call by id only: where calls share an id, no result can be told to be
-    // whose, so each of them has an unknown outcome.
-    let mut uses: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for call in &calls {
-        *uses.entry(call.call_id.as_str()).or_default() += 1;
-    }
-    let shared: std::collections::HashSet<String> = uses
-        .into_iter()
-        .filter(|(_, n)| *n > 1)
-        .map(|(id, _)| id.to_owned())
-        .collect();
-    for call in &mut calls {
-        let result = if shared.contains(&call.call_id) {
-            None
-        } else {
-            results.get(&call.call_id).cloned().flatten()
-        };
-        (call.outcome, call.result_time) = match result {
-            Some((outcome, time)) => (outcome, time),
-            None => (CallOutcome::Unknown, None),
-        };
-    }
+}
+
+/// Parses decoded log text whole (see [`LogParser`]).
+#[cfg(test)]
+fn parse(text: &[u8]) -> (SessionHeader, Vec<ToolCall>, Vec<LogProblem>) {
+    let mut parser = LogParser::new();
+    parser.feed(text);
+    let (header, calls, problems, _) = parser.finish();
     (header, calls, problems)
 }
 
-/// Reads one session log (`.zstd` frames or plain JSON Lines), streaming the file once.
+/// Reads one session log (`.zstd` frames or plain JSON Lines), streaming the file once and
+/// parsing it as it is decoded: what it costs in memory is what its calls hold, never the
+/// decoded log (a 320 KB zstd bomb cost 1 GB when it was decoded whole). A log past
+/// [`MAX_LOG_BYTES`] is read that far and the rest is reported lost.
 pub fn read_log(path: &Path) -> Result<SessionLog, super::RecordsError> {
     // A fifo or a device would block the read or never end: only a regular file is a log.
     let file = crate::verbs::open_regular_file(path).map_err(super::io_error(path))?;
-    let mut raw = Vec::new();
-    std::io::BufReader::new(file)
-        .take(MAX_LOG_BYTES + 1)
-        .read_to_end(&mut raw)
-        .map_err(super::io_error(path))?;
-    let cut = raw.len() as u64 > MAX_LOG_BYTES;
-    raw.truncate(MAX_LOG_BYTES as usize);
+    let mut reader = std::io::BufReader::new(file).take(MAX_LOG_BYTES + 1);
     let compressed = path.extension().is_some_and(|e| e == "zstd" || e == "zst");
-    let (text, torn) = if compressed {
-        let (text, torn) = decode_frames(&raw, MAX_LOG_BYTES);
-        (text, torn.or_else(|| cut.then(|| too_long(MAX_LOG_BYTES))))
+    let mut parser = LogParser::new();
+    let torn = if compressed {
+        // The compressed file is held (a log's is small beside what it decodes to) so that a
+        // torn last frame can be told from a whole one before any of it is decoded.
+        let mut raw = Vec::new();
+        reader.read_to_end(&mut raw).map_err(super::io_error(path))?;
+        let cut = raw.len() as u64 > MAX_LOG_BYTES;
+        raw.truncate(MAX_LOG_BYTES as usize);
+        let torn = decode_frames_into(&raw, MAX_LOG_BYTES, &mut |piece| parser.feed(piece));
+        torn.or_else(|| cut.then(|| too_long(MAX_LOG_BYTES)))
     } else {
-        (raw, cut.then(|| too_long(MAX_LOG_BYTES)))
+        let mut buffer = vec![0u8; 256 * 1024];
+        let mut total = 0u64;
+        loop {
+            let read = match reader.read(&mut buffer) {
+                Ok(0) => break None,
+                Ok(read) => read,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(super::io_error(path)(e)),
+            };
+            let room = (MAX_LOG_BYTES - total) as usize;
+            if read > room {
+                parser.feed(&buffer[..room]);
+                break Some(too_long(MAX_LOG_BYTES));
+            }
+            total += read as u64;
+            parser.feed(&buffer[..read]);
+        }
     };
-    let (mut header, mut calls, mut problems) = parse(&text);
+    let cut = torn.as_deref() == Some(too_long(MAX_LOG_BYTES).as_str());
+    let (mut header, mut calls, mut problems, bytes) = parser.finish();
     if header.id.is_empty() {
         // Without a header the log is still named by its directory, as the harness names it.
         header.id = path
@@ -452,7 +578,8 @@ pub fn read_log(path: &Path) -> Result<SessionLog, super::RecordsError> {
         header,
         calls,
         problems,
-        bytes: text.len() as u64,
+        bytes,
+        cut,
     })
 }
 
@@ -498,6 +625,45 @@ mod tests {
         assert!(cut.is_some_and(|t| t.contains("was read that far only")));
         assert_eq!(text.len() as u64, limit, "read up to the limit, not one byte more");
         assert_eq!(&text[..whole.len()], &whole[..], "the frames before are kept whole");
+    }
+
+    /// Fed a byte at a time or whole, the parser reads the same log; a line past the limit is
+    /// passed over without being held, and counts as an unreadable call.
+    #[test]
+    fn the_parser_reads_pieces_as_it_reads_the_whole_and_never_holds_an_overlong_line() {
+        let log = concat!(
+            "{\"type\":\"session\",\"id\":\"s\",\"cwd\":\"/w\"}\n",
+            "{\"type\":\"tool/call\",\"seq\":1,\"data\":{\"callId\":\"a\",\"name\":\"write\",\"arguments\":\"{}\"}}\n",
+            "not json\n",
+            "{\"type\":\"tool/call\",\"seq\":3,\"data\":{\"callId\":\"b\",\"name\":\"bash\",\"arguments\":\"{}\"}}",
+        );
+        let whole = parse(log.as_bytes());
+        let mut parser = LogParser::new();
+        for byte in log.as_bytes() {
+            parser.feed(std::slice::from_ref(byte));
+        }
+        let (header, calls, problems, bytes) = parser.finish();
+        assert_eq!(bytes, log.len() as u64);
+        assert_eq!((header, calls, problems), whole);
+        let mut parser = LogParser::new();
+        parser.feed(b"{\"type\":\"session\",\"id\":\"s\"}\n");
+        let chunk = vec![b' '; 1 << 20];
+        for _ in 0..(MAX_LINE_BYTES >> 20) + 1 {
+            parser.feed(&chunk);
+            assert!(
+                parser.line.len() <= MAX_LINE_BYTES,
+                "never more than a line's limit held"
+            );
+        }
+        parser.feed(b"\n{\"type\":\"tool/call\",\"seq\":3,\"data\":{\"callId\":\"c\",\"name\":\"read\",\"arguments\":\"{}\"}}\n");
+        let (_, calls, problems, _) = parser.finish();
+        assert_eq!(
+            calls.len(),
+            2,
+            "the overlong line is an unreadable call, the next one is read"
+        );
+        assert_eq!(calls[0].name, UNREADABLE_LINE);
+        assert!(problems[0].message.contains("longer than"), "{problems:?}");
     }
 
     #[test]

@@ -43,13 +43,18 @@ pub struct TraceNode<'a> {
     /// Why the call's path was refused or could not be read, if it was.
     pub refused: Option<String>,
     /// The files this node changed (or made unknown), with what is known of each after it.
-    pub files: BTreeMap<RepoPath, Known>,
+    pub files: NodeFiles,
     /// What the replay took each replayed file to hold just before this call (the base of an
     /// edit, from an earlier node or a checkpoint), where it looked.
-    pub before: BTreeMap<RepoPath, Known>,
+    pub before: NodeFiles,
     /// The files whose content after this call was worked back from the worktree.
     pub worked_back: BTreeSet<RepoPath>,
 }
+
+/// What a node knows of each file it changed, by path: a map kept as one sorted vector, since a
+/// node names a file or two and a log holds up to millions of nodes (a tree map's node cost
+/// ~650 bytes each, two per call: 2.6 KB per logged call, found by a review).
+pub type NodeFiles = litemap::LiteMap<RepoPath, Known>;
 
 /// The tools the trace replays: their arguments say exactly which file they change and how.
 fn is_content_tool(tool: &str) -> bool {
@@ -374,8 +379,8 @@ pub fn replay_among<'a>(
             call,
             path: None,
             refused: None,
-            files: BTreeMap::new(),
-            before: BTreeMap::new(),
+            files: NodeFiles::new(),
+            before: NodeFiles::new(),
             worked_back: BTreeSet::new(),
         };
         if blind_from_next && call.turn.is_some() {
