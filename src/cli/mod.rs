@@ -366,7 +366,8 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
                 all: *all,
                 exit_with_parent: *exit_with_parent,
             };
-            ui::serve(provider, &config, &options)
+            let open_another = || open_workspace(cli, &cwd, false).map(|(_, provider)| provider);
+            ui::serve(provider, &open_another, &config, &options)
         }
         WorkspaceCommand::Status { max_file_size } => status(provider, limit(max_file_size), out),
         WorkspaceCommand::Prune {

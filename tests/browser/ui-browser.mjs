@@ -313,6 +313,23 @@ async function main () {
   await page.waitForSelector(`.node[data-id="${c5.id}"]`, { timeout: 10_000 })
   step(`it appeared after ${Date.now() - t0} ms`)
 
+  step('a long session log is drawn a window at a time')
+  const longDir = join(dshHome, 'sessions', `--${ws.replace(/^\//, '').replaceAll('/', '-')}--`, 'long')
+  mkdirSync(longDir, { recursive: true })
+  const longLines = [JSON.stringify({ type: 'session', id: 'long', cwd: ws })]
+  for (let n = 0; n < 1200; n++) {
+    longLines.push(logCall(10 + 2 * n, Math.floor(n / 10) + 1, (n % 10) + 1, `r${n}`, 'read', { file_path: 'a.txt' }), logResult(11 + 2 * n, `r${n}`))
+  }
+  writeFileSync(join(longDir, 'session.jsonl'), longLines.join('\n') + '\n')
+  write(ws, 'later.txt', 'later, again\n')
+  snap('--session', 's3', '--turn', '1', '--step', '2', '--trigger', 'write')
+  await page.waitForSelector('.session[data-session="long"] .node', { timeout: 20_000 })
+  const drawn = () => page.$eval('.session[data-session="long"]', (s) => ({ nodes: s.querySelectorAll('.node').length, earlier: s.querySelector('button.earlier')?.textContent ?? null }))
+  assert.deepEqual(await drawn(), { nodes: 500, earlier: 'show earlier (700 not drawn)' })
+  await page.$eval('.session[data-session="long"]', (s) => { s.open = true })
+  await click('.session[data-session="long"] button.earlier')
+  assert.deepEqual(await drawn(), { nodes: 1200, earlier: null })
+
   step('the status page')
   await click('#tab-status')
   await page.waitForSelector('#status .disk')

@@ -267,3 +267,94 @@ fn the_browser_is_opened_on_a_private_page_so_the_token_is_in_no_command_line() 
         "the page leads on to the address: {opened}"
     );
 }
+
+/// A GET of `route` with the token; the whole answer, or the error.
+fn api_get(port: u16, token: &str, route: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(120)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {route} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Ckpt-Token: {token}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).map_err(|e| e.to_string())?;
+    Ok(answer)
+}
+
+/// A session log that is a zstd bomb (20 KB decoding past the 512 MiB ckpt reads) is read as
+/// far as that, said on stderr, and costs memory for its calls only, not for what it decodes
+/// to (it cost 1 GB); in the web view, the requests that read the logs are answered on a thread
+/// of their own, so the checkpoints are answered while the logs are still being read (one slow
+/// trace request held `/api/checkpoints` for 21 s).
+#[test]
+fn a_slow_session_log_holds_up_neither_memory_nor_the_checkpoints() {
+    let repo = crate::common::TestRepo::new();
+    repo.write("a.txt", b"one\n");
+    repo.snapshot(&[]);
+    let root = repo.root.to_str().unwrap().to_owned();
+    let dsh = repo.home.join("dsh-bomb");
+    let key = format!("--{}--", root.trim_start_matches('/').replace('/', "-"));
+    let dir = dsh.join("sessions").join(key).join("session-bomb");
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = serde_json::json!({"type": "session", "id": "session-bomb", "cwd": root}).to_string() + "\n";
+    let mut log = zstd::encode_all(header.as_bytes(), 3).unwrap();
+    let mut bomb = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    let spaces = vec![b' '; 1 << 20];
+    for _ in 0..600 {
+        std::io::Write::write_all(&mut bomb, &spaces).unwrap();
+    }
+    log.extend(bomb.finish().unwrap());
+    std::fs::write(dir.join("session.jsonl.zstd"), &log).unwrap();
+
+    // Peak memory through GNU time where the machine has it.
+    let timed = if std::path::Path::new("/usr/bin/time").exists() {
+        "/usr/bin/time -f 'peak %M KiB'"
+    } else {
+        ""
+    };
+    let script = format!(
+        "{timed} '{}' -C '{}' --json list --trace --dsh-home '{}'",
+        crate::common::CKPT,
+        repo.root.display(),
+        dsh.display()
+    );
+    let out = std::process::Command::new("sh").args(["-c", &script]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the log holds more than 512 MiB"),
+        "said on stderr: {stderr}"
+    );
+    if let Some(kib) = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("peak ")?.strip_suffix(" KiB")?.parse::<u64>().ok())
+    {
+        assert!(kib < 300 * 1024, "{kib} KiB for a log of one header line");
+    }
+
+    let (mut child, port, token) = serve(&repo, &format!("export DSH_HOME='{}';", dsh.display()));
+    let trace = {
+        let token = token.clone();
+        std::thread::spawn(move || {
+            let answer = api_get(port, &token, "/api/trace");
+            (answer, std::time::Instant::now())
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let checkpoints = api_get(port, &token, "/api/checkpoints").unwrap();
+    let checkpoints_at = std::time::Instant::now();
+    assert!(checkpoints.starts_with("HTTP/1.1 200"), "{checkpoints}");
+    let (trace, trace_at) = trace.join().unwrap();
+    let trace = trace.unwrap();
+    assert!(trace.starts_with("HTTP/1.1 200"), "{trace}");
+    assert!(
+        checkpoints_at < trace_at,
+        "the checkpoints were answered only after the session logs were read"
+    );
+    child.kill().ok();
+    child.wait().ok();
+}

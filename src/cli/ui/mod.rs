@@ -258,7 +258,21 @@ fn open_browser(url: &str) {
 }
 
 /// Serves the web view until the process is stopped (Ctrl-C).
-pub(super) fn serve(provider: &dyn Provider, config: &Config, options: &UiOptions) -> Result<Exit, CkptError> {
+/// Opens another provider of the same workspace, for a thread of its own.
+pub(super) type OpenProvider<'a> = dyn Fn() -> Result<Box<dyn Provider>, CkptError> + Sync + 'a;
+
+/// Whether a route reads the harness's session logs: those can be large, and are answered on a
+/// thread of their own so that they never hold up the rest of the page.
+fn reads_session_logs(route: &str) -> bool {
+    route.starts_with("/api/trace")
+}
+
+pub(super) fn serve(
+    provider: &dyn Provider,
+    open_another: &OpenProvider<'_>,
+    config: &Config,
+    options: &UiOptions,
+) -> Result<Exit, CkptError> {
     let listen_error = |source: std::io::Error| CkptError::Io {
         path: format!("listening on 127.0.0.1:{}", options.port).into(),
         source,
@@ -287,43 +301,88 @@ pub(super) fn serve(provider: &dyn Provider, config: &Config, options: &UiOption
         all: options.all,
     };
     let parent = options.exit_with_parent.then(std::os::unix::process::parent_id);
-    let mut checked = std::time::Instant::now();
-    loop {
-        // Checked once a second even while requests keep coming.
-        if checked.elapsed() >= std::time::Duration::from_secs(1) {
-            checked = std::time::Instant::now();
-            if let Some(why) = reason_to_stop(provider.workdir(), parent) {
-                sayln!("ckpt ui: stopping: {why}");
-                return Ok(Exit::Ok);
+    std::thread::scope(|scope| {
+        // Requests that read session logs go to a thread with a provider of its own (found by a
+        // review: one slow trace request held `/api/checkpoints` for 21 s, and the timeline
+        // stayed blank). It opens that provider on its first request.
+        let (to_logs, logs_requests) = std::sync::mpsc::channel::<Request>();
+        scope.spawn(move || {
+            let mut own: Option<Box<dyn Provider>> = None;
+            for request in logs_requests {
+                if own.is_none() {
+                    match open_another() {
+                        Ok(opened) => own = Some(opened),
+                        Err(error) => {
+                            respond_json(request, Answer::error(500, error.code(), &error.to_string()));
+                            continue;
+                        }
+                    }
+                }
+                if let Some(provider) = own.as_deref() {
+                    let api = api::Api {
+                        provider,
+                        config,
+                        all: options.all,
+                    };
+                    answer_api(&api, request);
+                }
+            }
+        });
+        let mut checked = std::time::Instant::now();
+        loop {
+            // Checked once a second even while requests keep coming.
+            if checked.elapsed() >= std::time::Duration::from_secs(1) {
+                checked = std::time::Instant::now();
+                if let Some(why) = reason_to_stop(provider.workdir(), parent) {
+                    sayln!("ckpt ui: stopping: {why}");
+                    // Its channel closes with this return: the session-log thread ends after
+                    // the request it is answering, if any.
+                    return Ok(Exit::Ok);
+                }
+            }
+            let request = match requests.recv_timeout(std::time::Duration::from_secs(1)) {
+                Ok(request) => request,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(listen_error(std::io::Error::other("the accepting thread ended")))
+                }
+            };
+            let path = request.head.path().to_owned();
+            match (request.head.method.as_str(), path.as_str()) {
+                ("GET", "/") => respond_text(request, "text/html; charset=utf-8", page(&token)),
+                ("GET", "/assets/page.js") => {
+                    respond_text(request, "text/javascript; charset=utf-8", SCRIPT.to_owned())
+                }
+                ("GET", "/assets/page.css") => respond_text(request, "text/css; charset=utf-8", STYLE.to_owned()),
+                ("GET" | "POST", route) if reads_session_logs(route) => {
+                    if let Err(unsent) = to_logs.send(request) {
+                        answer_api(&api, unsent.0);
+                    }
+                }
+                _ => answer_api(&api, request),
             }
         }
-        let request = match requests.recv_timeout(std::time::Duration::from_secs(1)) {
-            Ok(request) => request,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(listen_error(std::io::Error::other("the accepting thread ended")))
-            }
-        };
-        let url = request.head.url.clone();
-        let path = request.head.path().to_owned();
-        match (request.head.method.as_str(), path.as_str()) {
-            ("GET", "/") => respond_text(request, "text/html; charset=utf-8", page(&token)),
-            ("GET", "/assets/page.js") => respond_text(request, "text/javascript; charset=utf-8", SCRIPT.to_owned()),
-            ("GET", "/assets/page.css") => respond_text(request, "text/css; charset=utf-8", STYLE.to_owned()),
-            ("GET", route) if route.starts_with("/api/") => {
-                let answer = api.get(route, &url);
-                respond_json(request, answer);
-            }
-            ("POST", route) if route.starts_with("/api/") => {
-                let answer = match parse_body(&request) {
-                    Ok(body) => api.post(route, &body),
-                    Err(answer) => answer,
-                };
-                respond_json(request, answer);
-            }
-            ("GET" | "POST", _) => respond_json(request, Answer::error(404, "not_found", "no such page")),
-            _ => respond_json(request, Answer::error(405, "usage", "only GET and POST are answered")),
+    })
+}
+
+/// Answers an API request (or says there is no such page).
+fn answer_api(api: &api::Api<'_>, request: Request) {
+    let url = request.head.url.clone();
+    let path = request.head.path().to_owned();
+    match (request.head.method.as_str(), path.as_str()) {
+        ("GET", route) if route.starts_with("/api/") => {
+            let answer = api.get(route, &url);
+            respond_json(request, answer);
         }
+        ("POST", route) if route.starts_with("/api/") => {
+            let answer = match parse_body(&request) {
+                Ok(body) => api.post(route, &body),
+                Err(answer) => answer,
+            };
+            respond_json(request, answer);
+        }
+        ("GET" | "POST", _) => respond_json(request, Answer::error(404, "not_found", "no such page")),
+        _ => respond_json(request, Answer::error(405, "usage", "only GET and POST are answered")),
     }
 }
 

@@ -21,7 +21,12 @@ const state = {
   lastGuard: null,
   trace: [], // trace.node records: the tool calls of the harness sessions' logs
   traceSignature: null,
+  traceLoading: false, // a request for the session logs is under way
+  windows: new Map(), // session -> how many of its newest entries are drawn
 }
+
+/** How many of a session's newest entries are drawn at first, and how many more each "show earlier" adds. */
+const WINDOW = 500
 
 const $ = (id) => document.getElementById(id)
 
@@ -128,14 +133,33 @@ function renderTimeline () {
       const item = entry.record ?? entry.call
       return [item.step ?? -1, entry.record ? 0 : 1]
     }
-    for (const [turn, steps] of turns) {
-      const list = el('ol', { class: 'steps' })
+    // Only the newest entries are drawn (a long session's log holds hundreds of thousands of
+    // calls, which the browser cannot lay out at once); "show earlier" draws more.
+    let budget = state.windows.get(session) ?? WINDOW
+    const drawn = []
+    const turnKeys = [...turns.keys()].sort((a, b) => (a === '' ? -1 : b === '' ? 1 : a - b))
+    for (let i = turnKeys.length - 1; i >= 0 && budget > 0; i--) {
+      const turn = turnKeys[i]
       // Stable: checkpoints keep their own order, calls theirs.
-      const sorted = steps.map((entry, at) => ({ entry, at })).sort((a, b) => {
+      const sorted = turns.get(turn).map((entry, at) => ({ entry, at })).sort((a, b) => {
         const [x, y] = [order(a.entry), order(b.entry)]
         return x[0] - y[0] || x[1] - y[1] || a.at - b.at
       })
-      for (const { entry } of sorted) list.append(entry.record ? node(entry.record) : callNode(entry.call))
+      const shown = sorted.slice(Math.max(0, sorted.length - budget))
+      budget -= shown.length
+      drawn.unshift([turn, shown])
+    }
+    const hidden = items.length - drawn.reduce((n, [, shown]) => n + shown.length, 0)
+    if (hidden > 0) {
+      block.append(el('button', {
+        type: 'button',
+        class: 'earlier',
+        onclick: () => { state.windows.set(session, (state.windows.get(session) ?? WINDOW) + 4 * WINDOW); renderTimeline() },
+      }, `show earlier (${hidden} not drawn)`))
+    }
+    for (const [turn, shown] of drawn) {
+      const list = el('ol', { class: 'steps' })
+      for (const { entry } of shown) list.append(entry.record ? node(entry.record) : callNode(entry.call))
       block.append(el('div', { class: 'turn', 'data-turn': turn }, el('div', { class: 'turn-label' }, turn === '' ? '' : `turn ${turn}`), list))
     }
     root.append(block)
@@ -513,18 +537,12 @@ async function refresh () {
     $('workspace').textContent = `${answer.provider} · ${answer.workspace}`
     const signature = records.map((r) => r.id).join(',')
     $('live').className = 'ok'
-    // The session logs are read again only every 10 s (a log can be large), or with new checkpoints.
+    // The session logs are read again only every 10 s (a log can be large), or with new
+    // checkpoints, and never hold up the checkpoints: the timeline is drawn first, and again
+    // when the calls arrive.
     const traceDue = state.traceSignature === null || signature !== state.signature || Date.now() - state.traceAt > 10_000
-    let traceChanged = false
-    if (traceDue) {
-      state.traceAt = Date.now()
-      const calls = await api('GET', '/api/trace').then((a) => a.records.filter((r) => r.type === 'trace.node')).catch(() => [])
-      const traceSignature = calls.map((c) => `${c.node}:${c.outcome}:${c.files?.length}`).join(',')
-      traceChanged = traceSignature !== state.traceSignature
-      state.trace = calls
-      state.traceSignature = traceSignature
-    }
-    if (signature === state.signature && !traceChanged) return
+    if (traceDue && !state.traceLoading) loadTrace()
+    if (signature === state.signature) return
     state.records = records
     state.signature = signature
     if (state.selected && !byId(state.selected)) { state.selected = null; state.other = null }
@@ -533,6 +551,26 @@ async function refresh () {
   } catch (error) {
     $('live').className = 'down'
     $('live').title = error.message
+  }
+}
+
+/** Reads the session logs' calls, saying so while it waits, and draws the timeline again if they changed. */
+async function loadTrace () {
+  state.traceLoading = true
+  state.traceAt = Date.now()
+  $('trace-loading').hidden = false
+  try {
+    const calls = await api('GET', '/api/trace').then((a) => a.records.filter((r) => r.type === 'trace.node')).catch(() => [])
+    const traceSignature = calls.map((c) => `${c.node}:${c.outcome}:${c.files?.length}`).join(',')
+    if (traceSignature !== state.traceSignature) {
+      state.trace = calls
+      state.traceSignature = traceSignature
+      renderTimeline()
+    }
+  } finally {
+    state.traceLoading = false
+    state.traceAt = Date.now()
+    $('trace-loading').hidden = true
   }
 }
 
