@@ -78,9 +78,7 @@ pub(super) struct Written {
 impl ObjectBatch {
     /// Whether one of the repository's packs holds `id`: asked instead of the object store as a
     /// whole, which also searches the loose objects, a directory lookup per miss (20–30 µs each,
-    /// measured on a store of 70k loose objects), and new content always misses. An object
-    /// stored only loose joins the batch again: a second copy, harmless, that git's next repack
-    /// drops, and one that no gc can take before the pin exists.
+    /// measured on a store of 70k loose objects), and new content always misses.
     pub(super) fn packed(&self, id: &ObjectId) -> bool {
         self.pack_indices
             .get_or_init(|| {

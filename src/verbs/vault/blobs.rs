@@ -59,16 +59,16 @@ impl LocalBlobs {
         }
         // A stored copy is the one a restore will read: one that cannot be read back as exactly
         // these bytes (a damaged or forged pack entry) gets a sound copy beside it, which every
-        // read falls back to (found by a review: a snapshot pointed at a damaged packed copy,
-        // and the file could not be restored).
+        // read falls back to. A copy found stored, packed or loose, is relied on rather than
+        // written again (else a first snapshot of a repository whose objects are loose copies
+        // all of them); the pin checks it is still there, and if a gc took it the snapshot is
+        // taken again ([`super::Vault::pin`]).
         if let Some(batch) = &self.batch {
-            if batch.packed(&id) && super::objects::read_checked(&self.repo, &id, gix::objs::Kind::Blob).is_ok() {
+            let stored = batch.packed(&id) || self.repo.has_object(id.0);
+            if stored && super::objects::read_checked(&self.repo, &id, gix::objs::Kind::Blob).is_ok() {
                 batch.rely_on(id);
                 return Ok(PutBlob { id, fresh: false });
             }
-            // New content only if no copy was stored: a loose one (the user's own commit's) is
-            // stored again in the pack, where no gc can take it before the pin, but is not new.
-            let stored = self.repo.has_object(id.0);
             let fresh = batch.add(id, gix::objs::Kind::Blob, bytes)? && !stored;
             return Ok(PutBlob { id, fresh });
         }

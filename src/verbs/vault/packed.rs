@@ -89,7 +89,7 @@ pub(super) fn missing_now(objects: &Path, hash: gix::hash::Kind, ids: &[ObjectId
         if attempt > 0 {
             std::thread::sleep(std::time::Duration::from_millis(20 << attempt));
         }
-        gone.retain(|id| !loose(id));
+        // The packs first: their indices answer from memory, where each loose path is a lookup.
         let held = held_now(objects, hash, &gone);
         gone = gone
             .into_iter()
@@ -97,6 +97,7 @@ pub(super) fn missing_now(objects: &Path, hash: gix::hash::Kind, ids: &[ObjectId
             .filter(|(_, held)| !held)
             .map(|(id, _)| id)
             .collect();
+        gone.retain(|id| !loose(id));
         if gone.is_empty() {
             break;
         }
