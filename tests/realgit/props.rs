@@ -726,16 +726,22 @@ impl World {
     }
 
     fn snapshot(&mut self) {
-        let expected = self.oracle();
         let before = self.fingerprint();
-        // Every snapshot asks the watch daemon (started by the first), then a full walk must find
-        // exactly the same checkpoint: the daemon may only make a snapshot faster.
-        let run = self.ckpt(&["snapshot".as_ref(), "--watch".as_ref()]);
-        self.check(run.code == 0, || format!("snapshot failed: {}", run.stderr));
+        self.snapshot_unfingerprinted();
         let after = self.fingerprint();
         self.check(after == before, || {
             format!("snapshot changed git state:\n{before:?}\n{after:?}")
         });
+    }
+
+    /// A snapshot and its checks except the untouched-state one, for a caller that runs something
+    /// beside it which may itself hold git's locks (a user's gc takes `logs/HEAD.lock`).
+    fn snapshot_unfingerprinted(&mut self) {
+        let expected = self.oracle();
+        // Every snapshot asks the watch daemon (started by the first), then a full walk must find
+        // exactly the same checkpoint: the daemon may only make a snapshot faster.
+        let run = self.ckpt(&["snapshot".as_ref(), "--watch".as_ref()]);
+        self.check(run.code == 0, || format!("snapshot failed: {}", run.stderr));
         let snap = run.one("snapshot");
         let id = snap["id"].as_str().unwrap_or_default().to_owned();
         // The checkpoint's tree holds exactly the oracle's paths with their modes.
@@ -1206,14 +1212,21 @@ impl World {
         };
         gc.stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());
+        // The state is compared around the whole race: while the user's gc runs, git's own lock
+        // files come and go.
+        let before = self.fingerprint();
         let gc = gc.spawn().expect("gc");
-        self.snapshot();
+        self.snapshot_unfingerprinted();
         let gc = gc.wait_with_output().expect("gc");
         self.check(gc.status.success(), || {
             format!(
                 "the gc beside a snapshot failed: {}",
                 String::from_utf8_lossy(&gc.stderr)
             )
+        });
+        let after = self.fingerprint();
+        self.check(after == before, || {
+            format!("a snapshot beside a gc changed git state:\n{before:?}\n{after:?}")
         });
         if !self.copy {
             let after = self.git(&["gc", "-q"]);
