@@ -1213,7 +1213,14 @@ impl World {
         gc.stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());
         // The state is compared around the whole race: while the user's gc runs, git's own lock
-        // files come and go.
+        // files come and go. The user's gc also rewrites reflogs in its own form (`reflog expire`
+        // gives a linked worktree's first entry a tab), so it runs once before the state is taken.
+        if !self.copy {
+            let first = gc.output().expect("gc");
+            self.check(first.status.success(), || {
+                format!("the user's gc failed: {}", String::from_utf8_lossy(&first.stderr))
+            });
+        }
         let before = self.fingerprint();
         let gc = gc.spawn().expect("gc");
         self.snapshot_unfingerprinted();
