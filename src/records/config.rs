@@ -74,8 +74,8 @@ impl Config {
 
     /// Loads `path`; a missing file is the default config.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        // Opened without waiting: a FIFO there made every command wait for a writer (found by
-        // a review); anything but a regular file is refused.
+        // Opened without waiting: a FIFO there would make every command wait for a writer;
+        // anything but a regular file is refused.
         match crate::verbs::read_regular_file(path).map(String::from_utf8) {
             Ok(Ok(text)) => Config::parse(&text, path),
             Ok(Err(_)) => Err(ConfigError {

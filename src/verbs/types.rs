@@ -207,8 +207,8 @@ impl fmt::Display for ObjectId {
 
 /// A set of object ids. Hashed with foldhash, several times faster than the default SipHash in
 /// sets of tens of thousands of ids, and seeded at random: ids read from a tampered list or a
-/// hostile tree are chosen, not spread evenly, and a hash of their leading bytes alone let
-/// ids sharing them make every lookup a scan (found by a review).
+/// hostile tree are chosen, not spread evenly, and a hash of their leading bytes alone would let
+/// ids sharing them make every lookup a scan.
 pub type IdSet = std::collections::HashSet<ObjectId, foldhash::fast::RandomState>;
 /// A map keyed by object ids, hashed as an [`IdSet`] is.
 pub type IdMap<V> = std::collections::HashMap<ObjectId, V, foldhash::fast::RandomState>;

@@ -573,7 +573,7 @@ impl Engine {
                     continue;
                 }
                 // A ref to an object that is gone keeps nothing and breaks git's own gc and
-                // for-each-ref (found by a review): it is removed, not moved aside.
+                // for-each-ref: it is removed, not moved aside.
                 if !self.vault.has_object(&commit) {
                     self.vault.unpin(&pin, &commit)?;
                     report.actions.push(format!(
@@ -629,9 +629,9 @@ impl Engine {
                         .push(format!("dropped record {} (its commit is gone)", record.short()));
                     continue;
                 };
-                // A record whose checkpoint is intact is never dropped: its pin is made, or
-                // moved back from whatever it was made to point at (a review found such records
-                // dropped as "gone" and their checkpoints left to git's gc).
+                // A record whose checkpoint is intact is never dropped, or its checkpoint would
+                // be left to git's gc: its pin is made, or moved back from whatever it was made
+                // to point at.
                 match self.repin(&id) {
                     Ok(None) => report.actions.push(format!("re-pinned {}", record.short())),
                     Ok(Some(aside)) => report.actions.push(format!(

@@ -64,8 +64,8 @@ impl Engine {
                 )?;
                 let mut changes = crate::provider::diff::changes(&old, &capture.items(), paths);
                 // A file still there that this capture could not read (no permission, too
-                // large) is not deleted: it is left out and named (a review found it shown as
-                // deleted, with no word).
+                // large) is not deleted: it is left out and named, never shown as deleted with
+                // no word.
                 let unseen: std::collections::HashMap<&RepoPath, &String> =
                     capture.skipped.iter().map(|(path, why)| (path, why)).collect();
                 changes.retain(|change| match (change.new, unseen.get(&change.path)) {
@@ -201,9 +201,9 @@ impl Engine {
         let mut all = Vec::new();
         // The git provider keeps each worktree's state in `<common>/ckpt/<key>/`. The copy store
         // keeps a workspace's in `workspaces/<key>/state/`, beside its private git directory and
-        // files that are no state directory (`list --all` once took its `workspace` file for one
-        // and failed, found by a review); "all" there is this path's workspace and the earlier
-        // ones set aside at the same path (`<key>-replaced-<time>`), never other projects'.
+        // files that are no state directory (taken for one, its `workspace` file would fail
+        // `list --all`); "all" there is this path's workspace and the earlier ones set aside at
+        // the same path (`<key>-replaced-<time>`), never other projects'.
         let own = self.state_root.file_name().map(|n| n.to_string_lossy().into_owned());
         let (dir, below) = match (self.kind, self.state_root.parent()) {
             (StoreKind::Repository, _) => (self.state_root.clone(), None),

@@ -360,10 +360,9 @@ impl Engine {
         let started = std::time::Instant::now();
         let progress = self.reporter.progress();
         // New objects go into one pack in the user's repository, uncompressed: compressing them,
-        // and inflating them again to index the pack, cost as much as the rest of the write
-        // (measured). The daemon compresses the pack once the worktree is quiet
-        // ([`Engine::merge_ckpt_packs`]). A copy store keeps loose objects only: its own gc
-        // collects those.
+        // and inflating them again to index the pack, cost as much as the rest of the write.
+        // The daemon compresses the pack once the worktree is quiet ([`Engine::merge_ckpt_packs`]).
+        // A copy store keeps loose objects only: its own gc collects those.
         let _batch = (self.kind == StoreKind::Repository).then(|| self.vault.begin_batch(PackCompression::Stored));
         let Some(mut delta) = scan::capture_delta(&self.vault, request.max_file_size, &cache, scope, progress)? else {
             return Ok(Err(

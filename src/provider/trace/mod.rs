@@ -52,8 +52,8 @@ pub struct TraceNode<'a> {
 }
 
 /// What a node knows of each file it changed, by path: a map kept as one sorted vector, since a
-/// node names a file or two and a log holds up to millions of nodes (a tree map's node cost
-/// ~650 bytes each, two per call: 2.6 KB per logged call, found by a review).
+/// node names a file or two and a log holds up to millions of nodes (a tree map allocates a
+/// whole node for even one entry, and each call holds two).
 pub type NodeFiles = litemap::LiteMap<RepoPath, Known>;
 
 /// The tools the trace replays: their arguments say exactly which file they change and how.

@@ -43,8 +43,8 @@ struct State {
     seq: u64,
     changes: HashMap<Vec<u8>, u64>,
     /// The files most recently made or written, oldest first: a write through a shared memory
-    /// map raises no event until the map's last user lets the file go (found by a review: a
-    /// snapshot between the two missed it), so each snapshot is told these paths too and looks
+    /// map raises no event until the map's last user lets the file go (a snapshot between the
+    /// two would miss it), so each snapshot is told these paths too and looks
     /// at their stat again (the kernel moves the mtime on such a write), whatever its token.
     /// Bounded: older files are the documented blind spot.
     written: std::collections::VecDeque<Vec<u8>>,

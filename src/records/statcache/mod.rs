@@ -374,7 +374,7 @@ impl StatCache {
     /// well-formed amendment of this main file is ignored.
     pub fn load(dir: &Path) -> Option<StatCache> {
         // Read, not mapped: a mapping faults (SIGBUS) when another program shortens the file
-        // while it is read, and a hostile review made that happen.
+        // while it is read, and a hostile program can make that happen.
         let data = crate::verbs::read_regular_file(&dir.join(FILE_NAME)).ok()?;
         let mut cache = StatCache::decode(data)?;
         if let Some((checkpoint, delta)) = crate::verbs::read_regular_file(&dir.join(DELTA_FILE_NAME))

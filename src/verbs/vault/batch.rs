@@ -77,8 +77,8 @@ pub(super) struct Written {
 
 impl ObjectBatch {
     /// Whether one of the repository's packs holds `id`: asked instead of the object store as a
-    /// whole, which also searches the loose objects, a directory lookup per miss (20–30 µs each,
-    /// measured on a store of 70k loose objects), and new content always misses.
+    /// whole, which also searches the loose objects, a costly directory lookup per miss, and new
+    /// content always misses.
     pub(super) fn packed(&self, id: &ObjectId) -> bool {
         self.pack_indices
             .get_or_init(|| {
@@ -515,11 +515,10 @@ fn place_pack(
 /// Gives the pack written to `temp` (whose trailer is `checksum`) its name in `directory`, with
 /// an index made here from `placed`: a `.keep` first, as git's own fetch does (until a pin
 /// makes these objects reachable, a `git repack -a -d` running beside this snapshot would
-/// delete the pack with them: found by a review, one snapshot in a few hundred beside a repack
-/// loop was published with its objects gone), then the data, then the index, which makes the
-/// pack visible. gix must read the index back as naming exactly `ids`, or nothing this call
-/// made is left and this fails. Never over a file that is there: an identical pack is not
-/// ours to replace.
+/// delete the pack with them, and the snapshot would be published with its objects gone), then
+/// the data, then the index, which makes the pack visible. gix must read the index back as
+/// naming exactly `ids`, or nothing this call made is left and this fails. Never over a file
+/// that is there: an identical pack is not ours to replace.
 fn place_pack_file(
     directory: &Path,
     hash: gix::hash::Kind,
@@ -798,8 +797,7 @@ impl Vault {
 
     /// Removes the keep files ckpt wrote (their text is ckpt's own) that are older than
     /// `older_than`: a ckpt killed between writing a pack and its pin leaves one, and git then
-    /// keeps that pack for good (found by a review: a quarter of the snapshots killed during a
-    /// large burst left one). A snapshot holds its keep file for the moments between its pack
+    /// keeps that pack for good. A snapshot holds its keep file for the moments between its pack
     /// and its pin, so an old one is no snapshot's any more. A keep file with any other text is
     /// git's or the user's, and left alone. How many were removed.
     pub fn remove_stale_pack_keeps(&self, older_than: std::time::Duration) -> usize {
@@ -836,8 +834,8 @@ impl Vault {
     /// A guard that releases the keep files of this vault's unpinned packs when dropped: a
     /// snapshot holds it from before its batch is written until it returns, so one that fails
     /// after writing its pack (its pin refused, say) or publishes nothing leaves no keep file
-    /// behind (found by a review: a refused pin left one for good; a command's provider is
-    /// never dropped, so the vault's own drop does not run).
+    /// behind to keep its pack for good (a command's provider is never dropped, so the vault's
+    /// own drop does not run).
     pub fn pack_keeps_released_on_return(&self) -> PackKeepsRelease<'_> {
         PackKeepsRelease(self)
     }
@@ -920,8 +918,8 @@ impl Vault {
 
     /// The temp files of killed writes that nothing has touched for `older_than`: the pack
     /// writer's in the pack directory (named `pack/.tmpXXXXXX`), and those of a large blob
-    /// streamed into the object database (`.tmpXXXXXX`, in `objects/` itself: a killed snapshot
-    /// left 169 MB of them after 8 kills, found by a review). Names are relative to `objects/`.
+    /// streamed into the object database (`.tmpXXXXXX`, in `objects/` itself: every killed
+    /// snapshot leaves its own, and they pile up). Names are relative to `objects/`.
     /// A write in progress keeps touching its own. Read-only.
     pub fn stale_pack_temps(&self, older_than: std::time::Duration) -> Vec<StalePackTemp> {
         let objects = self.repo.objects.store_ref().path().to_path_buf();
@@ -1009,8 +1007,8 @@ impl Vault {
             // A pack with a file next to it that only git writes is never ckpt's: kept
             // (`.keep`), a partial clone's promise (`.promisor`), a cruft pack's times
             // (`.mtimes`), a reverse index (`.rev`, git's default since 2.41) or a bitmap. Left
-            // as it is, whatever a list in ckpt's state says. (Found by a review: a tampered
-            // list made ckpt rewrite a user's no-delta pack and drop its `.rev` and bitmap.)
+            // as it is, whatever a list in ckpt's state says: a tampered list would otherwise
+            // make ckpt rewrite a user's no-delta pack and drop its `.rev` and bitmap.
             if ["keep", "promisor", "mtimes", "rev", "bitmap"]
                 .iter()
                 .any(|ext| path_of(name, ext).exists())

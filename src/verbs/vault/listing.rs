@@ -584,9 +584,9 @@ fn exclude_stack<'repo>(
     // The index is read only for `.gitignore` files marked skip-worktree that are not on disk
     // (sparse checkouts: git reads those from the index). One that is on disk in any form is
     // git's to read from the worktree, as it clears the mark of a present file: a symlink or a
-    // directory there gives no rules (found by a review: the tree's rules were applied). So the
-    // stack gets an index of just the absent ones; the usual index, with no skip-worktree entry,
-    // gives an empty one without a look at every entry's path.
+    // directory there gives no rules, not the tree's. So the stack gets an index of just the
+    // absent ones; the usual index, with no skip-worktree entry, gives an empty one without a
+    // look at every entry's path.
     use gix::index::entry::Flags;
     let mut from_index = gix::index::State::new(repo.object_hash());
     if index

@@ -45,8 +45,7 @@ pub const LEGACY_MARK: &str = "legacy";
 /// The mark in a worktree's marker file, which must be one ckpt writes: a regular file (never
 /// through a link) holding `legacy` or 12 lowercase hex digits. Anything else is refused by
 /// name, never taken as a new key: checkpoints taken under a key that changes with every run
-/// could never be listed again (found by a review: a marker made a directory gave each
-/// snapshot a fresh key and reported success).
+/// could never be listed again, while every snapshot would report success.
 fn read_mark(marker: &Path) -> Result<String, VerbError> {
     let refused = |why: String| {
         VerbError::Worktree {
@@ -86,8 +85,8 @@ const CONFIG_OVERRIDES: [&str; 5] = [
     "user.name=ckpt",
     "user.email=ckpt@localhost",
     "gc.auto=0",
-    // Objects are read as they are stored: a `git replace` of a checkpoint's commit made
-    // snapshots build on the replacement's tree (found by a review).
+    // Objects are read as they are stored: a `git replace` of a checkpoint's commit would make
+    // snapshots build on the replacement's tree.
     "core.useReplaceRefs=false",
 ];
 

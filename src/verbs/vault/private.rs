@@ -47,9 +47,9 @@ pub fn path_key(path: &Path) -> Result<WorkspaceKey, VerbError> {
 }
 
 /// Refuses the repository containing `dir` when its `packed-refs` is not a regular file (a
-/// FIFO, socket, device or directory): opening the repository reads it, and a FIFO there made
-/// every command hang, as it hangs git (found by a review). Looked at before anything opens the
-/// repository, with `lstat` only.
+/// FIFO, socket, device or directory): opening the repository reads it, and a FIFO there would
+/// make every command hang, as it hangs git. Looked at before anything opens the repository,
+/// with `lstat` only.
 pub fn refuse_unreadable_packed_refs(dir: &Path) -> Result<(), VerbError> {
     let Ok((found, _trust)) = gix::discover::upwards(dir) else {
         return Ok(());
@@ -83,8 +83,8 @@ fn refuse_blocking_file(path: &Path) -> Result<(), VerbError> {
 }
 
 /// Refuses a private git directory (the copy provider's) whose files that opening it reads are
-/// not regular files: a FIFO at its `HEAD` made every command of the workspace hang (found by a
-/// review). Looked at before it is opened.
+/// not regular files: a FIFO at its `HEAD` would make every command of the workspace hang.
+/// Looked at before it is opened.
 pub(super) fn refuse_blocking_git_files(git_dir: &Path) -> Result<(), VerbError> {
     for name in [
         "HEAD",

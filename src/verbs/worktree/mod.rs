@@ -77,8 +77,8 @@ pub fn open_no_follow(path: &std::path::Path) -> std::io::Result<std::fs::File> 
 
 /// Opens the regular file at `path` for reading (following a symlink), never blocking: it is
 /// opened without waiting for a FIFO's writer and refused unless it is a regular file. For
-/// ckpt's own state files and logs it reads, where a FIFO made every command wait for a
-/// writer (found by a review). Read-only.
+/// ckpt's own state files and logs it reads, where a FIFO would make every command wait for a
+/// writer. Read-only.
 pub fn open_regular_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     open_regular(path, OFlags::empty())
 }
@@ -184,8 +184,8 @@ pub fn read_settled_file(
 }
 
 /// If `name` is a temp file name this module makes (`.ckpt-<pid>-<16 lowercase hex>.tmp`), the
-/// pid that made it. Exactly that shape: a user's file that merely looks similar is the user's
-/// (found by a review: `.ckpt-123-abc.tmp` went unprotected).
+/// pid that made it. Exactly that shape: a user's file that merely looks similar (such as
+/// `.ckpt-123-abc.tmp`) is the user's, and stays protected.
 pub fn temp_file_owner(name: &[u8]) -> Option<u32> {
     let rest = std::str::from_utf8(name)
         .ok()?
@@ -482,8 +482,8 @@ impl Vault {
 
     /// The first op of `ops` whose directory this process may not change (no write or search
     /// permission on the nearest directory that exists above its path), with why: found before
-    /// anything is written, so a restore never stops half way on it (found by a review: files
-    /// in one directory were written, then a read-only directory failed the rest). Read-only.
+    /// anything is written, so a restore never stops half way on it, some files written and the
+    /// rest failed. Read-only.
     pub fn unwritable_directory(&self, ops: &[RestoreOp]) -> Option<(RepoPath, String)> {
         use rustix::fs::{accessat, statat, Access, AtFlags, FileType};
         let root = self.worktree().open_root().ok()?;
