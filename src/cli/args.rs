@@ -62,7 +62,7 @@ pub(super) enum Command {
     /// before each tool call that changes files or runs a command (`ckpt integrate` installs it)
     Hook {
         #[arg(value_enum)]
-        agent: super::hook::Agent,
+        agent: Agent,
         /// Block the tool call when no checkpoint could be taken (default: let it run and say so)
         #[arg(long)]
         fail_closed: bool,
@@ -74,7 +74,7 @@ pub(super) enum Command {
     /// shows the change first and keeps a backup
     Integrate {
         #[arg(value_enum)]
-        agent: super::hook::Agent,
+        agent: Agent,
         /// This project's settings (the default): the repository's top level, or the directory
         #[arg(long, conflicts_with = "user")]
         project: bool,
@@ -376,4 +376,15 @@ pub(super) enum KindArg {
     Auto,
     Manual,
     Guard,
+}
+
+/// An agent with a documented hook that runs before a tool call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Agent {
+    /// Claude Code (`claude`)
+    Claude,
+    /// OpenAI Codex CLI (`codex`)
+    Codex,
+    /// Google Gemini CLI (`gemini`)
+    Gemini,
 }

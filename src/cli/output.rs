@@ -2,8 +2,6 @@
 //! `--json` is given, human text otherwise. In JSON mode human text goes to stderr, so stdout
 //! stays machine-readable. Nothing here decides what a command does.
 
-use std::io::Write;
-
 use crate::provider::{FileDiff, Preview, RestoreReport};
 use crate::records::Record;
 use crate::verbs::EntryKind;
@@ -123,22 +121,7 @@ pub fn reporter(progress: bool) -> crate::provider::report::Reporter {
     )
 }
 
-/// Writes `text` to stdout. A reader that went away (`ckpt list | head -1`) ends the process
-/// quietly with the closed-pipe status instead of a panic; other write errors are reported.
-pub fn to_stdout(text: &str) {
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            std::process::exit(super::exit::Exit::ClosedPipe.code())
-        }
-        Err(e) => {
-            // Whoever reads stdout gets nothing more: say so once and end as failed, as git does.
-            sayln!("ckpt: error: cannot write to standard output: {e}");
-            std::process::exit(super::exit::Exit::Failed.code())
-        }
-    }
-}
+pub use super::pager::to_stdout;
 
 /// A path for people: as is when it is printable UTF-8, otherwise quoted with escapes.
 pub fn human_path(path: &RepoPath) -> String {

@@ -7,8 +7,6 @@
 use std::io::{IsTerminal, Write};
 use std::process::{Command, Stdio};
 
-use super::output::to_stdout;
-
 /// Whether output may be paged at all: a terminal, no `--json`, no `--no-pager`.
 #[derive(Clone, Copy)]
 pub struct Paging(bool);
@@ -77,4 +75,21 @@ fn through_pager(text: &str) -> bool {
         return false;
     }
     true
+}
+
+/// Writes `text` to stdout. A reader that went away (`ckpt list | head -1`) ends the process
+/// quietly with the closed-pipe status instead of a panic; other write errors are reported.
+pub fn to_stdout(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            std::process::exit(super::exit::Exit::ClosedPipe.code())
+        }
+        Err(e) => {
+            // Whoever reads stdout gets nothing more: say so once and end as failed, as git does.
+            sayln!("ckpt: error: cannot write to standard output: {e}");
+            std::process::exit(super::exit::Exit::Failed.code())
+        }
+    }
 }

@@ -11,32 +11,6 @@ use crate::provider::CkptError;
 use crate::records::{Registry, StoreLock};
 use crate::verbs::{Vault, WorkspaceKey};
 
-/// The copy provider's home: `$CKPT_HOME`, else `$XDG_DATA_HOME/ckpt`, else
-/// `~/.local/share/ckpt`.
-pub fn ckpt_home() -> Result<PathBuf, CkptError> {
-    let home = if let Some(home) = std::env::var_os("CKPT_HOME").filter(|v| !v.is_empty()) {
-        PathBuf::from(home)
-    } else if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
-        PathBuf::from(data).join("ckpt")
-    } else {
-        match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
-            Some(home) => PathBuf::from(home).join(".local/share/ckpt"),
-            None => {
-                return Err(CkptError::NoProvider(
-                    "the copy provider needs a place for its store: set CKPT_HOME (or HOME)".into(),
-                ))
-            }
-        }
-    };
-    // A relative setting means the same store from every directory: resolved once, here, and
-    // through any symlinks and `..` as far as the path exists.
-    let absolute = std::path::absolute(&home).map_err(|source| CkptError::Io {
-        path: home.clone(),
-        source,
-    })?;
-    crate::verbs::absolute_parent_canonical(&absolute).map_err(|source| CkptError::Io { path: home, source })
-}
-
 /// `ckpt gc` for the copy store: with every workspace's lock held (so no snapshot can be
 /// publishing objects meanwhile), removes loose objects no pin of any workspace reaches and that
 /// are older than the grace period.
@@ -46,7 +20,7 @@ pub fn collect_copy_store_garbage(
     reporter: &Reporter,
 ) -> Result<crate::verbs::GarbageReport, CkptError> {
     let waiting = |lock: &Path| reporter.waiting_for_lock(lock);
-    let home = ckpt_home()?;
+    let home = crate::records::home::ckpt_home()?;
     // First the whole store (waits for every running snapshot, and keeps new workspaces out),
     // then each workspace, in the same order snapshots take them.
     let store_lock = StoreLock::exclusive(&home, &waiting)?;
@@ -59,8 +33,8 @@ pub fn collect_copy_store_garbage(
                 continue;
             }
             // Every commit a record names is live too, pinned or not: a pin that is gone, or
-            // that no ref can be read from (a FIFO, a link, a directory), once let gc remove a
-            // checkpoint's objects for good (found by a review).
+            // that no ref can be read from (a FIFO, a link, a directory), would let gc remove a
+            // checkpoint's objects for good.
             let recorded: Vec<crate::verbs::ObjectId> = match Registry::open_existing(&dir.join("state")) {
                 Ok(Some(registry)) => registry
                     .load()
@@ -126,7 +100,7 @@ pub struct CopyLayout {
 
 impl CopyLayout {
     pub fn for_root(root: &Path) -> Result<CopyLayout, CkptError> {
-        let home = ckpt_home()?;
+        let home = crate::records::home::ckpt_home()?;
         let key = crate::verbs::path_key(root)?;
         let workspace_dir = home.join("workspaces").join(key.as_str());
         Ok(CopyLayout {
@@ -143,7 +117,7 @@ impl CopyLayout {
 impl Engine {
     /// A copy workspace is known by its path, and a new directory at an old path (removed and
     /// made again, or another checkout cloned there) must not inherit the checkpoints of the
-    /// one before: a restore would write the other project's files into it (found by a review).
+    /// one before: a restore would write the other project's files into it.
     /// The store keeps the directory's identity beside its checkpoints; when the directory at
     /// the path is another, the earlier workspace is set aside whole (listed apart by `list
     /// --all`). A workspace from before identities is the directory's own unless the directory

@@ -69,6 +69,7 @@ impl CkptError {
             CkptError::InvalidInput(_) => "invalid_input",
             CkptError::CorruptRecord(_) => "corrupt_registry",
             CkptError::Demo(_) => "demo_failed",
+            CkptError::Records(RecordsError::NoStoreHome) => "no_provider",
             CkptError::Records(RecordsError::Corrupt { .. }) => "corrupt_registry",
             CkptError::Records(RecordsError::UnsupportedVersion { .. }) => "unsupported_version",
             CkptError::Records(RecordsError::Io { .. }) => "io",
@@ -374,7 +375,7 @@ pub fn open(
             }
             Err(CkptError::NoProvider(why)) => match unreadable_git_above(dir) {
                 // A repository ckpt may not read is not a plain directory: copies taken in its
-                // place would start another timeline, silently (found by a review).
+                // place would start another timeline, silently.
                 Some((git, error)) => Err(CkptError::Refused(format!(
                     "{} holds a git repository at {} that ckpt cannot read ({error}); fix its permissions (git itself cannot use it either), or run ckpt with --provider copy to protect the files alone ({why})",
                     dir.display(),

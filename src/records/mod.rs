@@ -4,6 +4,7 @@
 //! directory; it must never touch the worktree or any repository file.
 
 pub mod config;
+pub mod home;
 pub mod hooks;
 mod journal;
 pub mod sessionlog;
@@ -96,6 +97,8 @@ pub enum RecordsError {
     UnsafeStateDir { path: PathBuf },
     #[error("{path} is {what}, not a plain lock file of ckpt's own; ckpt refuses to open it (a link would make it create or overwrite another file, a FIFO would block it, a directory cannot be locked). Remove it (a directory with what it holds, once you have looked), then run ckpt again")]
     UnsafeLockFile { path: PathBuf, what: &'static str },
+    #[error("the copy provider needs a place for its store: set CKPT_HOME (or HOME)")]
+    NoStoreHome,
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> RecordsError + '_ {
@@ -333,8 +336,8 @@ pub struct StoreLock {
 
 /// Makes the copy store's directory, private to the user (0700): it holds copies of every file
 /// it protects, a `0600` secret among them, whose objects are readable by anyone who can reach
-/// them (found by a review: another local user read a `.env` from the store). A store made
-/// before, with wider bits, is narrowed once it holds ckpt's own lock file.
+/// them: another local user could read a `.env` from the store. A store made before, with wider
+/// bits, is narrowed once it holds ckpt's own lock file.
 fn create_private_store(home: &Path) -> Result<(), RecordsError> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     if let Some(parent) = home.parent() {
@@ -547,8 +550,8 @@ impl Registry {
             self.dir.join(watch::WATCH_DIR),
             self.dir.join(hooks::HOOKS_DIR),
         ] {
-            // A subdirectory that is a link is never followed (found by a review: a linked
-            // `watch/` sent the removal outside the state directory).
+            // A subdirectory that is a link is never followed: a linked `watch/` would send the
+            // removal outside the state directory.
             if !fs::symlink_metadata(&dir).is_ok_and(|meta| meta.is_dir()) {
                 continue;
             }
@@ -589,8 +592,8 @@ impl Registry {
 
     /// ckpt's own state files, other than the registry and the journal (each reported on its
     /// own), that are there but are not regular files (a FIFO, socket, device or directory,
-    /// or a link to one): every read refuses them, so the state they hold is lost to ckpt (the
-    /// hooks' positions, found by a review: every later tool call ran unprotected).
+    /// or a link to one): every read refuses them, so the state they hold is lost to ckpt
+    /// (without the hooks' positions, every later tool call would run unprotected).
     pub fn unusable_state_files(&self) -> Vec<PathBuf> {
         [
             self.dir.join(statcache::FILE_NAME),
@@ -602,7 +605,7 @@ impl Registry {
         ]
         .into_iter()
         // Only through directories of the state's own (a linked `watch/` or `hooks/` leads
-        // somewhere else, found by a review: doctor renamed a user's entries there).
+        // somewhere else, and doctor would rename a user's entries there).
         .filter(|path| {
             path.parent()
                 .is_some_and(|dir| fs::symlink_metadata(dir).is_ok_and(|meta| meta.is_dir()))
@@ -659,8 +662,8 @@ impl Registry {
     /// malformed one is an error, never silently reset.
     pub fn load(&self) -> Result<Vec<Record>, RecordsError> {
         let path = self.records_path();
-        // Never through a link: one to another repository's registry made its checkpoints
-        // listed here, and the next snapshot copied them in (found by a review).
+        // Never through a link: one to another repository's registry would list its
+        // checkpoints here, and the next snapshot would copy them in.
         if fs::symlink_metadata(&path).is_ok_and(|meta| meta.file_type().is_symlink()) {
             return Err(RecordsError::Corrupt {
                 path: path.clone(),
@@ -822,8 +825,8 @@ enum ParseFailure {
 
 fn parse_records(text: &[u8]) -> Result<Vec<Record>, ParseFailure> {
     /// The fields that say how to read the rest, whatever the rest holds. Parsed on its own
-    /// first (the records are skipped, not built), because a whole file read into a
-    /// `serde_json::Value` first took 6 ms of a snapshot at a few hundred records.
+    /// first (the records are skipped, not built), because reading the whole file into a
+    /// `serde_json::Value` first would cost a snapshot dearly at a few hundred records.
     #[derive(Deserialize)]
     struct Header {
         format: Option<serde_json::Value>,
@@ -944,8 +947,8 @@ fn set_aside(path: &Path) -> Result<PathBuf, RecordsError> {
         let suffix = if n == 0 { String::new() } else { format!("-{n}") };
         let aside = path.with_file_name(format!("{name}.corrupt-{stamp}{suffix}"));
         // A hard link claims the name only if it is free; then the original goes. A directory
-        // cannot be linked (found by a review: one at records.json could never be set aside):
-        // it is renamed to a name that is free now, under the workspace lock.
+        // cannot be linked, so it could never be set aside that way: it is renamed to a name
+        // that is free now, under the workspace lock.
         if fs::symlink_metadata(path).is_ok_and(|meta| meta.is_dir()) {
             if fs::symlink_metadata(&aside).is_ok() {
                 continue;

@@ -155,3 +155,127 @@ fn other_git_clients_keep_working_with_pinned_checkpoints() {
     }
     assert_eq!(pinned, 50);
 }
+
+/// Every module of `src` (a file) with the modules it names through `crate::`, `super::` or
+/// `self::` paths, its tests left out.
+fn module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let module_of = |file: &Path| -> String {
+        let rel = file.strip_prefix(&src).unwrap().with_extension("");
+        let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+        if parts.last().is_some_and(|p| p == "mod" || p == "lib" || p == "main") {
+            parts.pop();
+        }
+        parts.join("::")
+    };
+    let modules: std::collections::BTreeSet<String> = files.iter().map(|f| module_of(f)).collect();
+    let mut graph = std::collections::BTreeMap::new();
+    for file in &files {
+        let module = module_of(file);
+        let own: Vec<&str> = module.split("::").filter(|p| !p.is_empty()).collect();
+        let text = std::fs::read_to_string(file).unwrap();
+        // Comments (a doc link to another module) import nothing.
+        let code: String = text
+            .split("#[cfg(test)]\nmod tests")
+            .next()
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut named = std::collections::BTreeSet::new();
+        let words: Vec<&str> = code
+            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .filter(|w| w.starts_with("crate::") || w.starts_with("super::") || w.starts_with("self::"))
+            .collect();
+        for word in words {
+            let mut parts: Vec<&str> = word.split("::").filter(|p| !p.is_empty()).collect();
+            let mut base: Vec<&str> = own.clone();
+            match parts[0] {
+                "crate" => base.clear(),
+                "self" => {}
+                _ => {
+                    while parts.first() == Some(&"super") {
+                        base.pop();
+                        parts.remove(0);
+                    }
+                    parts.insert(0, "super");
+                }
+            }
+            parts.remove(0);
+            // The longest prefix that is a module of its own is the module named.
+            let mut target = None;
+            for len in 0..=parts.len() {
+                let candidate = base.iter().chain(&parts[..len]).copied().collect::<Vec<_>>().join("::");
+                if modules.contains(&candidate) {
+                    target = Some(candidate);
+                }
+            }
+            if let Some(target) = target {
+                // A module naming one of its ancestors (a `mod.rs` re-export, say) is its own room.
+                if !target.is_empty() && target != module && !module.starts_with(&format!("{target}::")) {
+                    named.insert(target);
+                }
+            }
+        }
+        graph.insert(module, named);
+    }
+    graph
+}
+
+/// No two modules import each other, directly or in a loop: each cycle is one misplaced item.
+#[test]
+fn no_module_imports_another_that_imports_it_back() {
+    let graph = module_graph();
+    assert!(graph.len() > 20, "the scan must see the modules");
+    let reaches = |from: &String| {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut todo: Vec<&String> = graph[from].iter().collect();
+        while let Some(next) = todo.pop() {
+            if seen.insert(next.clone()) {
+                todo.extend(graph.get(next).into_iter().flatten());
+            }
+        }
+        seen
+    };
+    let mut cycles = Vec::new();
+    for module in graph.keys() {
+        let back: Vec<&String> = graph[module]
+            .iter()
+            .filter(|next| reaches(next).contains(module))
+            .collect();
+        if !back.is_empty() {
+            cycles.push(format!("{module} -> {back:?} -> ... -> {module}"));
+        }
+    }
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+/// The layers only point down: `cli → provider → records → verbs`.
+#[test]
+fn the_layers_only_point_down() {
+    let rank = |module: &str| match module.split("::").next() {
+        Some("verbs") => Some(0),
+        Some("records") => Some(1),
+        Some("provider") => Some(2),
+        Some("cli") => Some(3),
+        _ => None,
+    };
+    let mut upward = Vec::new();
+    for (module, named) in module_graph() {
+        for target in named {
+            if let (Some(from), Some(to)) = (rank(&module), rank(&target)) {
+                if to > from {
+                    upward.push(format!("{module} -> {target}"));
+                }
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "a lower layer names a higher one:\n{}",
+        upward.join("\n")
+    );
+}

@@ -4,16 +4,7 @@
 
 use std::path::PathBuf;
 
-/// An agent with a documented hook that runs before a tool call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Agent {
-    /// Claude Code (`claude`)
-    Claude,
-    /// OpenAI Codex CLI (`codex`)
-    Codex,
-    /// Google Gemini CLI (`gemini`)
-    Gemini,
-}
+pub use crate::cli::args::Agent;
 
 /// How an agent states a hook's timeout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

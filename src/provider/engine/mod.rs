@@ -123,14 +123,14 @@ impl Engine {
 
     /// Adds `new` (if any) to this workspace's packs and, past `more_than`, merges all but the
     /// largest into one: a pack per watched snapshot would otherwise pile up until the user's
-    /// next `git commit` runs git's automatic gc (50 packs by default; measured: 125 watched
-    /// snapshots, then a commit repacked the repository). The watch daemon does it when the
-    /// worktree is quiet ([`MAX_CKPT_PACKS`]); a snapshot only past [`MAX_CKPT_PACKS_INLINE`],
-    /// when no daemon kept up. An uncompressed pack is never kept as one of the largest, and
-    /// with `compress` (the daemon, when quiet) it is compressed even when no merge is due:
-    /// left as it is, git's own repack would copy its objects uncompressed into the user's
-    /// packs. Best effort: the new objects are safe in their own pack whatever happens here, so
-    /// a failure is only a warning. What was merged, if anything.
+    /// next `git commit` runs git's automatic gc (50 packs by default), which repacks the
+    /// repository. The watch daemon does it when the worktree is quiet ([`MAX_CKPT_PACKS`]); a
+    /// snapshot only past [`MAX_CKPT_PACKS_INLINE`], when no daemon kept up. An uncompressed
+    /// pack is never kept as one of the largest, and with `compress` (the daemon, when quiet) it
+    /// is compressed even when no merge is due: left as it is, git's own repack would copy its
+    /// objects uncompressed into the user's packs. Best effort: the new objects are safe in their
+    /// own pack whatever happens here, so a failure is only a warning. What was merged, if
+    /// anything.
     fn merge_ckpt_packs(
         &self,
         registry: &Registry,
@@ -242,7 +242,7 @@ impl Engine {
         let workspace = Self::workspace_of(&vault, &state_root)?;
         // A copy store inside this worktree (a home directory kept in git) is ckpt's, not the
         // user's: never captured, never restored over.
-        if let Ok(home) = crate::provider::copy::ckpt_home() {
+        if let Ok(home) = crate::records::home::ckpt_home() {
             vault.reserve(&home);
         }
         Ok(Engine {
@@ -408,8 +408,8 @@ impl Engine {
         }
         records.sort_by(|a, b| a.time.cmp(&b.time));
         // The newest record a snapshot may stand on: pinned at exactly its commit, and that
-        // commit there and holding the record's tree (a review found a tampered `tree` field
-        // answered as "nothing changed", and so a guard that held nothing).
+        // commit there and holding the record's tree (a tampered `tree` field would be answered
+        // as "nothing changed", and so make a guard that held nothing).
         for record in records.iter().rev() {
             if !pinned.contains(&record.id) {
                 continue;

@@ -24,7 +24,7 @@ impl Vault {
         // Each object is a loose file (synced below), in a pack (every pack is synced), or
         // gone: then the guard cannot give this state back, and the restore must not go on.
         let hash = self.repo.object_hash();
-        if let Some(id) = super::packed::missing_now(&objects_dir, hash, objects).first() {
+        if let Some(id) = super::objects::missing_now(&objects_dir, hash, objects).first() {
             return Err(guard_object_gone(*id));
         }
         let loose: Vec<PathBuf> = objects
@@ -66,8 +66,8 @@ impl Vault {
                 Err(e) if is_dir && e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => Ok(()),
                 // Gone since it was listed: a `git repack` moved its objects into a pack of its
                 // own, which git syncs itself (ckpt's newest packs are kept from it until
-                // pinned; found by a review: a repack beside a restore failed the restore). A
-                // loose object that no pack holds either was pruned: the guard lost it.
+                // pinned), and a repack beside a restore must not fail the restore. A loose
+                // object that no pack holds either was pruned: the guard lost it.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     vanished
                         .lock()
@@ -76,8 +76,8 @@ impl Vault {
                     Ok(())
                 }
                 // A pack ckpt may not read is not one it wrote (it writes its own readable), nor
-                // one it could restore from (found by a review: an unreadable copy of a pack
-                // failed every restore).
+                // one it could restore from: skipped, or an unreadable copy of a pack would fail
+                // every restore.
                 Err(e)
                     if !is_dir && e.kind() == std::io::ErrorKind::PermissionDenied && path.starts_with(&pack_dir) =>
                 {
@@ -109,7 +109,7 @@ impl Vault {
         if vanished.is_empty() {
             return Ok(());
         }
-        match super::packed::missing_now(&objects_dir, hash, objects).first() {
+        match super::objects::missing_now(&objects_dir, hash, objects).first() {
             Some(id) => Err(guard_object_gone(*id)),
             None => Ok(()),
         }

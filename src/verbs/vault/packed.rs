@@ -1,11 +1,10 @@
 //! Whole objects read straight from the repository's own packs, found through their indices
 //! alone. Asking the loose store first costs a path lookup that misses for every packed object,
-//! and a miss in a directory of hundreds of loose objects whose blocks are not cached took 12–18
-//! µs here: more than reading the object (a watched snapshot reads the ~165 trees of its base
-//! this way, all in the pack the previous one wrote). Only an accelerator for
-//! [`super::objects::read_checked`], which hash-checks whatever this gives and reads every other
-//! way as before: a delta, an object in no listed pack, a pack that cannot be read. Read-only;
-//! it never opens a loose object's path.
+//! and a miss in a directory of loose objects whose blocks are not cached costs more than reading
+//! the object (a watched snapshot reads the trees of its base this way, all in the pack the
+//! previous one wrote). Only an accelerator for [`super::objects::read_checked`], which
+//! hash-checks whatever this gives and reads every other way as before: a delta, an object in no
+//! listed pack, a pack that cannot be read. Read-only; it never opens a loose object's path.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -72,43 +71,10 @@ fn listed(objects: &Path, hash: gix::hash::Kind) -> Option<Arc<Listed>> {
     Some(listed)
 }
 
-/// How many times [`missing_now`] looks for an object before it counts as gone.
-const GONE_CHECKS: u32 = 4;
-
-/// Those of `ids` that are neither a loose file nor in a pack that is there now. Asked again
-/// after a pause before an object counts as gone: a `git repack` moves objects between files
-/// while the pack directory is read (its new pack can come in after the listing passed, its
-/// old one go before the listing is checked), so one look can miss an object that is there;
-/// one truly removed stays missing.
-pub(super) fn missing_now(objects: &Path, hash: gix::hash::Kind, ids: &[ObjectId]) -> Vec<ObjectId> {
-    let loose = |id: &ObjectId| {
-        std::fs::symlink_metadata(super::objects::loose_path(objects, id)).is_ok_and(|meta| meta.is_file())
-    };
-    let mut gone = ids.to_vec();
-    for attempt in 0..GONE_CHECKS {
-        if attempt > 0 {
-            std::thread::sleep(std::time::Duration::from_millis(20 << attempt));
-        }
-        // The packs first: their indices answer from memory, where each loose path is a lookup.
-        let held = held_now(objects, hash, &gone);
-        gone = gone
-            .into_iter()
-            .zip(held)
-            .filter(|(_, held)| !held)
-            .map(|(id, _)| id)
-            .collect();
-        gone.retain(|id| !loose(id));
-        if gone.is_empty() {
-            break;
-        }
-    }
-    gone
-}
-
 /// For each of `ids`, whether a pack in `objects/pack` names it now: the directory is listed
 /// afresh (not as this process listed it before, which a pack removed within one tick of the
 /// directory's clock would fool), and a pack counts only while its data file is there too.
-fn held_now(objects: &Path, hash: gix::hash::Kind, ids: &[ObjectId]) -> Vec<bool> {
+pub(super) fn held_now(objects: &Path, hash: gix::hash::Kind, ids: &[ObjectId]) -> Vec<bool> {
     if ids.is_empty() {
         return Vec::new();
     }

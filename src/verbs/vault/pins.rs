@@ -53,12 +53,12 @@ impl Vault {
         self.release_pack_keeps();
         // So are the new loose objects, from now on. Until the ref existed a `git prune` (which
         // deletes every unreachable loose object, however new) could take them; one that did
-        // leaves a checkpoint that cannot be restored, so it is not published (found by a
-        // review: a prune loop beside snapshots broke one in 150, and every later `git gc`).
+        // leaves a checkpoint that cannot be restored, so it is not published: its ref would also
+        // break every later `git gc`.
         let written = self.take_written_loose();
         let objects = self.repo.objects.store_ref().path().to_path_buf();
-        // Under `core.sharedRepository`, what ckpt made must be the group's as git makes it
-        // (found by a review: `objects/xx` directories 0755 made a teammate's `git add` fail).
+        // Under `core.sharedRepository`, what ckpt made must be the group's as git makes it: an
+        // `objects/xx` directory left 0755 would make a teammate's `git add` fail.
         if self.sharing() != super::shared::Sharing::Umask {
             let refs = self.repo.common_dir().to_path_buf();
             let mut made: Vec<std::path::PathBuf> = [
@@ -84,7 +84,7 @@ impl Vault {
         let relied_on = std::mem::take(&mut *self.relied_on.borrow_mut());
         let mut needed: Vec<ObjectId> = written;
         needed.extend(relied_on);
-        let gone = super::packed::missing_now(&objects, self.repo.object_hash(), &needed);
+        let gone = super::objects::missing_now(&objects, self.repo.object_hash(), &needed);
         if let Some(first) = gone.first() {
             self.unpin(pin, commit).ok();
             return Err(VerbError::CollectedBeforePin {
@@ -274,8 +274,8 @@ impl Vault {
         into_dir: &std::path::Path,
     ) -> Result<Option<std::path::PathBuf>, VerbError> {
         let loose = self.repo.common_dir().join(pin.as_str());
-        // Never through a linked directory: what it leads to is not the repository's (found
-        // by a review: a file outside was moved).
+        // Never through a linked directory: what it leads to is not the repository's, and a file
+        // outside would be moved.
         let mut dir = loose.parent();
         while let Some(at) = dir.filter(|at| *at != self.repo.common_dir()) {
             if std::fs::symlink_metadata(at).is_ok_and(|meta| meta.file_type().is_symlink()) {
@@ -361,8 +361,8 @@ impl Vault {
     }
 
     /// The object a pin ref points at now, if it exists. A loose pin that is not a regular
-    /// file is refused before anything opens it: a FIFO there made every command hang (found
-    /// by a review), and a symlink is not a ref ckpt wrote.
+    /// file is refused before anything opens it: a FIFO there would make every command hang,
+    /// and a symlink is not a ref ckpt wrote.
     pub fn read_pin(&self, pin: &PinRef) -> Result<Option<ObjectId>, VerbError> {
         let loose = self.repo.common_dir().join(pin.as_str());
         if let Ok(meta) = std::fs::symlink_metadata(&loose) {

@@ -11,8 +11,7 @@ use crate::verbs::{InvalidInput, VerbError};
 
 /// The most paths a tree ckpt reads may hold (files, below every subtree). Far beyond any
 /// worktree, yet it bounds what a hand-made tree can cost: 42 objects naming one subtree twice
-/// at each of 40 levels hold 2^40 paths, and listing them ran a restore out of memory (found by
-/// a review).
+/// at each of 40 levels hold 2^40 paths, and listing them would run a restore out of memory.
 pub const MAX_TREE_PATHS: u64 = 5_000_000;
 
 fn too_large(files: u64) -> VerbError {
@@ -268,8 +267,7 @@ impl Vault {
     /// Refuses a path a restore could create only by opening its directories one by one: with
     /// the worktree's own path it is at least as long as the system's path limit, so git, and
     /// every later walk of the worktree (ckpt's own snapshots and the undo of this very
-    /// restore), could no longer name it (found by a review: a tree nested 2,500 levels deep
-    /// was restored, and every later snapshot failed).
+    /// restore), could no longer name it, and every later snapshot would fail.
     fn refuse_unnameable(&self, path: &RepoPath) -> Result<(), VerbError> {
         let bytes = path.as_bytes().len();
         let most = self.most_path_bytes();
@@ -639,8 +637,8 @@ impl Vault {
     ) -> Result<(Vec<TreeChange>, Vec<ObjectId>), VerbError> {
         let mut changes = Vec::new();
         let mut old_trees = Vec::new();
-        // A worklist, not recursion: a hostile tree may be nested arbitrarily deep (found by a
-        // review: 20,000 levels in HEAD overflowed the stack).
+        // A worklist, not recursion: a hostile tree may be nested arbitrarily deep, and recursion
+        // would overflow the stack.
         let mut pending: Vec<(Option<RepoPath>, Option<ObjectId>, Option<ObjectId>)> =
             vec![(None, old.copied(), new.copied())];
         while let Some((prefix, old, new)) = pending.pop() {
@@ -729,6 +727,72 @@ impl Vault {
                 pending.push((Some(path), a_tree, b_tree));
             }
         }
+        Ok(())
+    }
+}
+
+/// An object of a checkpoint that failed verification, and the path it stands for (`None`: the
+/// commit or the root tree).
+#[derive(Debug)]
+pub struct VerifyFailure {
+    pub path: Option<RepoPath>,
+    pub error: VerbError,
+}
+
+impl std::fmt::Display for VerifyFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.path {
+            Some(path) => write!(f, "{}: {}", path.display(), self.error),
+            None => write!(f, "{}", self.error),
+        }
+    }
+}
+
+/// Verifying a checkpoint reads every tree of it, level by level.
+impl Vault {
+    /// Reads the commit `commit`, every tree below it and every blob they name, and checks that
+    /// each object's content hashes to its id (a torn or corrupt loose object is caught here,
+    /// not only a missing one). Objects in `verified` are skipped and verified ones are added,
+    /// so checkpoints that share content are checked once. Read-only.
+    pub fn verify_objects(&self, commit: &ObjectId, verified: &mut crate::verbs::IdSet) -> Result<(), VerifyFailure> {
+        let at_root = |error| VerifyFailure { path: None, error };
+        let tree = self.read_commit(commit).map_err(at_root)?.tree;
+        self.verify_object(commit, gix::objs::Kind::Commit, verified)
+            .map_err(at_root)?;
+        let mut frontier: Vec<(ObjectId, Option<RepoPath>)> = vec![(tree, None)];
+        while let Some((tree, dir)) = frontier.pop() {
+            if verified.contains(&tree) {
+                continue;
+            }
+            let failed_at = |path: Option<RepoPath>| move |error| VerifyFailure { path, error };
+            let level = read_level(&self.repo, &tree).map_err(failed_at(dir.clone()))?;
+            for (name, kind, id) in level {
+                let path = Self::child_path(dir.as_ref(), &name).map_err(failed_at(dir.clone()))?;
+                match kind {
+                    None => frontier.push((id, Some(path))),
+                    Some(EntryKind::Gitlink) => {}
+                    Some(_) => self
+                        .verify_object(&id, gix::objs::Kind::Blob, verified)
+                        .map_err(failed_at(Some(path)))?,
+                }
+            }
+            self.verify_object(&tree, gix::objs::Kind::Tree, verified)
+                .map_err(failed_at(dir))?;
+        }
+        Ok(())
+    }
+
+    fn verify_object(
+        &self,
+        id: &ObjectId,
+        kind: gix::objs::Kind,
+        verified: &mut crate::verbs::IdSet,
+    ) -> Result<(), VerbError> {
+        if verified.contains(id) {
+            return Ok(());
+        }
+        super::objects::read_checked(&self.repo, id, kind)?;
+        verified.insert(*id);
         Ok(())
     }
 }
