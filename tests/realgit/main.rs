@@ -1,6 +1,7 @@
 //! Integration tests on real repositories made with the real git binary: every ckpt command is
 //! checked against a fingerprint of the user's git state, and every restore byte-for-byte.
 
+#[cfg(feature = "real-programs")]
 mod agents;
 mod badday;
 mod common;
@@ -12,6 +13,7 @@ mod faults;
 mod health;
 mod hooks;
 mod hostile;
+#[cfg(feature = "real-programs")]
 mod plugin;
 mod props;
 mod restore;

@@ -5,6 +5,7 @@
 //! registry is unreachable and no Chromium is installed): the test says SKIPPED on the terminal
 //! and in target/tmp/ckpt-ui-browser-summary.txt, never a silent pass.
 
+#[cfg(feature = "real-programs")]
 #[test]
 fn the_web_view_works_in_a_real_browser() {
     use std::io::Write as _;
