@@ -1,6 +1,6 @@
 //! The JSON Lines contract (v1), in one place: every record `--json` prints is a struct here,
 //! built from the provider's reports. Each line is `{"v":1,"type":<TYPE>, ...fields}`. Field
-//! names are the contract README.md documents: add fields freely, never rename one. Nothing here
+//! names are the contract docs/json.md documents: add fields freely, never rename one. Nothing here
 //! decides what a command does, and nothing outside this file writes a JSON record by hand.
 
 use serde::Serialize;
@@ -603,7 +603,7 @@ pub struct HelpRecord<'a> {
 }
 record_type!(HelpRecord, "help");
 
-/// `error`: any failure; `code` is one of README's error codes.
+/// `error`: any failure; `code` is one of the error codes docs/json.md lists.
 #[derive(Serialize)]
 pub struct ErrorRecord<'a> {
     pub code: &'a str,

@@ -1,6 +1,6 @@
-//! The JSON Lines contract as README.md writes it: every command's `--json` stdout is JSON Lines
-//! only (every line an object with `"v":1` and a `"type"`), every record type the README lists
-//! is produced by some command, and carries every field the README names for it.
+//! The JSON Lines contract as docs/json.md writes it: every command's `--json` stdout is JSON
+//! Lines only (every line an object with `"v":1` and a `"type"`), every record type the doc lists
+//! is produced by some command, and carries every field the doc names for it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,14 +30,14 @@ fn json_lines(repo: &TestRepo, args: &[&str], seen: &mut Vec<Value>) -> i32 {
     run.code
 }
 
-/// The README's contract table: record type → the top-level fields it names.
+/// The contract's table (docs/json.md): record type → the top-level fields it names.
 fn documented_records() -> (BTreeMap<String, BTreeSet<String>>, BTreeSet<String>) {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let section = readme
-        .split("## JSON Lines contract (v1)")
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/json.md")).unwrap();
+    let section = doc
+        .split("# JSON Lines contract (v1)")
         .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .expect("README has the contract section");
+        .and_then(|rest| rest.split("\n# ").next())
+        .expect("docs/json.md has the contract section");
     let mut records = BTreeMap::new();
     let mut codes = BTreeSet::new();
     for row in section.lines().filter(|l| l.starts_with('|')) {
@@ -218,7 +218,7 @@ fn every_command_speaks_only_json_lines_and_matches_the_readme() {
             for field in fields {
                 assert!(
                     record.get(field).is_some(),
-                    "README says {record_type} has {field:?}; got {record}"
+                    "docs/json.md says {record_type} has {field:?}; got {record}"
                 );
             }
         }
@@ -226,11 +226,14 @@ fn every_command_speaks_only_json_lines_and_matches_the_readme() {
     for record_type in by_type.keys() {
         assert!(
             documented.contains_key(*record_type),
-            "{record_type:?} is not in README's contract"
+            "{record_type:?} is not in docs/json.md's contract"
         );
     }
     for error in by_type.get("error").into_iter().flatten() {
         let code = error["code"].as_str().unwrap();
-        assert!(codes.contains(code), "error code {code:?} is not in README's list");
+        assert!(
+            codes.contains(code),
+            "error code {code:?} is not in docs/json.md's list"
+        );
     }
 }

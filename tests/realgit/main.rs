@@ -4,6 +4,7 @@
 #[cfg(feature = "real-programs")]
 mod agents;
 mod badday;
+mod clidoc;
 mod common;
 mod contract;
 mod copy;

@@ -68,7 +68,7 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
     }
     .map_err(|why| {
         CkptError::Refused(format!(
-            "{} is not a settings file ckpt can merge into ({why}); nothing was written. Fix it, or add the hooks by hand (README, \"Other coding agents\")",
+            "{} is not a settings file ckpt can merge into ({why}); nothing was written. Fix it, or add the hooks by hand (docs/agents.md)",
             file.display()
         ))
     })?;
