@@ -1100,6 +1100,7 @@ fn a_restore_undoing_only_what_its_watched_guard_just_saw_keeps_what_the_guard_c
 /// path), and what it does not write (a file the guard could not protect stands in the way) is
 /// removed before the restore goes on. An abort right after the journal leaves exactly the
 /// plan's staged writes, as without the daemon.
+#[cfg(feature = "fault-injection")]
 #[test]
 fn what_a_watched_restore_stages_early_is_exactly_what_its_plan_writes() {
     let repo = TestRepo::new();
