@@ -16,43 +16,16 @@ pub(super) fn snapshot(
     config: &Config,
     out: &Output,
 ) -> Result<Exit, CkptError> {
-    check_label("session", &args.session)?;
-    check_label("trigger", &args.trigger)?;
-    let request = SnapshotRequest {
-        session: args.session.clone(),
-        turn: args.turn,
-        step: args.step,
-        trigger: args.trigger.clone(),
-        kind: match args.kind {
-            KindArg::Auto => Kind::Auto,
-            KindArg::Manual => Kind::Manual,
-            KindArg::Guard => Kind::Guard,
-        },
-        max_file_size,
-        watch: !args.no_watch && (args.watch || config.watch == Some(true)),
-        opens_turn: args.opens_turn,
-    };
-    let outcome = provider.snapshot(&request)?;
-    // No socket: no daemon; start one for the next snapshot. A daemon that is there but did not
-    // answer is not replaced behind the user's back (the fallback says so).
-    let no_daemon = matches!(&outcome.scan_mode, provider::ScanMode::Full { fallback: Some(why) } if why == provider::watch::NO_DAEMON);
-    if request.watch && no_daemon {
-        // The next snapshot gets a daemon; a failure to start one only costs speed.
-        if let Err(e) = super::watch::start(provider.workdir(), &provider.watch_files()) {
-            sayln!("ckpt: warning: could not start the watch daemon: {e}");
-        }
+    let request = snapshot_request(args, max_file_size, config);
+    let settled = provider::settle::snapshot(provider, &request, &super::followups(provider, config))?;
+    if let Some(why) = &settled.daemon_not_started {
+        sayln!("ckpt: warning: could not start the watch daemon: {why}");
     }
-    let auto_prune = config.retention.as_ref().and_then(|r| r.auto_prune).unwrap_or(false);
-    let pruned = if auto_prune && outcome.created {
-        let plan = provider::retention::plan(&provider.checkpoints(false)?, &retention_policy(config));
-        provider.remove(&plan.into_iter().map(|r| r.id).collect::<Vec<_>>())?
-    } else {
-        Vec::new()
-    };
+    let (outcome, pruned) = (&settled.outcome, &settled.pruned);
     for warning in &outcome.warnings {
         sayln!("ckpt: warning: {warning}");
     }
-    out.record(&SnapshotRecord::new(&outcome, &pruned));
+    out.record(&SnapshotRecord::new(outcome, pruned));
     let record = &outcome.record;
     if outcome.created {
         out.human(&format!(
@@ -72,6 +45,24 @@ pub(super) fn snapshot(
         out.human(&not_protected_line(skipped));
     }
     Ok(Exit::Ok)
+}
+
+/// The snapshot `args` ask for, with the config's defaults.
+fn snapshot_request(args: &SnapshotArgs, max_file_size: u64, config: &Config) -> SnapshotRequest {
+    SnapshotRequest {
+        session: args.session.clone(),
+        turn: args.turn,
+        step: args.step,
+        trigger: args.trigger.clone(),
+        kind: match args.kind {
+            KindArg::Auto => Kind::Auto,
+            KindArg::Manual => Kind::Manual,
+            KindArg::Guard => Kind::Guard,
+        },
+        max_file_size,
+        watch: !args.no_watch && (args.watch || config.watch == Some(true)),
+        opens_turn: args.opens_turn,
+    }
 }
 
 pub(super) fn list(provider: &dyn Provider, session: Option<&str>, all: bool, out: &Output) -> Result<Exit, CkptError> {

@@ -188,6 +188,19 @@ fn retention_policy(config: &Config) -> provider::retention::Policy {
     policy
 }
 
+/// What the config adds to every snapshot: auto-prune, and how to start the watch daemon.
+fn followups<'a>(provider: &'a dyn provider::Provider, config: &Config) -> provider::settle::Followups<'a> {
+    let auto_prune = config.retention.as_ref().and_then(|r| r.auto_prune).unwrap_or(false);
+    provider::settle::Followups {
+        auto_prune: auto_prune.then(|| retention_policy(config)),
+        start_daemon: Box::new(move || {
+            watch::start(provider.workdir(), &provider.watch_files())
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }),
+    }
+}
+
 fn check_label(what: &str, value: &Option<String>) -> Result<(), CkptError> {
     match value {
         Some(text) => validate_new_label(what, text).map_err(CkptError::InvalidInput),

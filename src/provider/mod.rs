@@ -11,6 +11,7 @@ pub mod progress;
 pub mod report;
 pub mod retention;
 pub mod scan;
+pub mod settle;
 pub mod target;
 pub mod trace;
 pub mod treebuild;

@@ -15,12 +15,12 @@ use std::path::PathBuf;
 pub use agents::Agent;
 use agents::{AgentSpec, EventCwd, HookEvent};
 
-use super::args::{Cli, KindArg, SnapshotArgs};
+use super::args::Cli;
 use super::exit::Exit;
-use super::output::Output;
 use crate::provider::scan::DEFAULT_MAX_FILE_SIZE;
-use crate::provider::{CkptError, Provider};
+use crate::provider::{CkptError, Provider, SnapshotRequest};
 use crate::records::hooks::{Advance, SessionEvent};
+use crate::records::Kind;
 
 /// How long a hook waits for a workspace lock another ckpt holds.
 const HOOK_LOCK_TIMEOUT_SECS: &str = "30";
@@ -192,21 +192,25 @@ fn handle_event(cli: &Cli, spec: &AgentSpec, parsed: agents::ParsedEvent, no_wat
     let Some(tool) = tool.clone().filter(|_| !position.repeated) else {
         return Ok(());
     };
-    let args = SnapshotArgs {
+    let request = SnapshotRequest {
         session: Some(session.clone()),
         turn: Some(position.turn),
         step: Some(position.step),
         trigger: Some(tool),
-        kind: KindArg::Auto,
-        max_file_size: None,
+        kind: Kind::Auto,
+        max_file_size: config.max_file_size.unwrap_or(DEFAULT_MAX_FILE_SIZE),
         watch: !no_watch,
-        no_watch,
         opens_turn: position.step == 1,
     };
-    let max_file_size = config.max_file_size.unwrap_or(DEFAULT_MAX_FILE_SIZE);
-    // Nothing on stdout: the agent reads it as its hook protocol.
-    super::checkpoints::snapshot(provider, &args, max_file_size, &config, &Output::collecting())
+    // Nothing on stdout: the agent reads it as its hook protocol; warnings go to stderr.
+    let settled = crate::provider::settle::snapshot(provider, &request, &super::followups(provider, &config))
         .map_err(|e| fail(e.to_string()))?;
+    if let Some(why) = &settled.daemon_not_started {
+        sayln!("ckpt: warning: could not start the watch daemon: {why}");
+    }
+    for warning in &settled.outcome.warnings {
+        sayln!("ckpt: warning: {warning}");
+    }
     Ok(())
 }
 
