@@ -1,9 +1,10 @@
 //! The contract's exit codes, in one place: every command ends in an [`Exit`], and every error
 //! maps to one here. 0 ok, 1 failed, 2 usage, 3 partial, 4 refused, 141 stdout closed early;
 //! a hook (`ckpt hook`) ends 0 (go on), 1 (go on, with a warning) or 2 (block the tool).
-//! Nothing else in ckpt chooses a process status.
+//! Nothing else in ckpt chooses a process status, nor the JSON `code` an error is given.
 
 use crate::provider::CkptError;
+use crate::records::RecordsError;
 use crate::verbs::VerbError;
 
 /// How a command ended.
@@ -54,6 +55,39 @@ impl Exit {
             Exit::Partial
         } else {
             Exit::Ok
+        }
+    }
+}
+
+/// The JSON `code` of each error (docs/json.md lists them): the contract's, so it lives with the
+/// exit codes, not in the engine.
+impl CkptError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            CkptError::NoProvider(_) => "no_provider",
+            CkptError::NotFound(_) => "not_found",
+            CkptError::Ambiguous { .. } => "ambiguous",
+            CkptError::Refused(_) => "refused",
+            CkptError::InvalidInput(_) => "invalid_input",
+            CkptError::CorruptRecord(_) => "corrupt_registry",
+            CkptError::Demo(_) => "demo_failed",
+            CkptError::Records(RecordsError::NoStoreHome) => "no_provider",
+            CkptError::Records(RecordsError::Corrupt { .. }) => "corrupt_registry",
+            CkptError::Records(RecordsError::UnsupportedVersion { .. }) => "unsupported_version",
+            CkptError::Records(RecordsError::Io { .. }) => "io",
+            CkptError::Records(RecordsError::LockTimeout { .. }) => "lock_timeout",
+            CkptError::Records(RecordsError::UnsafeStateDir { .. } | RecordsError::UnsafeLockFile { .. }) => {
+                "unsafe_state_dir"
+            }
+            CkptError::Verb(VerbError::Invalid(_)) => "invalid_input",
+            CkptError::Verb(VerbError::MissingObject { .. }) => "missing_object",
+            CkptError::Verb(VerbError::UnusableObject { .. }) => "unusable_object",
+            CkptError::Verb(VerbError::RefConflict { .. }) => "ref_conflict",
+            CkptError::Verb(VerbError::CollectedBeforePin { .. }) => "git",
+            CkptError::Verb(VerbError::Worktree { .. }) => "worktree",
+            CkptError::Verb(VerbError::Unsupported(_)) => "unsupported",
+            CkptError::Verb(VerbError::Git { .. }) => "git",
+            CkptError::Io { .. } => "io",
         }
     }
 }

@@ -60,37 +60,6 @@ impl From<InvalidInput> for CkptError {
     }
 }
 
-impl CkptError {
-    pub fn code(&self) -> &'static str {
-        match self {
-            CkptError::NoProvider(_) => "no_provider",
-            CkptError::NotFound(_) => "not_found",
-            CkptError::Ambiguous { .. } => "ambiguous",
-            CkptError::Refused(_) => "refused",
-            CkptError::InvalidInput(_) => "invalid_input",
-            CkptError::CorruptRecord(_) => "corrupt_registry",
-            CkptError::Demo(_) => "demo_failed",
-            CkptError::Records(RecordsError::NoStoreHome) => "no_provider",
-            CkptError::Records(RecordsError::Corrupt { .. }) => "corrupt_registry",
-            CkptError::Records(RecordsError::UnsupportedVersion { .. }) => "unsupported_version",
-            CkptError::Records(RecordsError::Io { .. }) => "io",
-            CkptError::Records(RecordsError::LockTimeout { .. }) => "lock_timeout",
-            CkptError::Records(RecordsError::UnsafeStateDir { .. } | RecordsError::UnsafeLockFile { .. }) => {
-                "unsafe_state_dir"
-            }
-            CkptError::Verb(VerbError::Invalid(_)) => "invalid_input",
-            CkptError::Verb(VerbError::MissingObject { .. }) => "missing_object",
-            CkptError::Verb(VerbError::UnusableObject { .. }) => "unusable_object",
-            CkptError::Verb(VerbError::RefConflict { .. }) => "ref_conflict",
-            CkptError::Verb(VerbError::CollectedBeforePin { .. }) => "git",
-            CkptError::Verb(VerbError::Worktree { .. }) => "worktree",
-            CkptError::Verb(VerbError::Unsupported(_)) => "unsupported",
-            CkptError::Verb(VerbError::Git { .. }) => "git",
-            CkptError::Io { .. } => "io",
-        }
-    }
-}
-
 /// Metadata for one snapshot.
 #[derive(Debug, Clone)]
 pub struct SnapshotRequest {
