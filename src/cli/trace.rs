@@ -7,15 +7,16 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-
 use super::args::TraceAction;
 use super::exit::Exit;
 use super::output::Output;
-use super::wire::WireRecord;
+use super::wire::{
+    LogProblem, NotRestored, TraceDiffFile, TraceDiffRecord, TraceFile, TraceNodeRecord, TraceOutcome,
+    TraceRestoreRecord, TraceSessionRecord,
+};
 use crate::provider::trace::{self, Known, TraceNode};
 use crate::provider::{diff, CkptError, Confirmation, Provider, Selection, SnapshotRequest};
-use crate::records::sessionlog::{self, CallOutcome, SessionLog};
+use crate::records::sessionlog::{self, SessionLog};
 use crate::records::{Kind, Record, WirePath};
 use crate::verbs::RepoPath;
 
@@ -27,75 +28,6 @@ const MAX_LOGS_BYTES: u64 = 1024 * 1024 * 1024;
 pub(super) struct GuardSettings {
     pub max_file_size: u64,
     pub watch: bool,
-}
-
-#[derive(Serialize)]
-struct Problem<'a> {
-    line: usize,
-    message: &'a str,
-}
-
-/// `trace.session`: one harness session of this workspace.
-#[derive(Serialize)]
-struct TraceSessionRecord<'a> {
-    session: &'a str,
-    log: String,
-    cwd: Option<&'a str>,
-    created_at: Option<&'a str>,
-    parent_session: Option<&'a str>,
-    calls: usize,
-    checkpoints: usize,
-    problems: Vec<Problem<'a>>,
-}
-
-impl WireRecord for TraceSessionRecord<'_> {
-    fn record_type(&self) -> &'static str {
-        "trace.session"
-    }
-}
-
-#[derive(Serialize)]
-struct TraceFile<'a> {
-    path: WirePath,
-    rebuildable: bool,
-    /// Bytes of the rebuilt content (`null`: the file does not exist after the call).
-    bytes: Option<usize>,
-    /// The rebuilt content's blob id in this repository, comparable with a checkpoint's.
-    id: Option<String>,
-    /// The content was worked back from the worktree file now (undoing later edits), not
-    /// replayed forwards from the log.
-    worked_back: bool,
-    reason: Option<&'a str>,
-}
-
-/// `trace.node`: one tool call and what the trace knows of the files it changed.
-#[derive(Serialize)]
-struct TraceNodeRecord<'a> {
-    session: &'a str,
-    node: String,
-    turn: Option<u64>,
-    step: Option<u64>,
-    call_id: &'a str,
-    tool: &'a str,
-    time: Option<&'a str>,
-    outcome: &'static str,
-    path: Option<WirePath>,
-    refused: Option<&'a str>,
-    files: Vec<TraceFile<'a>>,
-}
-
-impl WireRecord for TraceNodeRecord<'_> {
-    fn record_type(&self) -> &'static str {
-        "trace.node"
-    }
-}
-
-fn outcome_text(outcome: CallOutcome) -> &'static str {
-    match outcome {
-        CallOutcome::Ok => "ok",
-        CallOutcome::Failed => "failed",
-        CallOutcome::Unknown => "unknown",
-    }
 }
 
 /// Where the session logs come from: the harness's home, and optionally one session's log read
@@ -300,7 +232,7 @@ fn list(
             problems: log
                 .problems
                 .iter()
-                .map(|p| Problem {
+                .map(|p| LogProblem {
                     line: p.line,
                     message: &p.message,
                 })
@@ -376,7 +308,7 @@ fn node_record<'a>(
         call_id: &call.call_id,
         tool: &call.name,
         time: call.time.as_deref(),
-        outcome: outcome_text(call.outcome),
+        outcome: TraceOutcome::of(call.outcome),
         path: node.path.as_ref().map(WirePath::from_repo_path),
         refused: node.refused.as_deref(),
         files,
@@ -391,7 +323,7 @@ fn node_text(node: &TraceNode<'_>) -> String {
         turn_step(call),
         call.call_id.chars().take(12).collect::<String>(),
         call.name,
-        outcome_text(call.outcome)
+        TraceOutcome::of(call.outcome).as_str()
     );
     if let Some(path) = &node.path {
         line.push_str(&format!(" {}", super::output::human_path(path)));
@@ -831,35 +763,6 @@ impl Side {
     }
 }
 
-#[derive(Serialize)]
-struct TraceDiffFile {
-    path: WirePath,
-    /// `added`, `deleted`, `modified`, `same`, or `unknown` (a side the trace cannot rebuild).
-    status: &'static str,
-    added: usize,
-    removed: usize,
-    binary: bool,
-    reason: Option<String>,
-    /// Whether the trace rebuilds the newer side (`false`: the file cannot be put back as it
-    /// was there; `true` with status `unknown`: only the older side is unknown, so there is no
-    /// diff to show).
-    rebuildable: bool,
-}
-
-/// `trace.diff`: the files of one trace diff.
-#[derive(Serialize)]
-struct TraceDiffRecord {
-    from: String,
-    to: String,
-    files: Vec<TraceDiffFile>,
-}
-
-impl WireRecord for TraceDiffRecord {
-    fn record_type(&self) -> &'static str {
-        "trace.diff"
-    }
-}
-
 pub(super) fn trace_diff(
     provider: &dyn Provider,
     cwd: &Path,
@@ -1012,29 +915,6 @@ fn not_restored_records(not_restored: &[(RepoPath, String)]) -> Vec<NotRestored>
             reason: why.clone(),
         })
         .collect()
-}
-
-#[derive(Serialize)]
-struct NotRestored {
-    path: WirePath,
-    reason: String,
-}
-
-/// `trace.restore`: which files a trace restore could put back, and the checkpoint it made of
-/// them (the `restore` record that follows says what was written).
-#[derive(Serialize)]
-struct TraceRestoreRecord<'a> {
-    node: &'a str,
-    /// The checkpoint of the rebuilt state (`null` for a dry run).
-    checkpoint: Option<&'a str>,
-    rebuilt: Vec<WirePath>,
-    not_restored: Vec<NotRestored>,
-}
-
-impl WireRecord for TraceRestoreRecord<'_> {
-    fn record_type(&self) -> &'static str {
-        "trace.restore"
-    }
 }
 
 /// How a trace restore goes ahead: not at all (`--dry-run`), confirmed (`--yes`), or asking.

@@ -603,6 +603,149 @@ pub struct HelpRecord<'a> {
 }
 record_type!(HelpRecord, "help");
 
+// Trace records.
+
+/// How a logged tool call ended, as `trace.node` says it.
+#[derive(Serialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum TraceOutcome {
+    Ok,
+    Failed,
+    Unknown,
+}
+
+impl TraceOutcome {
+    pub fn of(outcome: crate::records::sessionlog::CallOutcome) -> Self {
+        use crate::records::sessionlog::CallOutcome;
+        match outcome {
+            CallOutcome::Ok => TraceOutcome::Ok,
+            CallOutcome::Failed => TraceOutcome::Failed,
+            CallOutcome::Unknown => TraceOutcome::Unknown,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TraceOutcome::Ok => "ok",
+            TraceOutcome::Failed => "failed",
+            TraceOutcome::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct LogProblem<'a> {
+    pub line: usize,
+    pub message: &'a str,
+}
+
+/// `trace.session`: one harness session of this workspace.
+#[derive(Serialize)]
+pub struct TraceSessionRecord<'a> {
+    pub session: &'a str,
+    pub log: String,
+    pub cwd: Option<&'a str>,
+    pub created_at: Option<&'a str>,
+    pub parent_session: Option<&'a str>,
+    pub calls: usize,
+    pub checkpoints: usize,
+    pub problems: Vec<LogProblem<'a>>,
+}
+
+impl WireRecord for TraceSessionRecord<'_> {
+    fn record_type(&self) -> &'static str {
+        "trace.session"
+    }
+}
+
+#[derive(Serialize)]
+pub struct TraceFile<'a> {
+    pub path: WirePath,
+    pub rebuildable: bool,
+    /// Bytes of the rebuilt content (`null`: the file does not exist after the call).
+    pub bytes: Option<usize>,
+    /// The rebuilt content's blob id in this repository, comparable with a checkpoint's.
+    pub id: Option<String>,
+    /// The content was worked back from the worktree file now (undoing later edits), not
+    /// replayed forwards from the log.
+    pub worked_back: bool,
+    pub reason: Option<&'a str>,
+}
+
+/// `trace.node`: one tool call and what the trace knows of the files it changed.
+#[derive(Serialize)]
+pub struct TraceNodeRecord<'a> {
+    pub session: &'a str,
+    pub node: String,
+    pub turn: Option<u64>,
+    pub step: Option<u64>,
+    pub call_id: &'a str,
+    pub tool: &'a str,
+    pub time: Option<&'a str>,
+    pub outcome: TraceOutcome,
+    pub path: Option<WirePath>,
+    pub refused: Option<&'a str>,
+    pub files: Vec<TraceFile<'a>>,
+}
+
+impl WireRecord for TraceNodeRecord<'_> {
+    fn record_type(&self) -> &'static str {
+        "trace.node"
+    }
+}
+
+#[derive(Serialize)]
+pub struct TraceDiffFile {
+    pub path: WirePath,
+    /// `added`, `deleted`, `modified`, `same`, or `unknown` (a side the trace cannot rebuild).
+    pub status: &'static str,
+    pub added: usize,
+    pub removed: usize,
+    pub binary: bool,
+    pub reason: Option<String>,
+    /// Whether the trace rebuilds the newer side (`false`: the file cannot be put back as it
+    /// was there; `true` with status `unknown`: only the older side is unknown, so there is no
+    /// diff to show).
+    pub rebuildable: bool,
+}
+
+/// `trace.diff`: the files of one trace diff.
+#[derive(Serialize)]
+pub struct TraceDiffRecord {
+    pub from: String,
+    pub to: String,
+    pub files: Vec<TraceDiffFile>,
+}
+
+impl WireRecord for TraceDiffRecord {
+    fn record_type(&self) -> &'static str {
+        "trace.diff"
+    }
+}
+
+#[derive(Serialize)]
+pub struct NotRestored {
+    pub path: WirePath,
+    pub reason: String,
+}
+
+/// `trace.restore`: which files a trace restore could put back, and the checkpoint it made of
+/// them (the `restore` record that follows says what was written).
+#[derive(Serialize)]
+pub struct TraceRestoreRecord<'a> {
+    pub node: &'a str,
+    /// The checkpoint of the rebuilt state (`null` for a dry run).
+    pub checkpoint: Option<&'a str>,
+    pub rebuilt: Vec<WirePath>,
+    pub not_restored: Vec<NotRestored>,
+}
+
+impl WireRecord for TraceRestoreRecord<'_> {
+    fn record_type(&self) -> &'static str {
+        "trace.restore"
+    }
+}
+
 /// `error`: any failure; `code` is one of the error codes docs/json.md lists.
 #[derive(Serialize)]
 pub struct ErrorRecord<'a> {
