@@ -105,8 +105,9 @@ impl Engine {
             if refused.iter().any(|(p, _)| p == path) {
                 continue;
             }
-            let put = blobs.put(content)?;
             let held = self.item_at(&base_tree, path)?;
+            // The base checkpoint is pinned: what it holds here is the one copy safe to rely on.
+            let put = blobs.put(content, &held.iter().map(|item| item.id).collect::<Vec<_>>())?;
             let kind = match held {
                 Some(TreeItem {
                     kind: EntryKind::Executable,

@@ -109,6 +109,13 @@ pub(super) fn capture_one(
         };
         return Ok(Outcome::Captured(file, source));
     }
+    // What a gc cannot take while this snapshot runs: the content the checkpoint it builds on
+    // holds here (pinned), and the user's index entry.
+    let reachable: Vec<crate::verbs::ObjectId> = cached
+        .map(|entry| entry.id)
+        .into_iter()
+        .chain(candidate.index.as_deref().map(|(item, _)| item.id))
+        .collect();
     let full = root.join(candidate.path.to_os_path());
     let git_file = candidate
         .path
@@ -119,7 +126,7 @@ pub(super) fn capture_one(
         match fs::read_link(&full) {
             Ok(target) => {
                 let bytes = target.as_os_str().as_encoded_bytes();
-                let put = local.get_or_insert_with(|| blobs.local()).put(bytes)?;
+                let put = local.get_or_insert_with(|| blobs.local()).put(bytes, &reachable)?;
                 (put.id, bytes.len() as u64, put.fresh)
             }
             Err(e) => return Ok(Outcome::Skipped(format!("unreadable: {e}"))),
@@ -143,12 +150,12 @@ pub(super) fn capture_one(
         if let Some(why) = git_file.skip_reason(&bytes) {
             return Ok(Outcome::Skipped(why));
         }
-        let put = local.get_or_insert_with(|| blobs.local()).put(&bytes)?;
+        let put = local.get_or_insert_with(|| blobs.local()).put(&bytes, &reachable)?;
         (put.id, bytes.len() as u64, put.fresh)
     } else {
         match local
             .get_or_insert_with(|| blobs.local())
-            .put_file(&full, max_file_size)?
+            .put_file(&full, max_file_size, &reachable)?
         {
             FileRead::Stable {
                 id,

@@ -50,7 +50,12 @@ impl ParallelBlobs {
 
 impl LocalBlobs {
     /// Hashes `bytes` as a blob, and stores it when this handle stores and the store lacks it.
-    pub fn put(&self, bytes: &[u8]) -> Result<PutBlob, VerbError> {
+    /// `reachable`: ids a gc cannot take while the snapshot runs (the content the checkpoint it
+    /// builds on holds at this path, which its pin keeps, or the user's index entry); with a
+    /// batch open, any other content is written into the batch's kept pack even when a copy is
+    /// stored already, since that copy may be unreachable and a gc that walked the refs before
+    /// this snapshot's pin may delete it after any check.
+    pub fn put(&self, bytes: &[u8], reachable: &[ObjectId]) -> Result<PutBlob, VerbError> {
         let id = gix::objs::compute_hash(self.repo.object_hash(), gix::objs::Kind::Blob, bytes)
             .map(ObjectId)
             .map_err(|e| VerbError::git("hashing a blob", e))?;
@@ -59,16 +64,15 @@ impl LocalBlobs {
         }
         // A stored copy is the one a restore will read: one that cannot be read back as exactly
         // these bytes (a damaged or forged pack entry) gets a sound copy beside it, which every
-        // read falls back to. A copy found stored, packed or loose, is relied on rather than
-        // written again (else a first snapshot of a repository whose objects are loose copies
-        // all of them); the pin checks it is still there, and if a gc took it the snapshot is
-        // taken again ([`super::Vault::pin`]).
+        // read falls back to. Only a reachable copy is relied on rather than written again (the
+        // pin checks it is still there); a copy that is merely stored counts as no new content
+        // but is written again.
         if let Some(batch) = &self.batch {
-            let stored = batch.packed(&id) || self.repo.has_object(id.0);
-            if stored && super::objects::read_checked(&self.repo, &id, gix::objs::Kind::Blob).is_ok() {
+            if reachable.contains(&id) && super::objects::read_checked(&self.repo, &id, gix::objs::Kind::Blob).is_ok() {
                 batch.rely_on(id);
                 return Ok(PutBlob { id, fresh: false });
             }
+            let stored = batch.packed(&id) || self.repo.has_object(id.0);
             let fresh = batch.add(id, gix::objs::Kind::Blob, bytes)? && !stored;
             return Ok(PutBlob { id, fresh });
         }
@@ -153,7 +157,8 @@ impl LocalBlobs {
     /// read — same size, mtime, ctime, inode and mode before and after, and exactly `size`
     /// bytes read. A file that changes under [`READ_ATTEMPTS`] reads is reported unstable,
     /// never captured torn.
-    pub fn put_file(&self, path: &Path, max_size: u64) -> Result<FileRead, VerbError> {
+    /// `reachable` as for [`Self::put`].
+    pub fn put_file(&self, path: &Path, max_size: u64, reachable: &[ObjectId]) -> Result<FileRead, VerbError> {
         for attempt in 0..READ_ATTEMPTS {
             if attempt > 0 {
                 // Give a writer in the middle of its work a moment to finish.
@@ -191,20 +196,22 @@ impl LocalBlobs {
                 if stat_of(&file).ok() != Some(before) {
                     continue;
                 }
+                let stored = self.store && self.repo.has_object(id.0);
                 if !self.store {
                     Some(PutBlob { id, fresh: false })
-                } else if self.repo.has_object(id.0) {
+                } else if stored && (self.batch.is_none() || reachable.contains(&id)) {
                     if let Some(batch) = &self.batch {
                         batch.rely_on(id);
                     }
                     Some(PutBlob { id, fresh: false })
                 } else if let Some(batch) = &self.batch {
-                    // Into a kept pack of its own, never loose (see [`super::batch`]).
+                    // Into a kept pack of its own, never loose (see [`super::batch`]); a copy
+                    // stored already but perhaps unreachable is written again (see [`Self::put`]).
                     if let Err(e) = reader.seek(std::io::SeekFrom::Start(0)) {
                         return Ok(FileRead::Unreadable(e));
                     }
                     match self.put_stream_packed(batch, &mut reader, before.size)? {
-                        Streamed::Whole(stored) if stored == id => Some(PutBlob { id, fresh: true }),
+                        Streamed::Whole(written) if written == id => Some(PutBlob { id, fresh: !stored }),
                         Streamed::Whole(_) | Streamed::LengthChanged => None,
                         Streamed::Unreadable(e) => return Ok(FileRead::Unreadable(e)),
                     }
@@ -240,7 +247,7 @@ impl LocalBlobs {
                     continue;
                 }
                 // The stat taken after the read already vouches for these bytes.
-                let PutBlob { id, fresh } = self.put(&content)?;
+                let PutBlob { id, fresh } = self.put(&content, reachable)?;
                 return Ok(FileRead::Stable {
                     id,
                     stat: before,
