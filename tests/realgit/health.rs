@@ -105,8 +105,50 @@ fn audit_reports_missing_objects() {
         actions.contains("refs/ckpt/quarantine/") && !actions.contains("nothing automatic"),
         "{actions}"
     );
-    repo.ckpt_json(&["doctor", "--fix"], 0);
+    // Its objects are gone: a ref to it, even a quarantined one, would make every `git gc`
+    // fail, so it is removed (a black-box run saw gc fail on after doctor --fix).
+    let fixed = repo.ckpt_json(&["doctor", "--fix"], 0);
+    assert!(
+        fixed.one("doctor")["actions"].to_string().contains("removed"),
+        "{}",
+        fixed.stdout
+    );
+    assert!(repo.ckpt_refs().is_empty(), "{:?}", repo.ckpt_refs());
     repo.ckpt_json(&["audit"], 0);
+    assert!(
+        repo.git_raw(&["gc", "-q"]).status.success(),
+        "the user's gc works again"
+    );
+    assert!(repo.git_raw(&["fsck", "--full", "--strict"]).status.success());
+}
+
+/// A quarantined ref (an older ckpt moved it aside) whose objects are gone is named by audit
+/// and removed by doctor --fix, so the user's gc works again.
+#[test]
+fn a_quarantined_checkpoint_whose_objects_are_gone_is_removed() {
+    let repo = TestRepo::new();
+    repo.write("only.txt", b"only in the checkpoint");
+    let id = repo.snapshot(&[]);
+    let blob = repo.git(&["rev-parse", &format!("{id}:only.txt")]).trim().to_owned();
+    repo.git(&["update-ref", &format!("refs/ckpt/quarantine/main/{id}"), &id]);
+    repo.ckpt_json(&["delete", &id, "--yes"], 0);
+    assert_eq!(repo.ckpt_refs(), vec![format!("refs/ckpt/quarantine/main/{id}")]);
+    repo.ckpt_json(&["audit"], 0);
+    repo.loosen();
+    std::fs::remove_file(repo.common_dir().join("objects").join(&blob[..2]).join(&blob[2..])).unwrap();
+    assert!(
+        !repo.git_raw(&["gc", "-q"]).status.success(),
+        "git's gc fails on the ref"
+    );
+    let audit = repo.ckpt_json(&["audit"], 1);
+    assert_eq!(problems(&audit, "audit.problem"), vec!["quarantined_missing_objects"]);
+    repo.ckpt_json(&["doctor", "--fix"], 0);
+    assert!(repo.ckpt_refs().is_empty(), "{:?}", repo.ckpt_refs());
+    repo.ckpt_json(&["audit"], 0);
+    assert!(
+        repo.git_raw(&["gc", "-q"]).status.success(),
+        "the user's gc works again"
+    );
 }
 
 #[cfg(feature = "fault-injection")]

@@ -64,6 +64,20 @@ impl Engine {
         self.vault.verify_objects(&commit, verified).map_err(|e| e.to_string())
     }
 
+    /// Why checkpoint `commit` cannot be read whole because an object of it is missing (not
+    /// merely damaged), if it cannot.
+    fn missing_object_of(&self, commit: &ObjectId) -> Option<String> {
+        if !self.vault.has_object(commit) {
+            return Some(format!("its commit {commit} is gone"));
+        }
+        match self.vault.verify_objects(commit, &mut IdSet::default()) {
+            Err(failure) if matches!(failure.error, crate::verbs::VerbError::MissingObject { .. }) => {
+                Some(failure.to_string())
+            }
+            _ => None,
+        }
+    }
+
     fn pending_journal(&self) -> Result<Option<RestoreJournal>, CkptError> {
         match crate::records::Registry::open_existing(&self.state_dir)? {
             Some(registry) => Ok(registry.read_journal()?),
@@ -218,6 +232,20 @@ impl Engine {
                         record.short()
                     ),
                     Some(&record.id),
+                ));
+            }
+        }
+        // A quarantined checkpoint keeps its objects for a look, but one whose objects are gone
+        // keeps nothing: its ref makes git's own gc and fsck fail.
+        for (aside, commit) in self.vault.quarantined_pins(&self.workspace)? {
+            if let Some(why) = self.missing_object_of(&commit) {
+                report.problems.push(problem(
+                    "quarantined_missing_objects",
+                    format!(
+                        "{} keeps a checkpoint whose objects are gone ({why}); git's gc and fsck fail on it (doctor --fix removes the ref)",
+                        aside.as_str()
+                    ),
+                    Some(&commit.to_hex()),
                 ));
             }
         }
@@ -457,8 +485,9 @@ impl Engine {
                     "unreadable_pin" if p.id.is_some() => {
                         "move the unreadable pin file into the state directory and re-pin".into()
                     }
+                    "quarantined_missing_objects" => "remove the quarantined ref (its objects are gone)".into(),
                     "unreadable_checkpoint" if p.id.is_some() => format!(
-                        "move the ref of {} aside to refs/ckpt/quarantine/ (its objects are kept; git's gc needs it gone)",
+                        "move the ref of {} aside to refs/ckpt/quarantine/ (its objects are kept), or remove it when objects of it are gone (a ref to them breaks git's gc)",
                         p.id.as_deref().unwrap_or("?")
                     ),
                     _ => format!("nothing automatic for: {}", p.message),
@@ -572,12 +601,12 @@ impl Engine {
                 if self.vault.read_pin(&pin)? != Some(commit) {
                     continue;
                 }
-                // A ref to an object that is gone keeps nothing and breaks git's own gc and
-                // for-each-ref: it is removed, not moved aside.
-                if !self.vault.has_object(&commit) {
+                // A ref to a checkpoint whose objects are gone keeps nothing and breaks git's own
+                // gc and fsck: it is removed, not moved aside.
+                if let Some(why) = self.missing_object_of(&commit) {
                     self.vault.unpin(&pin, &commit)?;
                     report.actions.push(format!(
-                        "removed {} (its commit object is gone; the ref kept nothing) and dropped its record",
+                        "removed {} ({why}; the ref kept nothing and broke git's gc) and dropped its record",
                         pin.as_str()
                     ));
                     continue;
@@ -595,6 +624,16 @@ impl Engine {
                     .filter(|r| !unusable.contains(&r.id.as_str()))
                     .collect();
                 registry.save(&kept, &lock)?;
+            }
+        }
+        if has("quarantined_missing_objects") {
+            for (aside, commit) in self.vault.quarantined_pins(&self.workspace)? {
+                if let Some(why) = self.missing_object_of(&commit) {
+                    self.vault.unpin(&aside, &commit)?;
+                    report
+                        .actions
+                        .push(format!("removed {} ({why}; it broke git's gc)", aside.as_str()));
+                }
             }
         }
         if has("ref_without_record") || has("record_without_ref") || has("corrupt_registry") {

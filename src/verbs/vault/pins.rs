@@ -154,6 +154,30 @@ impl Vault {
         })
     }
 
+    /// The quarantined pins of `workspace` (`refs/ckpt/quarantine/<workspace>/<id>`), each as
+    /// the ref [`PinRef::quarantined`] named it and the object it points at.
+    pub fn quarantined_pins(
+        &self,
+        workspace: &crate::verbs::WorkspaceKey,
+    ) -> Result<Vec<(PinRef, ObjectId)>, VerbError> {
+        let platform = self.repo.references().map_err(|e| VerbError::git("listing refs", e))?;
+        let iter = platform
+            .prefixed("refs/ckpt/")
+            .map_err(|e| VerbError::git("listing refs/ckpt/", e))?;
+        let mut found = Vec::new();
+        for reference in iter.flatten() {
+            let name = reference.name().as_bstr().to_str_lossy().into_owned();
+            let Some(id) = reference.target().try_id().map(|id| ObjectId(id.to_owned())) else {
+                continue;
+            };
+            let pin = PinRef::for_checkpoint(workspace, &id);
+            if PinRef::is_quarantine_name(&name) && pin.quarantined().as_str() == name {
+                found.push((pin.quarantined(), id));
+            }
+        }
+        Ok(found)
+    }
+
     /// Every ref under `refs/ckpt/`, with the object it points at. Names that are not valid pin
     /// refs are returned separately so callers can report them.
     pub fn list_pins(&self) -> Result<PinListing, VerbError> {
