@@ -876,6 +876,44 @@ fn a_repository_shared_with_a_group_keeps_gits_sharing_rules_for_what_ckpt_makes
     }
 }
 
+/// Packs ckpt writes get the mode git gives its own: read-only less the umask, so under
+/// `umask 077` a snapshot of a `0600` secret is not readable by others through a pack (a
+/// black-box run found ckpt's packs 0444 beside git's 0400/0440), plus the group's read bit in
+/// a repository shared with a group.
+#[test]
+fn packs_ckpt_writes_follow_the_umask_as_gits_own_do() {
+    use std::os::unix::fs::PermissionsExt;
+    for (shared, want) in [(false, 0o400), (true, 0o440)] {
+        let repo = TestRepo::bare_dir();
+        if shared {
+            repo.git(&["init", "-q", "--shared=group", "-b", "main"]);
+        } else {
+            repo.git(&["init", "-q", "-b", "main"]);
+        }
+        repo.write("README.md", b"# project\n");
+        repo.commit_all("initial");
+        repo.write(".env", b"SECRET=1\n");
+        let out = std::process::Command::new("sh")
+            .current_dir(&repo.root)
+            .env("HOME", &repo.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", repo.home.join(".gitconfig"))
+            .args(["-c", "umask 077; exec \"$0\" snapshot", CKPT])
+            .output()
+            .expect("ckpt");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let packs: Vec<u32> = std::fs::read_dir(repo.common_dir().join("objects/pack"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "pack" || x == "idx"))
+            .map(|e| e.metadata().unwrap().permissions().mode() & 0o777)
+            .collect();
+        assert!(!packs.is_empty(), "the snapshot wrote a pack");
+        let shown: Vec<String> = packs.iter().map(|mode| format!("{mode:o}")).collect();
+        assert!(packs.iter().all(|mode| *mode == want), "shared: {shared}: {shown:?}");
+    }
+}
+
 #[test]
 fn a_file_that_became_unreadable_is_not_shown_as_deleted_by_diff() {
     let repo = TestRepo::new();

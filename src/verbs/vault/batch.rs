@@ -49,6 +49,8 @@ pub struct ObjectBatch {
     compression: PackCompression,
     /// The repository's pack directory, and its pack indices once first asked for.
     pack_dir: PathBuf,
+    /// The mode its packs and indices get ([`Vault::new_pack_mode`]).
+    pack_mode: u32,
     object_hash: gix::hash::Kind,
     pack_indices: std::sync::OnceLock<Vec<gix_pack::index::File>>,
     /// What the batch wrote before it finished (packs flushed on the way, streamed blobs), and
@@ -139,7 +141,7 @@ impl ObjectBatch {
     /// it; where an identical pack was there already (not this batch's, and maybe no ref's), its
     /// objects are relied on instead.
     fn place(&self, pack: &[u8], placed: Vec<Placed>, ids: &[ObjectId]) -> Result<(), VerbError> {
-        let placed = place_pack(&self.pack_dir, self.object_hash, pack, placed, ids)?;
+        let placed = place_pack(&self.pack_dir, self.pack_mode, self.object_hash, pack, placed, ids)?;
         let mut written = self.written_now();
         written.objects += ids.len();
         written.keeps.extend(placed.keep);
@@ -213,6 +215,7 @@ impl ObjectBatch {
         let placed = vec![Placed { id, offset: 12, crc32 }];
         let placed = place_pack_file(
             &self.pack_dir,
+            self.pack_mode,
             self.object_hash,
             temp,
             trailer.as_bytes(),
@@ -499,6 +502,7 @@ struct PackPlaced {
 /// [`place_pack_file`].
 fn place_pack(
     directory: &Path,
+    mode: u32,
     hash: gix::hash::Kind,
     pack: &[u8],
     placed: Vec<Placed>,
@@ -509,7 +513,7 @@ fn place_pack(
     let mut temp = tempfile::NamedTempFile::new_in(directory).map_err(failed)?;
     std::io::Write::write_all(temp.as_file_mut(), pack).map_err(failed)?;
     let checksum = &pack[pack.len() - hash.len_in_bytes()..];
-    place_pack_file(directory, hash, temp, checksum, placed, ids)
+    place_pack_file(directory, mode, hash, temp, checksum, placed, ids)
 }
 
 /// Gives the pack written to `temp` (whose trailer is `checksum`) its name in `directory`, with
@@ -521,6 +525,7 @@ fn place_pack(
 /// that is there: an identical pack is not ours to replace.
 fn place_pack_file(
     directory: &Path,
+    mode: u32,
     hash: gix::hash::Kind,
     temp: tempfile::NamedTempFile,
     checksum: &[u8],
@@ -531,12 +536,9 @@ fn place_pack_file(
     let index = index_v2(hash, placed, checksum)?;
     let data_path = directory.join(format!("pack-{}.pack", name.to_hex()));
     let index_path = data_path.with_extension("idx");
-    // git makes packs read-only for everyone the repository is shared with; the pack
-    // directory's own read bits say who that is.
     let shared = {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(directory).map_or(0o755, |m| m.permissions().mode());
-        std::fs::Permissions::from_mode(0o444 & (0o400 | (mode & 0o044)))
+        std::fs::Permissions::from_mode(mode)
     };
     // Each file is written whole under a temp name (the pack writer's pattern, so a leftover is
     // found as one) and only then given its name.
@@ -749,6 +751,7 @@ impl Vault {
             pending: Mutex::default(),
             compression,
             pack_dir: self.repo.objects.store_ref().path().join("pack"),
+            pack_mode: self.new_pack_mode(),
             object_hash: self.repo.object_hash(),
             pack_indices: std::sync::OnceLock::new(),
             written: Mutex::default(),
@@ -899,11 +902,9 @@ impl Vault {
             ));
         }
         if outcome.keep_path.is_some() {
-            // Written 0600 by the temp file; git makes packs read-only for everyone the
-            // repository is shared with. The pack directory's own read bits say who that is.
+            // Written 0600 by the temp file; given the mode git gives a new pack.
             use std::os::unix::fs::PermissionsExt;
-            let shared = std::fs::metadata(&directory).map_or(0o755, |m| m.permissions().mode());
-            let mode = 0o444 & (0o400 | (shared & 0o044));
+            let mode = self.new_pack_mode();
             for path in [&outcome.index_path, &outcome.data_path].into_iter().flatten() {
                 std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
                     .map_err(|e| VerbError::git("making a new pack read-only", e))?;

@@ -64,6 +64,13 @@ impl Sharing {
 }
 
 impl Vault {
+    /// The mode git gives a new pack or pack index: read-only, less the umask (so a repository
+    /// worked in under `umask 077` gets packs only its owner reads, as git's own), then the
+    /// read bits the repository's sharing adds.
+    pub(super) fn new_pack_mode(&self) -> u32 {
+        self.sharing().mode_for(0o444 & !process_umask(), false) & 0o7777
+    }
+
     pub(super) fn sharing(&self) -> Sharing {
         let config = self.repo.config_snapshot();
         let value = config.string("core.sharedRepository");
@@ -105,6 +112,20 @@ fn share_one(path: &Path, sharing: Sharing) {
     if wanted & 0o7777 != mode & 0o7777 {
         fchmod(&fd, Mode::from_raw_mode(wanted & 0o7777)).ok();
     }
+}
+
+/// The process's umask, as `/proc/self/status` says it (read, never set: setting it to read it
+/// would change it for the other threads meanwhile); 022 where that cannot be read.
+fn process_umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("Umask:"))
+                .and_then(|value| u32::from_str_radix(value.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
 }
 
 #[cfg(test)]
