@@ -70,9 +70,9 @@ pub fn run() -> i32 {
 }
 
 /// Set by [`run`]: this process ends with its command, so the workspace the command opened is
-/// left for the exit to free. Dropping a large repository's decoded index and object caches
-/// took milliseconds that every hook call waited for (measured from the last output to the
-/// exit). Commands run in-process by [`run_with`] (the demo) drop theirs as usual.
+/// left for the exit to free: dropping a large repository's decoded index and object caches
+/// would make every hook call wait. Commands run in-process by [`run_with`] (the demo) drop
+/// theirs as usual.
 static ENDS_WITH_COMMAND: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The provider for one command, kept in `slot`; leaked when the process ends with the command.

@@ -435,9 +435,8 @@ impl Replayed {
             file_now(provider.workdir(), path)
         });
         // A path the log names through what is a symlink in the worktree now is another name of
-        // some file: which one the call changed cannot be told, and a trace restore refuses it
-        // (found by a review: the list said it rebuilds such a file, the restore then refused
-        // the whole session).
+        // some file: which one the call changed cannot be told, and a trace restore refuses it,
+        // so the list must not say it rebuilds such a file.
         let mut linked: BTreeMap<RepoPath, Option<RepoPath>> = BTreeMap::new();
         for node in &mut nodes {
             for (path, known) in node.files.iter_mut() {
@@ -510,7 +509,7 @@ impl LogIdentity {
 
 /// The session logs this process read, by path, with the identity each file had before it was
 /// read: the web view asks for the trace every 10 s, and a log that has not changed since is not
-/// read again (found by a review: a 320 KB zstd bomb cost 3–7 s and 1 GB on every request).
+/// read again (a small zstd bomb would otherwise cost seconds and a gigabyte on every request).
 type ReadLogs = std::collections::HashMap<PathBuf, (LogIdentity, std::sync::Arc<SessionLog>)>;
 static READ_LOGS: std::sync::Mutex<Option<ReadLogs>> = std::sync::Mutex::new(None);
 

@@ -262,7 +262,7 @@ fn read_event() -> Result<Vec<u8>, String> {
 
 /// The workspace the event is about: `-C DIR`, else the project directory the agent gives its
 /// hooks, else the event's `cwd`. Never the directory the hook happens to run in: an agent
-/// starts hooks wherever it likes (the review saw the system's temp dir checkpointed whole), so
+/// starts hooks wherever it likes (the system's temp dir would be checkpointed whole), so
 /// an event that names no usable directory is refused, as is one that names a directory that is
 /// not there.
 fn workspace_dir(cli: &Cli, spec: &AgentSpec, event_cwd: &EventCwd) -> Result<PathBuf, CkptError> {

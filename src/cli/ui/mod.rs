@@ -302,9 +302,9 @@ pub(super) fn serve(
     };
     let parent = options.exit_with_parent.then(std::os::unix::process::parent_id);
     std::thread::scope(|scope| {
-        // Requests that read session logs go to a thread with a provider of its own (found by a
-        // review: one slow trace request held `/api/checkpoints` for 21 s, and the timeline
-        // stayed blank). It opens that provider on its first request.
+        // Requests that read session logs go to a thread with a provider of its own, so a slow
+        // trace request never holds `/api/checkpoints` and the timeline is drawn at once. It
+        // opens that provider on its first request.
         let (to_logs, logs_requests) = std::sync::mpsc::channel::<Request>();
         scope.spawn(move || {
             let mut own: Option<Box<dyn Provider>> = None;
