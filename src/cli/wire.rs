@@ -84,11 +84,19 @@ fn skipped(list: &[Skipped]) -> Vec<PathReason<'_>> {
         .collect()
 }
 
+/// How a capture was served: by the watch daemon's answer, or by a walk.
+#[derive(Serialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum ScanWay {
+    Watch,
+    Full,
+}
+
 /// How a snapshot's capture was served: `mode` is `watch` when the watch daemon vouched that
 /// nothing changed, `full` for a walk (with `--watch`, `fallback` says why).
 #[derive(Serialize)]
 pub struct ScanCounts<'a> {
-    pub mode: &'static str,
+    pub mode: ScanWay,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<&'a str>,
     pub from_cache: u64,
@@ -104,7 +112,7 @@ pub struct SnapshotRecord<'a> {
     pub created: bool,
     pub provider: &'a str,
     pub commit: Option<&'a str>,
-    pub kind: &'static str,
+    pub kind: crate::records::Kind,
     pub files: u64,
     pub total_files: u64,
     pub bytes: u64,
@@ -124,7 +132,7 @@ impl<'a> SnapshotRecord<'a> {
             created: outcome.created,
             provider: &record.provider,
             commit: record.commit.as_deref(),
-            kind: record.kind.as_str(),
+            kind: record.kind,
             // A no-op reports what it added (nothing), not the previous checkpoint's numbers.
             files: if outcome.created { record.files } else { 0 },
             total_files: record.total_files,
@@ -132,8 +140,8 @@ impl<'a> SnapshotRecord<'a> {
             skipped: skipped(&outcome.not_protected),
             scan: ScanCounts {
                 mode: match outcome.scan_mode {
-                    ScanMode::Watch => "watch",
-                    ScanMode::Full { .. } => "full",
+                    ScanMode::Watch => ScanWay::Watch,
+                    ScanMode::Full { .. } => ScanWay::Full,
                 },
                 fallback: match &outcome.scan_mode {
                     ScanMode::Full { fallback } => fallback.as_deref(),
@@ -160,7 +168,7 @@ pub struct CheckpointRecord<'a> {
     pub turn: Option<u64>,
     pub step: Option<u64>,
     pub trigger: Option<&'a str>,
-    pub kind: &'static str,
+    pub kind: crate::records::Kind,
     pub files: u64,
     pub total_files: u64,
     pub bytes: u64,
@@ -186,7 +194,7 @@ impl<'a> CheckpointRecord<'a> {
             turn: record.turn,
             step: record.step,
             trigger: record.trigger.as_deref(),
-            kind: record.kind.as_str(),
+            kind: record.kind,
             files: record.files,
             total_files: record.total_files,
             bytes: record.bytes,
@@ -244,7 +252,7 @@ pub struct RestoreRecord<'a> {
     pub guard_created: bool,
     /// How the guard was taken: `watch` (the daemon named the changed paths) or `full`; null
     /// without a guard.
-    pub guard_scan: Option<&'static str>,
+    pub guard_scan: Option<ScanWay>,
     /// With `guard_scan: "full"` where the daemon was asked: why its answer was not used.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub guard_fallback: Option<&'a str>,
@@ -265,10 +273,13 @@ impl<'a> RestoreRecord<'a> {
             id: &report.id,
             guard: report.guard.as_deref(),
             guard_created: report.guard_created,
-            guard_scan: report
-                .guard
-                .as_ref()
-                .map(|_| if report.guard_watched { "watch" } else { "full" }),
+            guard_scan: report.guard.as_ref().map(|_| {
+                if report.guard_watched {
+                    ScanWay::Watch
+                } else {
+                    ScanWay::Full
+                }
+            }),
             guard_fallback: report.guard_fallback.as_deref(),
             written: paths(&report.written),
             deleted: paths(&report.deleted),
