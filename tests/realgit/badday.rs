@@ -876,6 +876,39 @@ fn a_repository_shared_with_a_group_keeps_gits_sharing_rules_for_what_ckpt_makes
     }
 }
 
+/// A repository of many packs: gix sized its table of packs at open (1.1 × those there, at
+/// least 32), so a snapshot that added a few (each file of 8 MiB or more is a pack of its own)
+/// could not read its own commit back and failed "missing_object", and so did every restore's
+/// guard (a black-box run hit it at about thirty packs; a retry then raced a repack).
+#[test]
+fn a_snapshot_that_adds_packs_to_a_repository_of_many_works() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let base = repo.common_dir().join("objects/pack/pack");
+    for i in 0..40 {
+        let blob = git_stdin(
+            &repo,
+            &["hash-object", "-w", "--stdin"],
+            format!("object {i}\n").as_bytes(),
+        );
+        git_stdin(
+            &repo,
+            &["pack-objects", "-q", base.to_str().unwrap()],
+            format!("{}\n", blob.trim()).as_bytes(),
+        );
+    }
+    for i in 0..5u8 {
+        let mut content = vec![b'a' + i; 8 * 1024 * 1024 + 1];
+        content.extend(format!("large file {i}\n").as_bytes());
+        repo.write(format!("big{i}.dat"), &content);
+    }
+    let id = repo.snapshot(&[]);
+    repo.remove("big3.dat");
+    repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert_eq!(repo.read("big3.dat")[0], b'd');
+    assert_repository_healthy(&repo);
+}
+
 /// Packs ckpt writes get the mode git gives its own: read-only less the umask, so under
 /// `umask 077` a snapshot of a `0600` secret is not readable by others through a pack (a
 /// black-box run found ckpt's packs 0444 beside git's 0400/0440), plus the group's read bit in

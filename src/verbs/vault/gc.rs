@@ -32,11 +32,8 @@ pub fn collect_private_garbage(
     let mut live: std::collections::HashSet<gix::ObjectId> = std::collections::HashSet::new();
     for (git_dir, recorded) in git_dirs {
         super::private::refuse_blocking_git_files(git_dir)?;
-        let repo = gix::open_opts(
-            git_dir,
-            gix::open::Options::default().config_overrides(CONFIG_OVERRIDES),
-        )
-        .map_err(|e| VerbError::git(format!("opening {}", git_dir.display()), e))?;
+        let repo = gix::open_opts(git_dir, super::open_options().config_overrides(CONFIG_OVERRIDES))
+            .map_err(|e| VerbError::git(format!("opening {}", git_dir.display()), e))?;
         let vault = Vault {
             workdir: git_dir.to_path_buf(),
             repo,

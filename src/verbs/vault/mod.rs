@@ -204,6 +204,18 @@ fn filesystem_tells_case_apart(git_dir: &Path) -> bool {
     }
 }
 
+/// How ckpt opens a repository: with room in the object store for the packs a snapshot adds.
+/// gix sizes its table of packs when it opens the store (1.1 × the packs there, at least 32)
+/// and cannot load a pack past it, so a repository of some thirty packs failed every snapshot
+/// that wrote a few more (each file of 8 MiB or more is a pack of its own) with its own commit
+/// "missing", and every restore with it. An empty slot costs a few dozen bytes.
+pub(super) fn open_options() -> gix::open::Options {
+    gix::open::Options::default().object_store_slots(gix::odb::store::init::Slots::AsNeededByDiskState {
+        multiplier: 2.0,
+        minimum: 8192,
+    })
+}
+
 /// `dir` made absolute through its nearest existing ancestor, for a directory not made yet.
 pub fn absolute_parent_canonical(dir: &Path) -> std::io::Result<PathBuf> {
     let mut missing = Vec::new();
@@ -253,7 +265,7 @@ impl Vault {
     }
 
     fn discover_with(dir: &Path, overrides: &[&str]) -> Result<Option<Vault>, VerbError> {
-        let open_options = gix::open::Options::default().config_overrides(overrides.iter().copied());
+        let open_options = open_options().config_overrides(overrides.iter().copied());
         let repo = match gix::discover_opts(dir, Default::default(), open_options) {
             Ok(repo) => repo,
             Err(error) if error.is_not_found() => return Ok(None),

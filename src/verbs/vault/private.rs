@@ -196,7 +196,7 @@ impl Vault {
         let mut excludes: gix::bstr::BString = "core.excludesFile=".into();
         excludes.extend_from_slice(store.excludes_file.as_os_str().as_encoded_bytes());
         overrides.push(excludes);
-        let options = gix::open::Options::default().config_overrides(overrides);
+        let options = super::open_options().config_overrides(overrides);
         let repo = gix::open_opts(store.git_dir, options).map_err(|e| fail("opening", &e))?;
         let workdir = repo.workdir().map(Path::to_path_buf).ok_or_else(|| {
             VerbError::git_because(
