@@ -563,8 +563,11 @@ fn place_pack_file(
         std::io::Write::write_all(temp.as_file_mut(), bytes).map_err(failed)?;
         persist(temp, path)
     };
+    // Kept even where an identical pack is there already (one a failed snapshot left, say):
+    // unkept and unreachable, a repack beside this snapshot would delete it with the objects
+    // this snapshot relies on. (A keep file that is there already is not ours and stays.)
     let keep_path = data_path.with_extension("keep");
-    let kept = !data_path.exists() && place(PACK_KEEP_NOTE, &keep_path)?;
+    let kept = place(PACK_KEEP_NOTE, &keep_path)?;
     let created = match persist(temp, &data_path) {
         Ok(created) => created,
         Err(e) => {
