@@ -456,6 +456,15 @@ impl TestRepo {
     /// The pack (as `objects/pack/pack-<name>.pack`, relative to the common dir) that holds
     /// object `id`.
     pub fn pack_holding(&self, id: &str) -> String {
+        self.pack_holding_all(id)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("no pack holds {id}"))
+    }
+
+    /// Every pack holding `id`, as `objects/pack/pack-<hex>.pack`, sorted.
+    pub fn pack_holding_all(&self, id: &str) -> Vec<String> {
+        let mut holding = Vec::new();
         let pack_dir = self.common_dir().join("objects/pack");
         for entry in std::fs::read_dir(&pack_dir).expect("a pack directory").flatten() {
             let path = entry.path();
@@ -474,10 +483,11 @@ impl TestRepo {
                 .any(|line| line.split(' ').nth(1) == Some(id))
             {
                 let name = path.with_extension("pack");
-                return format!("objects/pack/{}", name.file_name().unwrap().to_string_lossy());
+                holding.push(format!("objects/pack/{}", name.file_name().unwrap().to_string_lossy()));
             }
         }
-        panic!("no pack holds {id}");
+        holding.sort();
+        holding
     }
 
     pub fn common_dir(&self) -> PathBuf {

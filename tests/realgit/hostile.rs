@@ -694,6 +694,58 @@ fn content_stored_only_unreachably_is_written_again_into_the_snapshots_pack() {
     assert!(repo.git_raw(&["fsck", "--full", "--strict"]).status.success());
 }
 
+/// A pack identical to the one a snapshot streams its large file into may be there already,
+/// unkept and no ref's (a failed or killed snapshot of the same content left it). A repack that
+/// listed it before the snapshot and reads the refs before the pin deletes it after any check
+/// the snapshot can make, so the snapshot never relies on it: it writes the same blob into a
+/// pack of its own, under another name (black-box round 4 lost checkpoints this way).
+#[test]
+fn a_pack_of_the_same_name_left_unkept_is_never_relied_on() {
+    let mut large = vec![b'P'; 9 * 1024 * 1024];
+    large.extend(b"a large file a failed snapshot packed\n");
+    // Another repository's snapshot streams the same blob into a pack of the same bytes.
+    let elsewhere = TestRepo::new();
+    elsewhere.write("large.bin", &large);
+    elsewhere.snapshot(&[]);
+    let blob = git_stdin(&elsewhere, &["hash-object", "--stdin"], &large)
+        .trim()
+        .to_owned();
+    let left = elsewhere.common_dir().join(elsewhere.pack_holding(&blob));
+    let repo = TestRepo::new();
+    repo.write("kept.txt", b"first\n");
+    repo.snapshot(&[]);
+    let pack_dir = repo.common_dir().join("objects/pack");
+    let planted: Vec<std::path::PathBuf> = ["pack", "idx"]
+        .iter()
+        .map(|ext| {
+            let from = left.with_extension(ext);
+            let to = pack_dir.join(from.file_name().unwrap());
+            std::fs::copy(&from, &to).unwrap();
+            to
+        })
+        .collect();
+    assert!(!planted[0].with_extension("keep").exists(), "planted unkept");
+    repo.write("large.bin", &large);
+    let id = repo.snapshot(&[]);
+    let holding = repo.pack_holding_all(&blob);
+    assert_eq!(
+        holding.len(),
+        2,
+        "the snapshot wrote its own pack of the blob: {holding:?}"
+    );
+    // The repack that listed the planted pack deletes it now.
+    for path in &planted {
+        std::fs::remove_file(path).unwrap();
+    }
+    let fsck = repo.git_raw(&["fsck", "--full", "--strict"]);
+    assert!(fsck.status.success(), "{}", String::from_utf8_lossy(&fsck.stderr));
+    repo.write("large.bin", b"changed\n");
+    repo.ckpt_json(&["restore", &id, "--yes"], 0);
+    assert!(repo.read("large.bin") == large, "the large file comes back byte-exact");
+    repo.git(&["gc", "-q", "--prune=now"]);
+    repo.ckpt_json(&["audit"], 0);
+}
+
 /// What a snapshot relies on is reachable when it looks (the index's entry here), but the user
 /// may make it unreachable and a gc remove it before the pin exists: the pin notices, publishes
 /// nothing, and the snapshot is taken again, storing the content itself: it exits 0 with a

@@ -1489,6 +1489,58 @@ fn the_daemon_merges_packs_without_keeping_their_objects_in_memory() {
     stop(&repo);
 }
 
+/// A `git gc` lists the packs when it starts and asks for them by name later (a cruft repack
+/// dies with "could not find pack" when one is gone: black-box round 4 saw the user's gc fail
+/// beside the daemon's merge). While a gc's `gc.pid` or `git maintenance`'s lock is there, ckpt
+/// removes none of its packs; a `gc.pid` of a process that is gone holds nothing back.
+#[test]
+fn ckpts_packs_are_not_merged_away_while_a_git_gc_runs() {
+    let repo = TestRepo::new();
+    let count = |repo: &TestRepo| packs(repo).iter().filter(|p| p.ends_with(".pack")).count();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let gc_pid = repo.common_dir().join("gc.pid");
+    let maintenance = repo.common_dir().join("objects/maintenance.lock");
+    let snapshots = |repo: &TestRepo, from: usize, to: usize| {
+        for round in from..to {
+            repo.write("f.txt", format!("round {round}\n").as_bytes());
+            repo.snapshot(&[]);
+        }
+    };
+    for (lock, text) in [
+        (&gc_pid, format!("{} {}", std::process::id(), host.trim())),
+        (&maintenance, String::new()),
+    ] {
+        std::fs::write(lock, text).unwrap();
+        let before = count(&repo);
+        snapshots(&repo, 0, 30);
+        assert_eq!(
+            count(&repo),
+            before + 30,
+            "no pack removed while {} is there",
+            lock.display()
+        );
+        std::fs::remove_file(lock).unwrap();
+        snapshots(&repo, 30, 31);
+        assert!(
+            count(&repo) < before + 10,
+            "merged once the gc is over: {}",
+            count(&repo)
+        );
+    }
+    // A gc of this machine whose process is gone.
+    std::fs::write(&gc_pid, format!("{} {}", i32::MAX - 1, host.trim())).unwrap();
+    let before = count(&repo);
+    snapshots(&repo, 40, 70);
+    assert!(
+        count(&repo) < before + 25,
+        "a dead gc's pid file holds nothing back: {}",
+        count(&repo)
+    );
+    std::fs::remove_file(&gc_pid).unwrap();
+    repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
+    repo.git(&["gc", "-q", "--prune=now"]);
+}
+
 /// The list of ckpt's packs lives in its state directory; a list that names the user's own
 /// packs (tampered, or stale) must never make ckpt merge and remove them: a pack with a `.keep`
 /// file or with deltas (git's packs have them, ckpt's never do) is left alone.

@@ -186,7 +186,11 @@ impl Engine {
                             uncompressed: false,
                         };
                         sized.push((pack, 0));
-                        let what = format!("{} packs into {}", merged.len(), merged_into.short(8));
+                        let what = if merged.is_empty() {
+                            format!("packs copied into {}, kept while a git gc runs", merged_into.short(8))
+                        } else {
+                            format!("{} packs into {}", merged.len(), merged_into.short(8))
+                        };
                         self.reporter.timing("merging ckpt's packs", started, || what.clone());
                         done = Some(what);
                     }

@@ -12,7 +12,9 @@
 //! hashed again as it is encoded and must give its id, and gix must read the index back as
 //! naming exactly the batch's ids, so an object is only ever stored under the id of its
 //! bytes; an unfinished batch leaves only packs no ref needs, whose keep files go when the
-//! snapshot returns. A batch may be written uncompressed (zlib's stored blocks: compressing,
+//! snapshot returns. A pack already there under a new pack's name is never relied on (no ref
+//! may hold it, and a repack that listed it deletes it after any check): the new one is
+//! encoded again under a name of its own. A batch may be written uncompressed (zlib's stored blocks: compressing,
 //! and gix inflating again to index it, were half a watched snapshot's pack time); its caller
 //! has it compressed later by merging. It writes only objects.
 
@@ -134,22 +136,17 @@ impl ObjectBatch {
         }
         let (pack, placed) = encode_pack(self.object_hash, objects, self.compression)?;
         let ids: Vec<ObjectId> = objects.iter().map(|(id, _, _)| *id).collect();
-        self.place(&pack, placed, &ids)
+        let placed = place_pack(&self.pack_dir, self.pack_mode, self.object_hash, &pack, placed, &ids)?;
+        self.note_placed(placed, ids.len(), self.compression);
+        Ok(())
     }
 
-    /// Puts an encoded pack and its index in the pack directory, held by a keep file, and notes
-    /// it; where an identical pack was there already (not this batch's, and maybe no ref's), its
-    /// objects are relied on instead.
-    fn place(&self, pack: &[u8], placed: Vec<Placed>, ids: &[ObjectId]) -> Result<(), VerbError> {
-        let placed = place_pack(&self.pack_dir, self.pack_mode, self.object_hash, pack, placed, ids)?;
+    /// Notes a pack this batch placed, with the keep file holding it.
+    fn note_placed(&self, placed: PackPlaced, objects: usize, compression: PackCompression) {
         let mut written = self.written_now();
-        written.objects += ids.len();
+        written.objects += objects;
         written.keeps.extend(placed.keep);
-        match placed.created {
-            Some(name) => written.packs.push((name, self.compression)),
-            None => written.relied_on.extend_from_slice(ids),
-        }
-        Ok(())
+        written.packs.push((placed.name, compression));
     }
 
     /// Writes what is still collected.
@@ -213,22 +210,13 @@ impl ObjectBatch {
         drop(out);
         let crc32 = crc.finalize();
         let placed = vec![Placed { id, offset: 12, crc32 }];
-        let placed = place_pack_file(
-            &self.pack_dir,
-            self.pack_mode,
-            self.object_hash,
+        let written = PackFile {
             temp,
-            trailer.as_bytes(),
+            checksum: trailer.as_bytes().to_vec(),
             placed,
-            &[id],
-        )?;
-        let mut written = self.written_now();
-        written.objects += 1;
-        written.keeps.extend(placed.keep);
-        match placed.created {
-            Some(name) => written.packs.push((name, PackCompression::Fastest)),
-            None => written.relied_on.push(id),
-        }
+        };
+        let placed = place_pack_file(&self.pack_dir, self.pack_mode, self.object_hash, written, &[id])?;
+        self.note_placed(placed, 1, PackCompression::Fastest);
         Ok(id)
     }
 }
@@ -261,18 +249,6 @@ pub struct BatchWritten {
     /// The packs it created, by name (their checksum, as in `pack-<hex>.pack`), with whether
     /// each is compressed as stored blocks only.
     pub packs: Vec<(ObjectId, PackCompression)>,
-}
-
-/// What [`Vault::merge_packs`] did.
-#[derive(Debug, Default)]
-pub struct PacksMerged {
-    /// The new pack, if it made one and removed the merged ones.
-    pub into: Option<ObjectId>,
-    /// The packs merged into it (removed).
-    pub merged: Vec<ObjectId>,
-    /// Named packs that are git's, not ckpt's (a file only git writes next to them, or deltas):
-    /// left alone, and no business of ckpt's list.
-    pub not_ckpts: Vec<ObjectId>,
 }
 
 /// A temp file that an interrupted pack write (a snapshot's batch or a merge, killed before it
@@ -327,7 +303,7 @@ fn is_stale_keep(path: &std::path::Path, older_than: std::time::Duration) -> boo
 }
 
 /// The name of the pack at `path` (`pack-<hex>.pack` or `.idx`), if it is one.
-fn pack_name(path: &std::path::Path) -> Option<ObjectId> {
+pub(super) fn pack_name(path: &std::path::Path) -> Option<ObjectId> {
     let stem = path.file_stem()?.to_str()?;
     ObjectId::from_hex(stem.strip_prefix("pack-")?).ok()
 }
@@ -356,7 +332,7 @@ fn push_entry_header(out: &mut Vec<u8>, kind: gix::objs::Kind, len: u64) {
 }
 
 /// Writes a pack (version 2, no deltas) to `out` one object at a time, hashing as it goes.
-struct PackStream<W: std::io::Write> {
+pub(super) struct PackStream<W: std::io::Write> {
     out: W,
     hasher: gix::hash::Hasher,
     compressor: Compressor,
@@ -364,7 +340,12 @@ struct PackStream<W: std::io::Write> {
 }
 
 impl<W: std::io::Write> PackStream<W> {
-    fn new(mut out: W, hash: gix::hash::Kind, count: u32, compression: PackCompression) -> std::io::Result<Self> {
+    pub(super) fn new(
+        mut out: W,
+        hash: gix::hash::Kind,
+        count: u32,
+        compression: PackCompression,
+    ) -> std::io::Result<Self> {
         let mut header = Vec::with_capacity(12);
         header.extend_from_slice(b"PACK");
         header.extend_from_slice(&2u32.to_be_bytes());
@@ -381,7 +362,7 @@ impl<W: std::io::Write> PackStream<W> {
     }
 
     /// Adds an object, compressed here.
-    fn object(&mut self, kind: gix::objs::Kind, data: &[u8]) -> std::io::Result<()> {
+    pub(super) fn object(&mut self, kind: gix::objs::Kind, data: &[u8]) -> std::io::Result<()> {
         let compressed = self.compressor.compress(data)?;
         let mut header = std::mem::take(&mut self.scratch);
         header.clear();
@@ -400,7 +381,7 @@ impl<W: std::io::Write> PackStream<W> {
     }
 
     /// Writes the trailer (the hash of everything before it), flushes, and gives `out` back.
-    fn finish(mut self) -> std::io::Result<W> {
+    pub(super) fn finish(mut self) -> std::io::Result<W> {
         let trailer = self.hasher.try_finalize().map_err(std::io::Error::other)?;
         self.out.write_all(trailer.as_bytes())?;
         self.out.flush()?;
@@ -489,14 +470,33 @@ fn deflate(compressor: &mut gix::zlib::stream::deflate::Compress, data: &[u8]) -
     }
 }
 
-/// Where [`place_pack`] put a pack.
+/// Where [`place_pack_file`] put a pack.
 struct PackPlaced {
-    /// Its name, when this call created it (`None`: an identical pack was there already, and is
-    /// not ours).
-    created: Option<ObjectId>,
-    /// The keep file holding it, when this call made one.
+    /// Its name: its checksum, as in `pack-<hex>.pack`.
+    name: ObjectId,
+    /// The keep file holding it, when this call made one (one that was there already is not
+    /// ours to remove).
     keep: Option<PathBuf>,
 }
+
+/// A pack written whole to a temp file in the pack directory, not yet named.
+struct PackFile {
+    temp: tempfile::NamedTempFile,
+    /// Its trailer, the hash of everything before it: the name it gets.
+    checksum: Vec<u8>,
+    /// Where each of its objects lies.
+    placed: Vec<Placed>,
+}
+
+/// How many other encodings of a pack [`place_pack_file`] tries when a pack of its name is
+/// there already: one more for each earlier snapshot that wrote the same objects and failed.
+const OTHER_ENCODINGS: u32 = 4;
+
+/// An empty stored deflate block, not the last (RFC 1951 §3.2.4: the block's three header bits,
+/// padding, a length of 0 and its complement). Put at the start of a zlib stream's deflate data
+/// it changes nothing the stream inflates to, and so gives the same objects a pack of another
+/// checksum.
+const EMPTY_STORED_BLOCK: [u8; 5] = [0x00, 0x00, 0x00, 0xff, 0xff];
 
 /// Puts the encoded `pack` (its objects where `placed` says) in `directory`; see
 /// [`place_pack_file`].
@@ -512,79 +512,123 @@ fn place_pack(
     std::fs::create_dir_all(directory).map_err(|e| VerbError::git("creating the pack directory", e))?;
     let mut temp = tempfile::NamedTempFile::new_in(directory).map_err(failed)?;
     std::io::Write::write_all(temp.as_file_mut(), pack).map_err(failed)?;
-    let checksum = &pack[pack.len() - hash.len_in_bytes()..];
-    place_pack_file(directory, mode, hash, temp, checksum, placed, ids)
+    let checksum = pack[pack.len() - hash.len_in_bytes()..].to_vec();
+    place_pack_file(directory, mode, hash, PackFile { temp, checksum, placed }, ids)
 }
 
-/// Gives the pack written to `temp` (whose trailer is `checksum`) its name in `directory`, with
-/// an index made here from `placed`: a `.keep` first, as git's own fetch does (until a pin
-/// makes these objects reachable, a `git repack -a -d` running beside this snapshot would
-/// delete the pack with them, and the snapshot would be published with its objects gone), then
-/// the data, then the index, which makes the pack visible. gix must read the index back as
-/// naming exactly `ids`, or nothing this call made is left and this fails. Never over a file
-/// that is there: an identical pack is not ours to replace.
+/// Gives the pack written to a temp file its name in `directory`, with an index made here from
+/// where its objects lie: a `.keep` first, as git's own fetch does (until a pin makes these
+/// objects reachable, a `git repack -a -d` running beside this snapshot would delete the pack
+/// with them, and the snapshot would be published with its objects gone), then the data, then
+/// the index, which makes the pack visible. gix must read the index back as naming exactly
+/// `ids`, or nothing this call made is left and this fails.
+///
+/// A pack of that name there already (the same objects a failed snapshot wrote, say) is never
+/// relied on, even kept by this call: it is no ref's, and a repack that listed it before this
+/// call and reads the refs before the pin deletes it after any check. The same objects are
+/// encoded again, differently, under a name no such repack has seen.
 fn place_pack_file(
     directory: &Path,
     mode: u32,
     hash: gix::hash::Kind,
-    temp: tempfile::NamedTempFile,
-    checksum: &[u8],
-    placed: Vec<Placed>,
+    mut pack: PackFile,
     ids: &[ObjectId],
 ) -> Result<PackPlaced, VerbError> {
-    let name = ObjectId::from_bytes(checksum).map_err(|e| VerbError::git_because("writing a pack", e.to_string()))?;
-    let index = index_v2(hash, placed, checksum)?;
+    for _ in 0..OTHER_ENCODINGS {
+        match place_named_pack(directory, mode, hash, pack, ids)? {
+            Placing::Placed(placed) => return Ok(placed),
+            Placing::NameTaken(taken) => pack = encoded_again(directory, hash, &taken)?,
+        }
+    }
+    if let Placing::Placed(placed) = place_named_pack(directory, mode, hash, pack, ids)? {
+        return Ok(placed);
+    }
+    Err(VerbError::git_because(
+        "writing a pack",
+        "a pack of every name tried for its objects is there already",
+    ))
+}
+
+/// What [`place_named_pack`] did.
+enum Placing {
+    Placed(PackPlaced),
+    /// A pack of its name is there already; nothing was left, and here is the pack back.
+    NameTaken(PackFile),
+}
+
+/// [`place_pack_file`] under the pack's own name.
+fn place_named_pack(
+    directory: &Path,
+    mode: u32,
+    hash: gix::hash::Kind,
+    pack: PackFile,
+    ids: &[ObjectId],
+) -> Result<Placing, VerbError> {
+    let name =
+        ObjectId::from_bytes(&pack.checksum).map_err(|e| VerbError::git_because("writing a pack", e.to_string()))?;
     let data_path = directory.join(format!("pack-{}.pack", name.to_hex()));
     let index_path = data_path.with_extension("idx");
-    let shared = {
+    let taken = |path: &Path| std::fs::symlink_metadata(path).is_ok();
+    if taken(&data_path) || taken(&index_path) {
+        return Ok(Placing::NameTaken(pack));
+    }
+    let index = index_v2(hash, &pack.placed, &pack.checksum)?;
+    let permissions = {
         use std::os::unix::fs::PermissionsExt;
         std::fs::Permissions::from_mode(mode)
     };
     // Each file is written whole under a temp name (the pack writer's pattern, so a leftover is
-    // found as one) and only then given its name.
-    let persist = |temp: tempfile::NamedTempFile, path: &Path| -> Result<bool, VerbError> {
+    // found as one) and only then given its name, never over one that is there: the temp file
+    // back when that name is taken.
+    let persist = |temp: tempfile::NamedTempFile, path: &Path| -> Result<Option<tempfile::NamedTempFile>, VerbError> {
         let failed = |e: std::io::Error| VerbError::git(format!("writing {}", path.display()), e);
-        if std::fs::symlink_metadata(path).is_ok() {
-            return Ok(false);
-        }
-        temp.as_file().set_permissions(shared.clone()).map_err(failed)?;
+        temp.as_file().set_permissions(permissions.clone()).map_err(failed)?;
         match temp.persist_noclobber(path) {
-            Ok(_) => Ok(true),
-            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Ok(_) => Ok(None),
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(Some(e.file)),
             Err(e) => Err(failed(e.error)),
         }
     };
     let place = |bytes: &[u8], path: &Path| -> Result<bool, VerbError> {
         let failed = |e: std::io::Error| VerbError::git(format!("writing {}", path.display()), e);
-        if std::fs::symlink_metadata(path).is_ok() {
-            return Ok(false);
-        }
         let mut temp = tempfile::NamedTempFile::new_in(directory).map_err(failed)?;
         std::io::Write::write_all(temp.as_file_mut(), bytes).map_err(failed)?;
-        persist(temp, path)
+        Ok(persist(temp, path)?.is_none())
     };
-    // Kept even where an identical pack is there already (one a failed snapshot left, say):
-    // unkept and unreachable, a repack beside this snapshot would delete it with the objects
-    // this snapshot relies on. (A keep file that is there already is not ours and stays.)
+    // A keep file that is there already (a killed snapshot's) is not ours and stays.
     let keep_path = data_path.with_extension("keep");
     let kept = place(PACK_KEEP_NOTE, &keep_path)?;
-    let created = match persist(temp, &data_path) {
-        Ok(created) => created,
-        Err(e) => {
-            if kept {
-                std::fs::remove_file(&keep_path).ok();
-            }
-            return Err(e);
+    let undo_keep = || {
+        if kept {
+            std::fs::remove_file(&keep_path).ok();
         }
     };
-    let indexed = place(&index, &index_path).and_then(|_| {
+    let PackFile { temp, checksum, placed } = pack;
+    match persist(temp, &data_path) {
+        Ok(None) => {}
+        Ok(Some(temp)) => {
+            undo_keep();
+            return Ok(Placing::NameTaken(PackFile { temp, checksum, placed }));
+        }
+        Err(e) => {
+            undo_keep();
+            return Err(e);
+        }
+    }
+    let indexed = place(&index, &index_path).and_then(|created| {
         let expected: HashSet<ObjectId> = ids.iter().copied().collect();
         let read_back: Option<HashSet<ObjectId>> = gix_pack::index::File::at(&index_path, hash)
             .ok()
             .map(|index| index.iter().map(|entry| ObjectId(entry.oid)).collect());
-        if read_back.as_ref() == Some(&expected) {
+        if !created {
+            Err(VerbError::git_because(
+                "writing a pack",
+                format!("{} appeared while its pack was written", index_path.display()),
+            ))
+        } else if read_back.as_ref() == Some(&expected) {
             Ok(())
         } else {
+            std::fs::remove_file(&index_path).ok();
             Err(VerbError::git_because(
                 "writing a pack",
                 "its index does not name exactly the objects it was written for",
@@ -592,23 +636,110 @@ fn place_pack_file(
         }
     });
     if let Err(e) = indexed {
-        // Removed only if this call created them (an identical pack already there is not ours).
-        if created {
-            std::fs::remove_file(&index_path).ok();
-            std::fs::remove_file(&data_path).ok();
-        }
-        if kept {
-            std::fs::remove_file(&keep_path).ok();
-        }
+        std::fs::remove_file(&data_path).ok();
+        undo_keep();
         return Err(e);
     }
-    Ok(PackPlaced {
-        created: created.then_some(name),
+    Ok(Placing::Placed(PackPlaced {
+        name,
         keep: kept.then_some(keep_path),
+    }))
+}
+
+/// `pack` encoded again with one more [`EMPTY_STORED_BLOCK`] at the start of its first object's
+/// deflate data: the same objects, read back the same, in a pack of another checksum. Copied
+/// through from the temp file (a streamed blob's pack is never held in memory).
+fn encoded_again(directory: &Path, hash: gix::hash::Kind, pack: &PackFile) -> Result<PackFile, VerbError> {
+    use std::io::{Read, Write};
+    let failed = |e: std::io::Error| VerbError::git("writing a pack again under another name", e);
+    let malformed = |why: &str| failed(std::io::Error::other(why.to_owned()));
+    let mut placed = pack.placed.clone();
+    placed.sort_by_key(|entry| entry.offset);
+    let first_offset = placed
+        .first()
+        .map(|first| first.offset)
+        .ok_or_else(|| malformed("no objects"))?;
+    let length = pack.temp.as_file().metadata().map_err(failed)?.len();
+    let body = length
+        .checked_sub(hash.len_in_bytes() as u64)
+        .filter(|body| *body > first_offset)
+        .ok_or_else(|| malformed("shorter than its objects"))?;
+    let first_end = placed.get(1).map_or(body, |second| second.offset);
+    let mut from = std::io::BufReader::new(pack.temp.reopen().map_err(failed)?);
+    let mut temp = tempfile::NamedTempFile::new_in(directory).map_err(failed)?;
+    let mut to = std::io::BufWriter::new(temp.as_file_mut());
+    let mut checksum = gix::hash::hasher(hash);
+    let mut first_crc = crc32fast::Hasher::new();
+    // Copies `count` bytes on, into the pack's hash and, for the first object, its CRC.
+    let mut copy = |from: &mut dyn Read, count: u64, in_first: bool| -> std::io::Result<Vec<u8>> {
+        let mut bytes = vec![0u8; usize::try_from(count).map_err(std::io::Error::other)?];
+        from.read_exact(&mut bytes)?;
+        checksum.update(&bytes);
+        if in_first {
+            first_crc.update(&bytes);
+        }
+        to.write_all(&bytes)?;
+        Ok(bytes)
+    };
+    copy(&mut from, first_offset, false).map_err(failed)?;
+    // The entry header (type and size, 7 bits a byte while the top bit is set), then zlib's
+    // two-byte header, after which the deflate data begins on a byte boundary.
+    let mut at = first_offset;
+    loop {
+        let byte = copy(&mut from, 1, true).map_err(failed)?;
+        at += 1;
+        if byte[0] & 0x80 == 0 {
+            break;
+        }
+    }
+    let zlib_header = copy(&mut from, 2, true).map_err(failed)?;
+    at += 2;
+    if u16::from_be_bytes([zlib_header[0], zlib_header[1]]) % 31 != 0 || zlib_header[1] & 0x20 != 0 {
+        return Err(malformed("its first object is not a plain zlib stream"));
+    }
+    copy(
+        &mut EMPTY_STORED_BLOCK.as_slice(),
+        EMPTY_STORED_BLOCK.len() as u64,
+        true,
+    )
+    .map_err(failed)?;
+    let rest_of_first = first_end
+        .checked_sub(at)
+        .ok_or_else(|| malformed("an object ends before it begins"))?;
+    // Past a few MiB, copied in pieces: a streamed blob's pack may be any size.
+    const PIECE: u64 = 4 << 20;
+    let mut copy_in_pieces = |from: &mut dyn Read, mut count: u64, in_first: bool| -> Result<(), VerbError> {
+        while count > 0 {
+            let piece = count.min(PIECE);
+            copy(from, piece, in_first).map_err(failed)?;
+            count -= piece;
+        }
+        Ok(())
+    };
+    copy_in_pieces(&mut from, rest_of_first, true)?;
+    copy_in_pieces(&mut from, body - first_end, false)?;
+    let trailer = checksum.try_finalize().map_err(std::io::Error::other).map_err(failed)?;
+    to.write_all(trailer.as_bytes()).map_err(failed)?;
+    to.flush().map_err(failed)?;
+    drop(to);
+    let shift = EMPTY_STORED_BLOCK.len() as u64;
+    let first_crc = first_crc.finalize();
+    for entry in &mut placed {
+        if entry.offset == first_offset {
+            entry.crc32 = first_crc;
+        } else {
+            entry.offset += shift;
+        }
+    }
+    Ok(PackFile {
+        temp,
+        checksum: trailer.as_bytes().to_vec(),
+        placed,
     })
 }
 
 /// Where one object of an encoded pack lies, as a version-2 pack index records it.
+#[derive(Clone)]
 struct Placed {
     id: ObjectId,
     offset: u64,
@@ -670,7 +801,8 @@ fn encode_pack(
 /// `placed` says: the fan-out table, the sorted ids, their CRC-32s, their offsets (past 2 GiB in
 /// a table of 64-bit ones), the pack's checksum and the index's own. Byte for byte what `git
 /// index-pack` writes for that pack.
-fn index_v2(hash: gix::hash::Kind, mut placed: Vec<Placed>, pack_checksum: &[u8]) -> Result<Vec<u8>, VerbError> {
+fn index_v2(hash: gix::hash::Kind, placed: &[Placed], pack_checksum: &[u8]) -> Result<Vec<u8>, VerbError> {
+    let mut placed: Vec<&Placed> = placed.iter().collect();
     placed.sort_by_key(|a| a.id);
     let mut out = Vec::with_capacity(8 + 1024 + placed.len() * (hash.len_in_bytes() + 8) + 2 * hash.len_in_bytes());
     out.extend_from_slice(b"\xfftOc");
@@ -856,70 +988,6 @@ impl Vault {
         )
     }
 
-    /// Writes the pack `stream` holds, with the index gix builds from its bytes, into the pack
-    /// directory; that index must name exactly `expected`, or the pack is removed and this
-    /// fails. The pack's name when this call created it (`None`: an identical pack was there
-    /// already, and is not ours).
-    fn index_pack(
-        &self,
-        stream: &mut dyn std::io::BufRead,
-        expected: &HashSet<ObjectId>,
-    ) -> Result<Option<ObjectId>, VerbError> {
-        let directory = self.repo.objects.store_ref().path().join("pack");
-        std::fs::create_dir_all(&directory).map_err(|e| VerbError::git("creating the pack directory", e))?;
-        let interrupt = std::sync::atomic::AtomicBool::new(false);
-        let options = gix_pack::bundle::write::Options {
-            thread_limit: Some(1),
-            ..Default::default()
-        };
-        let outcome = gix_pack::Bundle::write_to_directory(
-            stream,
-            Some(&directory),
-            &mut gix::progress::Discard,
-            &interrupt,
-            None::<gix::objs::find::Never>,
-            self.repo.object_hash(),
-            options,
-        )
-        .map_err(|e| VerbError::git("writing a pack", e))?;
-        // The keep file guards a fetched pack until refs point to it. A merge runs only under
-        // the workspace lock after the pins of the packs it merges were written, so its objects
-        // are reachable already; kept, git would never repack them, even once pruned.
-        if let Some(keep) = &outcome.keep_path {
-            std::fs::remove_file(keep).map_err(|e| VerbError::git("removing the pack's keep file", e))?;
-        }
-        let indexed: Option<HashSet<ObjectId>> = outcome.index_path.as_ref().and_then(|path| {
-            let index = gix_pack::index::File::at(path, self.repo.object_hash()).ok()?;
-            Some(index.iter().map(|entry| ObjectId(entry.oid)).collect())
-        });
-        if indexed.as_ref() != Some(expected) {
-            // Removed only if this call created it (an identical pack already there is not ours).
-            if outcome.keep_path.is_some() {
-                for path in [&outcome.index_path, &outcome.data_path].into_iter().flatten() {
-                    std::fs::remove_file(path).ok();
-                }
-            }
-            return Err(VerbError::git_because(
-                "writing a pack",
-                "its index does not name exactly the objects it was written for",
-            ));
-        }
-        if outcome.keep_path.is_some() {
-            // Written 0600 by the temp file; given the mode git gives a new pack.
-            use std::os::unix::fs::PermissionsExt;
-            let mode = self.new_pack_mode();
-            for path in [&outcome.index_path, &outcome.data_path].into_iter().flatten() {
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-                    .map_err(|e| VerbError::git("making a new pack read-only", e))?;
-            }
-        }
-        Ok(outcome
-            .keep_path
-            .as_ref()
-            .and(outcome.data_path.as_deref())
-            .and_then(pack_name))
-    }
-
     /// The temp files of killed writes that nothing has touched for `older_than`: the pack
     /// writer's in the pack directory (named `pack/.tmpXXXXXX`), and those of a large blob
     /// streamed into the object database (`.tmpXXXXXX`, in `objects/` itself: every killed
@@ -975,127 +1043,6 @@ impl Vault {
             Err(e) => Err(VerbError::git(format!("removing {}", path.display()), e)),
         }
     }
-
-    /// The size of each named pack's data file; `None` for one that is gone (git repacked it).
-    /// Read-only.
-    pub fn pack_sizes(&self, packs: &[ObjectId]) -> Vec<(ObjectId, Option<u64>)> {
-        let directory = self.repo.objects.store_ref().path().join("pack");
-        packs
-            .iter()
-            .map(|name| {
-                let data = directory.join(format!("pack-{}.pack", name.to_hex()));
-                let size = std::fs::symlink_metadata(&data)
-                    .ok()
-                    .filter(|m| m.is_file())
-                    .map(|m| m.len());
-                (*name, size)
-            })
-            .collect()
-    }
-
-    /// Merges packs ckpt wrote (named by the caller, which keeps the list; a pack git marks as
-    /// kept, promised or cruft, or one holding a delta, is never ckpt's and is skipped) into one new pack:
-    /// every object of each, reachable or not, is copied (compressed at zlib's fastest level:
-    /// a single uncompressed pack is "merged" to compress it), the new pack is verified as any
-    /// batch is, and only then are the old packs' index and data files removed (index first, so
-    /// no reader finds an index without its data). Packs that are gone are skipped. Nothing is
-    /// removed when fewer than `at_least` (one at least) were there or the new pack is one of
-    /// them.
-    pub fn merge_packs(&self, packs: &[ObjectId], at_least: usize) -> Result<PacksMerged, VerbError> {
-        let directory = self.repo.objects.store_ref().path().join("pack");
-        let path_of = |name: &ObjectId, ext: &str| directory.join(format!("pack-{}.{ext}", name.to_hex()));
-        let mut merged = Vec::new();
-        let mut not_ckpts = Vec::new();
-        let mut ids: Vec<gix::ObjectId> = Vec::new();
-        for name in packs {
-            // A pack with a file next to it that only git writes is never ckpt's: kept
-            // (`.keep`), a partial clone's promise (`.promisor`), a cruft pack's times
-            // (`.mtimes`), a reverse index (`.rev`, git's default since 2.41) or a bitmap. Left
-            // as it is, whatever a list in ckpt's state says: a tampered list would otherwise
-            // make ckpt rewrite a user's no-delta pack and drop its `.rev` and bitmap.
-            if ["keep", "promisor", "mtimes", "rev", "bitmap"]
-                .iter()
-                .any(|ext| path_of(name, ext).exists())
-            {
-                not_ckpts.push(*name);
-                continue;
-            }
-            let Ok(index) = gix_pack::index::File::at(path_of(name, "idx"), self.repo.object_hash()) else {
-                continue;
-            };
-            let Ok(data) = gix_pack::data::File::at(path_of(name, "pack"), self.repo.object_hash()) else {
-                continue;
-            };
-            // ckpt writes whole objects only: a pack with a delta in it is git's, whatever a
-            // list in ckpt's state says, and is left alone.
-            let whole_objects_only = index.iter().all(|entry| {
-                data.entry(entry.pack_offset)
-                    .is_ok_and(|object| !object.header.is_delta())
-            });
-            if !whole_objects_only {
-                not_ckpts.push(*name);
-                continue;
-            }
-            ids.extend(index.iter().map(|entry| entry.oid));
-            merged.push(*name);
-        }
-        let untouched = |not_ckpts| PacksMerged {
-            into: None,
-            merged: Vec::new(),
-            not_ckpts,
-        };
-        if merged.len() < at_least.max(1) {
-            return Ok(untouched(not_ckpts));
-        }
-        let mut expected = HashSet::new();
-        ids.retain(|id| expected.insert(ObjectId(*id)));
-        let count = u32::try_from(ids.len())
-            .map_err(|_| VerbError::git_because("merging ckpt's packs", "too many objects for one pack"))?;
-        // Streamed through a temp file in the pack directory, one object at a time: merges run
-        // in the watch daemon, which must not hold every object of the packs it merges (holding
-        // them, one merge left it at 140 MB). A leftover has the pack writer's temp name.
-        let failed = |e: std::io::Error| VerbError::git("writing a merged pack", e);
-        let mut temp = tempfile::NamedTempFile::new_in(&directory).map_err(failed)?;
-        let mut pack = PackStream::new(
-            std::io::BufWriter::new(temp.as_file_mut()),
-            self.repo.object_hash(),
-            count,
-            PackCompression::Fastest,
-        )
-        .map_err(failed)?;
-        for id in &ids {
-            let object = self
-                .repo
-                .find_object(*id)
-                .map_err(|e| VerbError::git(format!("reading object {id} to merge ckpt's packs"), e))?;
-            pack.object(object.kind, &object.data).map_err(failed)?;
-        }
-        pack.finish().map_err(failed)?;
-        let written = temp.reopen().map_err(failed)?;
-        let new = self.index_pack(&mut std::io::BufReader::new(written), &expected)?;
-        drop(temp);
-        let Some(new) = new else {
-            return Ok(untouched(not_ckpts));
-        };
-        if merged.contains(&new) {
-            return Ok(untouched(not_ckpts));
-        }
-        for name in &merged {
-            for ext in ["idx", "rev", "bitmap", "pack"] {
-                match std::fs::remove_file(path_of(name, ext)) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(VerbError::git(format!("removing merged pack {name}"), e))
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Ok(PacksMerged {
-            into: Some(new),
-            merged,
-            not_ckpts,
-        })
-    }
 }
 
 #[cfg(test)]
@@ -1142,7 +1089,7 @@ mod tests {
             })
             .collect();
         let checksum = [7u8; 20];
-        let bytes = index_v2(gix::hash::Kind::Sha1, placed, &checksum).expect("an index");
+        let bytes = index_v2(gix::hash::Kind::Sha1, &placed, &checksum).expect("an index");
         let dir = tempfile::tempdir().expect("a temp dir");
         let path = dir.path().join("pack-x.idx");
         std::fs::write(&path, &bytes).expect("written");
@@ -1216,6 +1163,122 @@ mod tests {
                     assert!(compressed.len() >= input.len(), "stored, not compressed");
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod other_encodings {
+    use super::*;
+
+    fn blob(text: &[u8]) -> (ObjectId, gix::objs::Kind, Vec<u8>) {
+        let id = gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::objs::Kind::Blob, text).expect("hashes");
+        (ObjectId(id), gix::objs::Kind::Blob, text.to_vec())
+    }
+
+    /// Every object the pack `name` in `directory` holds, read the way a reader of packs does:
+    /// the trailer must be the hash of the pack, each entry found where the index says, its
+    /// CRC-32 the index's, and its zlib stream inflated whole to bytes that hash to its id.
+    fn read_back(directory: &Path, name: ObjectId) -> Vec<(ObjectId, Vec<u8>)> {
+        let data_path = directory.join(format!("pack-{}.pack", name.to_hex()));
+        let pack = std::fs::read(&data_path).expect("the pack is there");
+        let (body, trailer) = pack.split_at(pack.len() - 20);
+        let mut hasher = gix::hash::hasher(gix::hash::Kind::Sha1);
+        hasher.update(body);
+        assert_eq!(hasher.try_finalize().expect("hashes").as_bytes(), trailer);
+        assert_eq!(trailer, name.0.as_bytes(), "named by its checksum");
+        let index =
+            gix_pack::index::File::at(data_path.with_extension("idx"), gix::hash::Kind::Sha1).expect("an index");
+        assert_eq!(index.pack_checksum().as_bytes(), trailer);
+        let mut offsets: Vec<u64> = index.iter().map(|entry| entry.pack_offset).collect();
+        offsets.sort_unstable();
+        offsets.push(body.len() as u64);
+        let mut objects = Vec::new();
+        for entry in index.iter() {
+            let start = entry.pack_offset as usize;
+            let end = offsets[offsets.iter().position(|at| *at == entry.pack_offset).expect("listed") + 1] as usize;
+            let bytes = &pack[start..end];
+            assert_eq!(Some(crc32fast::hash(bytes)), entry.crc32, "the index's CRC-32");
+            let (mut size, mut shift, mut at) = (u64::from(bytes[0] & 0x0f), 4, 0);
+            while bytes[at] & 0x80 != 0 {
+                at += 1;
+                size |= u64::from(bytes[at] & 0x7f) << shift;
+                shift += 7;
+            }
+            let mut data = vec![0u8; size as usize + 1];
+            let mut inflate = gix::zlib::Inflate::default();
+            let (status, consumed, written) = inflate.once(&bytes[at + 1..], &mut data).expect("inflates");
+            assert_eq!(status, gix::zlib::Status::StreamEnd);
+            assert_eq!(consumed, bytes.len() - at - 1, "the entry is one whole zlib stream");
+            data.truncate(written);
+            let id = gix::objs::compute_hash(gix::hash::Kind::Sha1, gix::objs::Kind::Blob, &data).expect("hashes");
+            assert_eq!(id, entry.oid, "the bytes hash to the id the index names");
+            objects.push((ObjectId(id), data));
+        }
+        objects.sort();
+        objects
+    }
+
+    /// The same objects placed again, while a pack of their name is there (a failed
+    /// snapshot's), go into a pack of their own under another name, at either compression, and
+    /// read back the same; the pack that was there is left as it was.
+    #[test]
+    fn the_same_objects_placed_again_get_a_pack_of_another_name() {
+        let objects = vec![blob(b"one\n"), blob(&b"two\n".repeat(5000)), blob(b"")];
+        let ids: Vec<ObjectId> = objects.iter().map(|(id, _, _)| *id).collect();
+        let mut expected: Vec<(ObjectId, Vec<u8>)> = objects.iter().map(|(id, _, data)| (*id, data.clone())).collect();
+        expected.sort();
+        for compression in [PackCompression::Fastest, PackCompression::Stored] {
+            let dir = tempfile::tempdir().expect("a temp dir");
+            let mut names = Vec::new();
+            for _ in 0..3 {
+                let (pack, placed) = encode_pack(gix::hash::Kind::Sha1, &objects, compression).expect("encodes");
+                let put = place_pack(dir.path(), 0o444, gix::hash::Kind::Sha1, &pack, placed, &ids).expect("placed");
+                assert!(
+                    put.keep.as_ref().is_some_and(|keep| keep.exists()),
+                    "held by its own keep file"
+                );
+                names.push(put.name);
+            }
+            let first_bytes =
+                std::fs::read(dir.path().join(format!("pack-{}.pack", names[0].to_hex()))).expect("there");
+            assert_eq!(names.iter().collect::<HashSet<_>>().len(), 3, "{names:?}");
+            for name in &names {
+                assert_eq!(read_back(dir.path(), *name), expected);
+            }
+            let (pack, _) = encode_pack(gix::hash::Kind::Sha1, &objects, compression).expect("encodes");
+            assert_eq!(first_bytes, pack, "the first pack is the plain encoding, untouched");
+        }
+    }
+
+    /// A large blob streamed twice, the first pack left there unreachable (a killed snapshot's),
+    /// is streamed the second time into a pack of another name; both read back as the blob.
+    #[test]
+    fn a_streamed_blob_streamed_again_gets_a_pack_of_another_name() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let batch = ObjectBatch {
+            pending: Mutex::default(),
+            compression: PackCompression::Stored,
+            pack_dir: dir.path().to_path_buf(),
+            pack_mode: 0o444,
+            object_hash: gix::hash::Kind::Sha1,
+            pack_indices: std::sync::OnceLock::new(),
+            written: Mutex::default(),
+        };
+        let content: Vec<u8> = (0..3_000_000u32).flat_map(|n| (n % 251).to_le_bytes()).collect();
+        let first = batch
+            .add_stream(&mut content.as_slice(), content.len() as u64)
+            .expect("streamed");
+        let second = batch
+            .add_stream(&mut content.as_slice(), content.len() as u64)
+            .expect("streamed again");
+        assert_eq!(first, second);
+        let written = batch.written_now();
+        assert_eq!(written.packs.len(), 2);
+        assert_ne!(written.packs[0].0, written.packs[1].0);
+        assert!(written.relied_on.is_empty(), "nothing is relied on");
+        for (name, _) in &written.packs {
+            assert_eq!(read_back(dir.path(), *name), vec![(first, content.clone())]);
         }
     }
 }

@@ -11,6 +11,7 @@ mod census;
 mod durable;
 mod gc;
 mod listing;
+mod merge;
 mod objects;
 mod packed;
 mod pins;
