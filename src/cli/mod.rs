@@ -341,10 +341,7 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
             &cwd,
             session.as_deref(),
             *all,
-            trace::LogSource {
-                dsh_home: dsh_home.as_deref(),
-                session_log: None,
-            },
+            trace::LogSource::new(dsh_home, &None),
             out,
         ),
         WorkspaceCommand::Show(args) => show(provider, args, out),

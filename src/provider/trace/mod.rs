@@ -13,11 +13,14 @@
 //! resolves, to place a path named through it).
 
 mod backwards;
+mod restore;
+pub mod sessions;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 pub use backwards::{work_backwards, FileNow};
+pub use restore::RestorePlan;
 
 use serde_json::Value;
 
