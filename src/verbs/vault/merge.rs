@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use super::batch::{pack_name, PackCompression, PackStream};
+use super::packfile::{pack_name, PackCompression, PackStream};
 use super::Vault;
 use crate::verbs::types::ObjectId;
 use crate::verbs::VerbError;

@@ -10,21 +10,25 @@ mod blobs;
 mod census;
 mod durable;
 mod gc;
+mod listed;
 mod listing;
 mod merge;
 mod objects;
 mod packed;
+mod packfile;
 mod pins;
 mod private;
+mod rawids;
 mod shared;
 mod trees;
+mod walk;
 
-pub use batch::PackCompression;
 pub use blobs::{FileRead, LocalBlobs, ParallelBlobs, READ_ATTEMPTS};
 pub use gc::{collect_private_garbage, GarbageReport};
-pub use listing::{refuse_blocking_rule_file, Follow, IndexStat, PathScope};
+pub use listed::{IndexStat, PathScope};
 pub(crate) use objects::checked_blob;
 pub use objects::NewTreeEntry;
+pub use packfile::PackCompression;
 pub use pins::PinNames;
 pub use private::{
     enclosing_bare_repository, enclosing_common_dir, enclosing_exclude_files, enclosing_worktree, path_key,
@@ -32,6 +36,7 @@ pub use private::{
 };
 pub(crate) use trees::item_at;
 pub use trees::{FileCounts, LevelEntry, TreeChange, TreeCheck};
+pub use walk::{refuse_blocking_rule_file, Follow};
 
 use std::path::{Path, PathBuf};
 
