@@ -22,13 +22,13 @@ pub use crate::verbs::FileStat;
 use crate::verbs::{ObjectId, PathScope, RepoPath};
 
 mod blocks;
+mod codec;
 pub use blocks::BLOCKS_FILE_NAME;
+use codec::{
+    decode_delta, encode_delta, encode_entries, encode_entry, next_entry, ChecksummedWriter, Reader, MAGIC, VERSION,
+};
 
-const MAGIC: &[u8; 8] = b"CKPTSTAT";
-const VERSION: u32 = 2;
 pub const FILE_NAME: &str = "statcache.bin";
-const DELTA_MAGIC: &[u8; 8] = b"CKPTSDLT";
-const DELTA_VERSION: u32 = 1;
 pub const DELTA_FILE_NAME: &str = "statcache.delta";
 /// A delta with more entries than this is not written: the next snapshot walks and writes the
 /// whole cache again instead.
@@ -86,9 +86,6 @@ pub struct StatCache {
     /// entries answer for paths in that scope (and below) only.
     partial: bool,
 }
-
-/// Fixed part of an entry after its path: size, mtime, ctime, ino, dev, mode.
-const STAT_BYTES: usize = 8 + 12 + 12 + 8 + 8 + 4;
 
 impl StatCache {
     /// How many entries there are (of a whole cache; a partial one counts only what it read).
@@ -502,209 +499,6 @@ impl StatCache {
             std::fs::remove_file(&temp).ok();
         }
         result
-    }
-}
-
-/// A writer that keeps a running CRC of everything written through it.
-struct ChecksummedWriter<W: Write> {
-    inner: W,
-    crc: crc32fast::Hasher,
-}
-
-impl<W: Write> Write for ChecksummedWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.crc.update(&buf[..n]);
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-/// Writes the header and entries (without the trailing CRC) to `out`, noting each entry's run
-/// in `blocks`. The header's length and the entry count.
-fn encode_entries<'a>(
-    out: &mut impl Write,
-    checkpoint: Option<ObjectId>,
-    written: (i64, u32),
-    entries: impl Iterator<Item = (&'a RepoPath, &'a FileStat, &'a ObjectId)> + Clone,
-    blocks: &mut blocks::BlockWriter,
-) -> std::io::Result<(u32, u64)> {
-    let mut header = Vec::with_capacity(128);
-    header.extend_from_slice(MAGIC);
-    header.extend_from_slice(&VERSION.to_le_bytes());
-    header.extend_from_slice(&written.0.to_le_bytes());
-    header.extend_from_slice(&written.1.to_le_bytes());
-    let checkpoint = checkpoint.map(|c| c.to_hex()).unwrap_or_default();
-    header.push(checkpoint.len() as u8);
-    header.extend_from_slice(checkpoint.as_bytes());
-    let count = entries.clone().count() as u64;
-    header.extend_from_slice(&count.to_le_bytes());
-    out.write_all(&header)?;
-    let mut entry = Vec::with_capacity(256);
-    for (path, stat, id) in entries {
-        entry.clear();
-        encode_entry(&mut entry, path.as_bytes(), stat, id)?;
-        out.write_all(&entry)?;
-        blocks.add(path.as_bytes(), &entry);
-    }
-    Ok((header.len() as u32, count))
-}
-
-/// Reads the entry at the reader's position (its path must sort strictly after `previous`,
-/// unless that is empty) and returns its path; `None` for anything this code did not write.
-fn next_entry<'a>(r: &mut Reader<'a>, previous: &[u8]) -> Option<&'a [u8]> {
-    let len = r.u32()? as usize;
-    let raw = r.take(len)?;
-    // Written strictly sorted; anything else is not a file this code wrote.
-    if !previous.is_empty() && raw <= previous {
-        return None;
-    }
-    r.take(STAT_BYTES)?;
-    let id_len = r.take(1)?[0] as usize;
-    // The lengths `ObjectId::from_bytes` takes (SHA-1, SHA-256): then every entry decodes.
-    if !matches!(id_len, 20 | 32) {
-        return None;
-    }
-    r.take(id_len)?;
-    Some(raw)
-}
-
-/// One entry: path length and path, stat, id length and id.
-fn encode_entry(out: &mut impl Write, path: &[u8], stat: &FileStat, id: &ObjectId) -> std::io::Result<()> {
-    out.write_all(&(path.len() as u32).to_le_bytes())?;
-    out.write_all(path)?;
-    out.write_all(&stat.size.to_le_bytes())?;
-    out.write_all(&stat.mtime.0.to_le_bytes())?;
-    out.write_all(&stat.mtime.1.to_le_bytes())?;
-    out.write_all(&stat.ctime.0.to_le_bytes())?;
-    out.write_all(&stat.ctime.1.to_le_bytes())?;
-    out.write_all(&stat.ino.to_le_bytes())?;
-    out.write_all(&stat.dev.to_le_bytes())?;
-    out.write_all(&stat.mode.to_le_bytes())?;
-    let raw = id.as_bytes();
-    out.write_all(&[raw.len() as u8])?;
-    out.write_all(raw)?;
-    Ok(())
-}
-
-/// A delta file's bytes: header (bound to the main file `main`), entries, checksum.
-fn encode_delta(
-    main: (u32, i64, u32),
-    checkpoint: Option<ObjectId>,
-    entries: &[StoredChange],
-) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(64 + entries.len() * 128);
-    out.extend_from_slice(DELTA_MAGIC);
-    out.extend_from_slice(&DELTA_VERSION.to_le_bytes());
-    out.extend_from_slice(&main.0.to_le_bytes());
-    out.extend_from_slice(&main.1.to_le_bytes());
-    out.extend_from_slice(&main.2.to_le_bytes());
-    let checkpoint = checkpoint.map(|c| c.to_hex()).unwrap_or_default();
-    out.push(checkpoint.len() as u8);
-    out.extend_from_slice(checkpoint.as_bytes());
-    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    for (path, change) in entries {
-        match change {
-            None => {
-                out.push(0);
-                out.extend_from_slice(&(path.len() as u32).to_le_bytes());
-                out.extend_from_slice(path);
-            }
-            Some((stat, id, written)) => {
-                out.push(1);
-                encode_entry(&mut out, path, stat, id)?;
-                out.extend_from_slice(&written.to_le_bytes());
-            }
-        }
-    }
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    Ok(out)
-}
-
-/// Reads a delta file; `None` unless it is well formed, strictly sorted, and amends the main
-/// file identified by `main`.
-fn decode_delta(data: &[u8], main: (u32, i64, u32)) -> Option<(Option<ObjectId>, Vec<StoredChange>)> {
-    if data.len() < DELTA_MAGIC.len() + 4 {
-        return None;
-    }
-    let (body, crc) = data.split_at(data.len() - 4);
-    if crc32fast::hash(body).to_le_bytes() != crc {
-        return None;
-    }
-    let mut r = Reader { data: body, pos: 0 };
-    if r.take(8)? != DELTA_MAGIC || r.u32()? != DELTA_VERSION {
-        return None;
-    }
-    if (r.u32()?, r.i64()?, r.u32()?) != main {
-        return None;
-    }
-    let checkpoint_len = r.take(1)?[0] as usize;
-    let checkpoint = match checkpoint_len {
-        0 => None,
-        n => Some(ObjectId::from_hex(std::str::from_utf8(r.take(n)?).ok()?).ok()?),
-    };
-    let count = usize::try_from(r.u64()?).ok()?;
-    if count > MAX_DELTA_ENTRIES {
-        return None;
-    }
-    let mut entries: Vec<StoredChange> = Vec::with_capacity(count);
-    for _ in 0..count {
-        let tag = r.take(1)?[0];
-        let len = r.u32()? as usize;
-        let path = r.take(len)?;
-        RepoPath::check(path).ok()?;
-        if entries.last().is_some_and(|(previous, _)| previous.as_slice() >= path) {
-            return None;
-        }
-        let change = match tag {
-            0 => None,
-            1 => {
-                let stat = r.stat()?;
-                let id_len = r.take(1)?[0] as usize;
-                let id = ObjectId::from_bytes(r.take(id_len)?).ok()?;
-                Some((stat, id, r.i64()?))
-            }
-            _ => return None,
-        };
-        entries.push((path.to_vec(), change));
-    }
-    (r.pos == body.len()).then_some((checkpoint, entries))
-}
-
-struct Reader<'a> {
-    data: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let end = self.pos.checked_add(n)?;
-        let slice = self.data.get(self.pos..end)?;
-        self.pos = end;
-        Some(slice)
-    }
-    fn stat(&mut self) -> Option<FileStat> {
-        Some(FileStat {
-            size: self.u64()?,
-            mtime: (self.i64()?, self.u32()?),
-            ctime: (self.i64()?, self.u32()?),
-            ino: self.u64()?,
-            dev: self.u64()?,
-            mode: self.u32()?,
-        })
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
 }
 
