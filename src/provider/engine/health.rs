@@ -461,8 +461,225 @@ impl Engine {
             ));
         }
         let Some(fix) = fix else {
-            for p in &audit.problems {
-                report.actions.push(match p.code {
+            report.actions = audit.problems.iter().map(planned_action).collect();
+            return Ok(report);
+        };
+        self.fix_leftovers(&audit, &mut report.actions)?;
+        if has("pending_journal") {
+            if let Some(journal) = self.pending_journal()? {
+                let restored = self.finish_journal(&journal, fix)?;
+                report.actions.push(match fix {
+                    JournalFix::RollBack => "rolled the interrupted restore back to its guard".into(),
+                    JournalFix::Complete => "finished the interrupted restore".into(),
+                });
+                report.restore = Some(restored);
+            }
+        }
+        self.fix_unusable_checkpoints(&audit, &mut report.actions)?;
+        if has("ref_without_record") || has("record_without_ref") || has("corrupt_registry") {
+            self.fix_registry(&mut report.actions)?;
+        }
+        report.fixed = true;
+        report.remaining = self.audit_report()?.problems;
+        Ok(report)
+    }
+
+    /// Removes or sets aside what killed commands left: an unreadable journal, temp files of
+    /// restores, state writes, staged writes and pack writes, unreadable pin files (re-pinned)
+    /// and the keep files of killed snapshots.
+    fn fix_leftovers(&self, audit: &AuditReport, actions: &mut Vec<String>) -> Result<(), CkptError> {
+        let has = |code: &str| audit.problems.iter().any(|p| p.code == code);
+        if has("corrupt_journal") {
+            let registry = self.registry()?;
+            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
+            if let Some(aside) = registry.set_aside_journal(&lock)? {
+                actions.push(format!(
+                    "moved the unreadable restore journal to {} (the worktree was left as it is)",
+                    aside.display()
+                ));
+            }
+        }
+        for path in self.stale_temp_files(self.pending_journal()?.as_ref())? {
+            if self.vault.remove_stale_temp(&path, false)? {
+                actions.push(format!("removed leftover temp file {}", path.display()));
+            }
+        }
+        for problem in audit.problems.iter().filter(|p| p.code == "unreadable_pin") {
+            let Some(id) = problem.id.as_deref().and_then(|id| ObjectId::from_hex(id).ok()) else {
+                continue;
+            };
+            let short = &problem.id.as_deref().unwrap_or_default()[..8];
+            actions.push(match self.repin(&id) {
+                Ok(Some(aside)) => format!(
+                    "moved the unreadable pin of {short} to {} and re-pinned it",
+                    aside.display()
+                ),
+                Ok(None) => format!("re-pinned {short}"),
+                Err(e) => format!("could not repair the pin of {short} ({e})"),
+            });
+        }
+        if has("unusable_state_file") {
+            let registry = self.registry()?;
+            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
+            for path in registry.unusable_state_files() {
+                let aside = registry.set_aside_state_file(&path, &lock)?;
+                actions.push(format!(
+                    "moved {}, which was not a regular file, to {}",
+                    path.display(),
+                    aside.display()
+                ));
+            }
+        }
+        if has("state_temp_file") {
+            let registry = self.registry()?;
+            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
+            for temp in registry.remove_abandoned_temp_files(&lock)? {
+                actions.push(format!(
+                    "removed the state write's leftover temp file {}",
+                    temp.display()
+                ));
+            }
+        }
+        let staging = self.state_dir.join(STAGING_DIR);
+        if crate::verbs::any_staged_files(&staging) {
+            // Every restore holds this lock while its files are staged: with it, a staged file
+            // whose pid is in use again by another process is known for a leftover too.
+            let registry = self.registry()?;
+            let _lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
+            for name in crate::verbs::remove_staged_files(&staging, true) {
+                actions.push(format!(
+                    "removed the restore's leftover staged file {}",
+                    String::from_utf8_lossy(&name)
+                ));
+            }
+        }
+        for temp in self.vault.stale_pack_temps(STALE_PACK_TEMP_AGE) {
+            if self.vault.remove_stale_pack_temp(&temp.name, STALE_PACK_TEMP_AGE)? {
+                actions.push(format!(
+                    "removed a killed write's leftover temp file {} ({} bytes)",
+                    temp.name, temp.bytes
+                ));
+            }
+        }
+        let keeps = self.vault.remove_stale_pack_keeps(super::STALE_PACK_KEEP);
+        if keeps > 0 {
+            actions.push(format!("removed {keeps} keep file(s) of killed snapshots"));
+        }
+        Ok(())
+    }
+
+    /// Checkpoints that cannot be restored: a ref whose objects are gone is removed (it keeps
+    /// nothing and breaks git's gc), any other is moved aside to `refs/ckpt/quarantine/` with
+    /// its objects kept; their records are dropped.
+    fn fix_unusable_checkpoints(&self, audit: &AuditReport, actions: &mut Vec<String>) -> Result<(), CkptError> {
+        let has = |code: &str| audit.problems.iter().any(|p| p.code == code);
+        let unusable: Vec<&str> = audit
+            .problems
+            .iter()
+            .filter(|p| p.code == "unreadable_checkpoint")
+            .filter_map(|p| p.id.as_deref())
+            .collect();
+        if !unusable.is_empty() {
+            let registry = self.registry()?;
+            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
+            for id in &unusable {
+                let Ok(commit) = ObjectId::from_hex(id) else { continue };
+                let pin = PinRef::for_checkpoint(&self.workspace, &commit);
+                if self.vault.read_pin(&pin)? != Some(commit) {
+                    continue;
+                }
+                // A ref to a checkpoint whose objects are gone keeps nothing and breaks git's own
+                // gc and fsck: it is removed, not moved aside.
+                if let Some(why) = self.missing_object_of(&commit) {
+                    self.vault.unpin(&pin, &commit)?;
+                    actions.push(format!(
+                        "removed {} ({why}; the ref kept nothing and broke git's gc) and dropped its record",
+                        pin.as_str()
+                    ));
+                    continue;
+                }
+                let aside = self.vault.quarantine(&pin, &commit)?;
+                actions.push(format!(
+                    "moved {} aside to {} (nothing deleted; its objects are kept) and dropped its record",
+                    pin.as_str(),
+                    aside.as_str()
+                ));
+            }
+            if let Ok(stored) = registry.load() {
+                let kept: Vec<Record> = stored
+                    .into_iter()
+                    .filter(|r| !unusable.contains(&r.id.as_str()))
+                    .collect();
+                registry.save(&kept, &lock)?;
+            }
+        }
+        if has("quarantined_missing_objects") {
+            for (aside, commit) in self.vault.quarantined_pins(&self.workspace)? {
+                if let Some(why) = self.missing_object_of(&commit) {
+                    self.vault.unpin(&aside, &commit)?;
+                    actions.push(format!("removed {} ({why}; it broke git's gc)", aside.as_str()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The registry rebuilt from the pins: an unreadable one set aside, a record of an intact
+    /// checkpoint re-pinned (never dropped), one whose commit is gone dropped, and a record
+    /// rebuilt from its commit for a pin that has none.
+    fn fix_registry(&self, actions: &mut Vec<String>) -> Result<(), CkptError> {
+        let registry = self.registry()?;
+        let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
+        let stored = match registry.load() {
+            Ok(records) => records,
+            Err(_) => {
+                if let Some(aside) = registry.set_aside_corrupt(&lock)? {
+                    actions.push(format!("moved the unreadable registry to {}", aside.display()));
+                }
+                Vec::new()
+            }
+        };
+        let reconciled = self.reconcile_every_pin(stored)?;
+        let unpinned: HashSet<String> = reconciled.unpinned.iter().cloned().collect();
+        let mut kept = Vec::new();
+        for record in reconciled.records {
+            if !unpinned.contains(&record.id) {
+                kept.push(record);
+                continue;
+            }
+            let intact = record
+                .object_id()
+                .ok()
+                .filter(|_| self.check_objects(&record, &mut IdSet::default()).is_ok());
+            let Some(id) = intact else {
+                actions.push(format!("dropped record {} (its commit is gone)", record.short()));
+                continue;
+            };
+            // A record whose checkpoint is intact is never dropped, or its checkpoint would
+            // be left to git's gc: its pin is made, or moved back from whatever it was made
+            // to point at.
+            match self.repin(&id) {
+                Ok(None) => actions.push(format!("re-pinned {}", record.short())),
+                Ok(Some(aside)) => actions.push(format!(
+                    "re-pinned {} (what stood at its pin held no ref; moved to {})",
+                    record.short(),
+                    aside.display()
+                )),
+                Err(e) => actions.push(format!("could not re-pin {} ({e}); its record is kept", record.short())),
+            }
+            kept.push(record);
+        }
+        for id in &reconciled.rebuilt {
+            actions.push(format!("rebuilt the record of {} from its commit", &id[..8]));
+        }
+        registry.save(&kept, &lock)?;
+        Ok(())
+    }
+}
+
+/// What `doctor --fix` would do about `problem`.
+fn planned_action(p: &Problem) -> String {
+    match p.code {
                     "ref_without_record" => format!(
                         "rebuild the record of {} from its commit",
                         p.id.as_deref().unwrap_or("?")
@@ -491,208 +708,5 @@ impl Engine {
                         p.id.as_deref().unwrap_or("?")
                     ),
                     _ => format!("nothing automatic for: {}", p.message),
-                });
-            }
-            return Ok(report);
-        };
-
-        if has("corrupt_journal") {
-            let registry = self.registry()?;
-            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
-            if let Some(aside) = registry.set_aside_journal(&lock)? {
-                report.actions.push(format!(
-                    "moved the unreadable restore journal to {} (the worktree was left as it is)",
-                    aside.display()
-                ));
-            }
-        }
-        for path in self.stale_temp_files(self.pending_journal()?.as_ref())? {
-            if self.vault.remove_stale_temp(&path, false)? {
-                report
-                    .actions
-                    .push(format!("removed leftover temp file {}", path.display()));
-            }
-        }
-        for problem in audit.problems.iter().filter(|p| p.code == "unreadable_pin") {
-            let Some(id) = problem.id.as_deref().and_then(|id| ObjectId::from_hex(id).ok()) else {
-                continue;
-            };
-            let short = &problem.id.as_deref().unwrap_or_default()[..8];
-            report.actions.push(match self.repin(&id) {
-                Ok(Some(aside)) => format!(
-                    "moved the unreadable pin of {short} to {} and re-pinned it",
-                    aside.display()
-                ),
-                Ok(None) => format!("re-pinned {short}"),
-                Err(e) => format!("could not repair the pin of {short} ({e})"),
-            });
-        }
-        if has("unusable_state_file") {
-            let registry = self.registry()?;
-            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
-            for path in registry.unusable_state_files() {
-                let aside = registry.set_aside_state_file(&path, &lock)?;
-                report.actions.push(format!(
-                    "moved {}, which was not a regular file, to {}",
-                    path.display(),
-                    aside.display()
-                ));
-            }
-        }
-        if has("state_temp_file") {
-            let registry = self.registry()?;
-            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
-            for temp in registry.remove_abandoned_temp_files(&lock)? {
-                report.actions.push(format!(
-                    "removed the state write's leftover temp file {}",
-                    temp.display()
-                ));
-            }
-        }
-        let staging = self.state_dir.join(STAGING_DIR);
-        if crate::verbs::any_staged_files(&staging) {
-            // Every restore holds this lock while its files are staged: with it, a staged file
-            // whose pid is in use again by another process is known for a leftover too.
-            let registry = self.registry()?;
-            let _lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
-            for name in crate::verbs::remove_staged_files(&staging, true) {
-                report.actions.push(format!(
-                    "removed the restore's leftover staged file {}",
-                    String::from_utf8_lossy(&name)
-                ));
-            }
-        }
-        for temp in self.vault.stale_pack_temps(STALE_PACK_TEMP_AGE) {
-            if self.vault.remove_stale_pack_temp(&temp.name, STALE_PACK_TEMP_AGE)? {
-                report.actions.push(format!(
-                    "removed a killed write's leftover temp file {} ({} bytes)",
-                    temp.name, temp.bytes
-                ));
-            }
-        }
-        let keeps = self.vault.remove_stale_pack_keeps(super::STALE_PACK_KEEP);
-        if keeps > 0 {
-            report
-                .actions
-                .push(format!("removed {keeps} keep file(s) of killed snapshots"));
-        }
-        if has("pending_journal") {
-            if let Some(journal) = self.pending_journal()? {
-                let restored = self.finish_journal(&journal, fix)?;
-                report.actions.push(match fix {
-                    JournalFix::RollBack => "rolled the interrupted restore back to its guard".into(),
-                    JournalFix::Complete => "finished the interrupted restore".into(),
-                });
-                report.restore = Some(restored);
-            }
-        }
-        let unusable: Vec<&str> = audit
-            .problems
-            .iter()
-            .filter(|p| p.code == "unreadable_checkpoint")
-            .filter_map(|p| p.id.as_deref())
-            .collect();
-        if !unusable.is_empty() {
-            let registry = self.registry()?;
-            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
-            for id in &unusable {
-                let Ok(commit) = ObjectId::from_hex(id) else { continue };
-                let pin = PinRef::for_checkpoint(&self.workspace, &commit);
-                if self.vault.read_pin(&pin)? != Some(commit) {
-                    continue;
-                }
-                // A ref to a checkpoint whose objects are gone keeps nothing and breaks git's own
-                // gc and fsck: it is removed, not moved aside.
-                if let Some(why) = self.missing_object_of(&commit) {
-                    self.vault.unpin(&pin, &commit)?;
-                    report.actions.push(format!(
-                        "removed {} ({why}; the ref kept nothing and broke git's gc) and dropped its record",
-                        pin.as_str()
-                    ));
-                    continue;
-                }
-                let aside = self.vault.quarantine(&pin, &commit)?;
-                report.actions.push(format!(
-                    "moved {} aside to {} (nothing deleted; its objects are kept) and dropped its record",
-                    pin.as_str(),
-                    aside.as_str()
-                ));
-            }
-            if let Ok(stored) = registry.load() {
-                let kept: Vec<Record> = stored
-                    .into_iter()
-                    .filter(|r| !unusable.contains(&r.id.as_str()))
-                    .collect();
-                registry.save(&kept, &lock)?;
-            }
-        }
-        if has("quarantined_missing_objects") {
-            for (aside, commit) in self.vault.quarantined_pins(&self.workspace)? {
-                if let Some(why) = self.missing_object_of(&commit) {
-                    self.vault.unpin(&aside, &commit)?;
-                    report
-                        .actions
-                        .push(format!("removed {} ({why}; it broke git's gc)", aside.as_str()));
-                }
-            }
-        }
-        if has("ref_without_record") || has("record_without_ref") || has("corrupt_registry") {
-            let registry = self.registry()?;
-            let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
-            let stored = match registry.load() {
-                Ok(records) => records,
-                Err(_) => {
-                    if let Some(aside) = registry.set_aside_corrupt(&lock)? {
-                        report
-                            .actions
-                            .push(format!("moved the unreadable registry to {}", aside.display()));
-                    }
-                    Vec::new()
-                }
-            };
-            let reconciled = self.reconcile_every_pin(stored)?;
-            let unpinned: HashSet<String> = reconciled.unpinned.iter().cloned().collect();
-            let mut kept = Vec::new();
-            for record in reconciled.records {
-                if !unpinned.contains(&record.id) {
-                    kept.push(record);
-                    continue;
-                }
-                let intact = record
-                    .object_id()
-                    .ok()
-                    .filter(|_| self.check_objects(&record, &mut IdSet::default()).is_ok());
-                let Some(id) = intact else {
-                    report
-                        .actions
-                        .push(format!("dropped record {} (its commit is gone)", record.short()));
-                    continue;
-                };
-                // A record whose checkpoint is intact is never dropped, or its checkpoint would
-                // be left to git's gc: its pin is made, or moved back from whatever it was made
-                // to point at.
-                match self.repin(&id) {
-                    Ok(None) => report.actions.push(format!("re-pinned {}", record.short())),
-                    Ok(Some(aside)) => report.actions.push(format!(
-                        "re-pinned {} (what stood at its pin held no ref; moved to {})",
-                        record.short(),
-                        aside.display()
-                    )),
-                    Err(e) => report
-                        .actions
-                        .push(format!("could not re-pin {} ({e}); its record is kept", record.short())),
-                }
-                kept.push(record);
-            }
-            for id in &reconciled.rebuilt {
-                report
-                    .actions
-                    .push(format!("rebuilt the record of {} from its commit", &id[..8]));
-            }
-            registry.save(&kept, &lock)?;
-        }
-        report.fixed = true;
-        report.remaining = self.audit_report()?.problems;
-        Ok(report)
     }
 }

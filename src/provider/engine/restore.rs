@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use crate::provider::plan::{self, PlanInput};
 use crate::provider::scan::{self, BlobSink, Capture};
 use crate::provider::{CkptError, Confirmation, Preview, RestoreReport, ScanMode, Selection, SnapshotRequest};
-use crate::records::{JournalOp, Record, Registry, RestoreJournal};
+use crate::records::{JournalOp, Record, Registry, RegistryLock, RestoreJournal};
 use crate::verbs::{
-    EntryKind, FileCounts, PathScope, PinRef, Prestaged, RepoPath, RestoreOp, SeenFile, SeenStats, TreeChange,
-    TreeCheck, TreeItem,
+    EntryKind, FileCounts, ObjectId, PathScope, PinRef, Prestaged, RepoPath, RestoreOp, SeenFile, SeenStats,
+    TreeChange, TreeCheck, TreeItem,
 };
 
 /// The directory of a workspace's state where a restore stages its writes.
@@ -86,6 +86,32 @@ impl TargetCheck {
         self.settle()?;
         Ok(self.counts.into_inner().unwrap_or_default())
     }
+}
+
+/// A restore's target tree and its check ([`Engine::check_target`]).
+struct CheckedTarget {
+    tree: ObjectId,
+    check: TargetCheck,
+    /// How many trees the check skipped as read by an earlier one.
+    known_trees: usize,
+}
+
+/// What the evidence saw at each path the restore removes: the removal refuses a file that
+/// changed since.
+fn removals_seen(ops: &[RestoreOp], evidence: &Evidence) -> SeenStats {
+    ops.iter()
+        .filter_map(|op| match op {
+            RestoreOp::Remove { path, .. } => {
+                let file = evidence.capture().files.get(path)?;
+                let seen = SeenFile {
+                    stat: file.stat?,
+                    linked: file.linked,
+                };
+                Some((path.clone(), seen))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// What a restore knows of the worktree besides the guard's tree.
@@ -469,22 +495,7 @@ impl Engine {
         // guard stores blobs as it reads them, and an asked restore previews first: there it
         // runs before anything else.
         let aside = request.watch && !matches!(confirmation, Confirmation::Ask(_));
-        let mut known_trees = 0;
-        let (target_tree, target_check) = if aside {
-            let tree = self.pinned_tree_id(record)?;
-            // Trees an earlier restore's check read are not read again (an id names one content).
-            let known = Registry::open_existing(&self.state_dir)
-                .ok()
-                .flatten()
-                .map(|registry| registry.checked_trees(tree.as_bytes().len()))
-                .unwrap_or_default();
-            known_trees = known.len();
-            let known = FileCounts::known(known);
-            (tree, TargetCheck::running(self.vault.validate_tree_aside(&tree, known)))
-        } else {
-            let (tree, counts) = self.checkpoint_tree_counted(record)?;
-            (tree, TargetCheck::done(counts))
-        };
+        let target = self.check_target(record, aside)?;
         self.phase_time("check target tree", t0);
         if let Confirmation::Ask(ask) = confirmation {
             let preview = self.preview(record, selection, request.max_file_size)?;
@@ -494,43 +505,7 @@ impl Engine {
         }
         let registry = self.registry()?;
         let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
-        let pending = registry.read_journal()?;
-        if let Some(expected) = settles {
-            if pending.as_ref() != Some(expected) {
-                return Err(CkptError::Refused(
-                    "the interrupted restore was settled meanwhile (it finished, or another ckpt settled it); nothing was done".into(),
-                ));
-            }
-        } else if let Some(stale) = pending {
-            self.reporter.warning(&format!(
-                "an earlier restore was interrupted (journal: {}); its guard {} still holds the state before it",
-                registry.dir().join("restore-journal.json").display(),
-                stale.guard
-            ));
-            // Its journal is about to be replaced by this restore's: the temp files it left are
-            // known for its own only while that journal names them. Cleaning them is a courtesy:
-            // one that cannot be judged or removed is reported, and the restore goes on. The
-            // lock held here means that restore has ended, even if its pid is in use again.
-            match self.stale_temp_files(Some(&stale)) {
-                Ok(paths) => {
-                    for path in paths {
-                        match self.vault.remove_stale_temp(&path, true) {
-                            Ok(true) => self.reporter.warning(&format!(
-                                "removed leftover temp file {} of the interrupted restore",
-                                path.display()
-                            )),
-                            Ok(false) => {}
-                            Err(e) => self
-                                .reporter
-                                .warning(&format!("could not remove leftover temp file {}: {e}", path.display())),
-                        }
-                    }
-                }
-                Err(e) => self.reporter.warning(&format!(
-                    "could not look for the interrupted restore's temp files ({e}); `ckpt doctor --fix` removes them"
-                )),
-            }
-        }
+        self.take_over_journal(&registry, settles)?;
 
         let t1 = std::time::Instant::now();
         let staging = self.state_dir.join(STAGING_DIR);
@@ -542,11 +517,11 @@ impl Engine {
                 selection.paths.is_empty() || selection.paths.iter().any(|filter| path.is_within(filter))
             };
             let likely = found.iter().filter(|(path, _)| in_selection(path)).cloned().collect();
-            *likely_writes.borrow_mut() = Some(self.vault.prestage_likely_writes(&staging, target_tree, likely));
+            *likely_writes.borrow_mut() = Some(self.vault.prestage_likely_writes(&staging, target.tree, likely));
         };
         let (guard, looked) = if request.watch {
             let hooks = GuardHooks {
-                before_writing: &|| target_check.settle(),
+                before_writing: &|| target.check.settle(),
                 captured: &stage_likely_writes,
             };
             self.snapshot_watched_locked(&registry, &lock, request, &hooks)?
@@ -555,79 +530,25 @@ impl Engine {
             (guard, Looked::Whole(capture))
         };
         self.phase_time("guard snapshot", t1);
-        let file_counts = target_check.into_counts()?;
-        let counted_trees = file_counts.trees().count();
-        if aside && counted_trees != known_trees {
-            // Bounded: past the limit the list is emptied, and the next check starts it again.
-            let remembered: Vec<_> = if counted_trees > crate::records::MAX_CHECKED_TREES {
-                Vec::new()
-            } else {
-                file_counts.trees().collect()
-            };
-            // Only an accelerator: a list that cannot be saved makes the next check read more.
-            registry.save_checked_trees(remembered.into_iter(), &lock).ok();
+        let file_counts = target.check.into_counts()?;
+        if aside {
+            Self::remember_checked_trees(&registry, &lock, &file_counts, target.known_trees);
         }
         let t2 = std::time::Instant::now();
         let guard_tree = guard.record.tree_id().map_err(CkptError::CorruptRecord)?;
         let (changes, guard_trees) = self
             .vault
-            .diff_trees_to_restore(Some(&guard_tree), Some(&target_tree))?;
+            .diff_trees_to_restore(Some(&guard_tree), Some(&target.tree))?;
         let guard_watched = matches!(looked, Looked::Within(..));
-        let evidence = match looked {
-            Looked::Whole(capture) => Evidence::Whole(capture),
-            Looked::Within(seen, within) => {
-                // Every path the plan can touch is a changed path or below one; the filter's
-                // paths are captured too, so the counts within it are exact. When the guard
-                // has just looked at every one of those paths (the usual undo of the latest
-                // edits), what it found is the evidence; it was found under this same lock.
-                let guard_saw_all =
-                    selection.paths.is_empty() && changes.iter().all(|change| seen.covers(change.path.as_bytes()));
-                let capture = if guard_saw_all {
-                    within
-                } else {
-                    let scope = PathScope::new(
-                        changes
-                            .iter()
-                            .map(|change| change.path.clone())
-                            .chain(selection.paths.iter().cloned()),
-                    );
-                    let cache = if selection.paths.is_empty() {
-                        None
-                    } else {
-                        self.trusted_stat_cache(&registry)
-                    };
-                    scan::capture_scope(
-                        &self.vault,
-                        request.max_file_size,
-                        cache.as_ref(),
-                        &scope,
-                        self.reporter.progress(),
-                    )?
-                };
-                // A path the target has below an untracked repository (one that appeared where
-                // a directory was) is seen only by a walk: then the evidence is a whole capture.
-                let written: Vec<RepoPath> = changes
-                    .iter()
-                    .filter(|c| c.new.is_some())
-                    .map(|c| c.path.clone())
-                    .collect();
-                if self.vault.repositories_above(&written)?.is_empty() {
-                    let target_files = file_counts.total(&target_tree).ok_or_else(|| {
-                        CkptError::Refused("the target tree was not counted; nothing was changed".into())
-                    })?;
-                    Evidence::Scoped { capture, target_files }
-                } else {
-                    let cache = self.trusted_stat_cache(&registry);
-                    Evidence::Whole(scan::capture(
-                        &self.vault,
-                        request.max_file_size,
-                        BlobSink::HashOnly,
-                        cache.as_ref(),
-                        self.reporter.progress(),
-                    )?)
-                }
-            }
-        };
+        let evidence = self.restore_evidence(
+            looked,
+            &changes,
+            selection,
+            request,
+            &registry,
+            &file_counts,
+            &target.tree,
+        )?;
         self.phase_time("evidence", t2);
         let plan = self.plan_from_diff(changes, record, &evidence, selection)?;
         self.phase_time("plan", t2);
@@ -662,29 +583,17 @@ impl Engine {
         crate::fault::point("restore:after-journal");
         let phase = self.reporter.progress().phase("restoring", plan.ops.len() as u64);
         let progress = self.reporter.progress();
-        let seen: SeenStats = plan
-            .ops
-            .iter()
-            .filter_map(|op| match op {
-                RestoreOp::Remove { path, .. } => {
-                    let file = evidence.capture().files.get(path)?;
-                    let seen = SeenFile {
-                        stat: file.stat?,
-                        linked: file.linked,
-                    };
-                    Some((path.clone(), seen))
-                }
-                _ => None,
-            })
-            .collect();
-        let results = self
-            .vault
-            .restore_paths(&plan.ops, Some(&prestaged), Some(&seen), |done| {
+        let results = self.vault.restore_paths(
+            &plan.ops,
+            Some(&prestaged),
+            Some(&removals_seen(&plan.ops, &evidence)),
+            |done| {
                 progress.inc(1);
                 if done == 1 {
                     crate::fault::point("restore:after-first-write");
                 }
-            });
+            },
+        );
         drop(phase);
 
         let mut report = RestoreReport {
@@ -726,17 +635,187 @@ impl Engine {
         self.phase_time("writes", t3);
         crate::fault::pause("restore:before-verify");
         let t4 = std::time::Instant::now();
+        self.verify_restored(&plan.ops, &mut report)?;
+        self.phase_time("verify", t4);
+        registry.clear_journal(&lock)?;
+        Ok(report)
+    }
+
+    /// The target's tree and the check of it (every name, every file counted): `aside`, running
+    /// beside the guard's capture, with the trees an earlier restore's check read skipped (an
+    /// id names one content); otherwise done here, first.
+    fn check_target(&self, record: &Record, aside: bool) -> Result<CheckedTarget, CkptError> {
+        if !aside {
+            let (tree, counts) = self.checkpoint_tree_counted(record)?;
+            return Ok(CheckedTarget {
+                tree,
+                check: TargetCheck::done(counts),
+                known_trees: 0,
+            });
+        }
+        let tree = self.pinned_tree_id(record)?;
+        let known = Registry::open_existing(&self.state_dir)
+            .ok()
+            .flatten()
+            .map(|registry| registry.checked_trees(tree.as_bytes().len()))
+            .unwrap_or_default();
+        let known_trees = known.len();
+        let check = TargetCheck::running(self.vault.validate_tree_aside(&tree, FileCounts::known(known)));
+        Ok(CheckedTarget {
+            tree,
+            check,
+            known_trees,
+        })
+    }
+
+    /// Under the lock: refuses when `settles` is no longer the pending journal; otherwise
+    /// warns of an interrupted restore's journal this restore is about to replace, and removes
+    /// the temp files that journal shows were its own.
+    fn take_over_journal(&self, registry: &Registry, settles: Option<&RestoreJournal>) -> Result<(), CkptError> {
+        let pending = registry.read_journal()?;
+        if let Some(expected) = settles {
+            if pending.as_ref() != Some(expected) {
+                return Err(CkptError::Refused(
+                    "the interrupted restore was settled meanwhile (it finished, or another ckpt settled it); nothing was done".into(),
+                ));
+            }
+            return Ok(());
+        }
+        let Some(stale) = pending else {
+            return Ok(());
+        };
+        self.reporter.warning(&format!(
+            "an earlier restore was interrupted (journal: {}); its guard {} still holds the state before it",
+            registry.dir().join("restore-journal.json").display(),
+            stale.guard
+        ));
+        // Its journal is about to be replaced by this restore's: the temp files it left are
+        // known for its own only while that journal names them. Cleaning them is a courtesy:
+        // one that cannot be judged or removed is reported, and the restore goes on. The lock
+        // held here means that restore has ended, even if its pid is in use again.
+        match self.stale_temp_files(Some(&stale)) {
+            Ok(paths) => {
+                for path in paths {
+                    match self.vault.remove_stale_temp(&path, true) {
+                        Ok(true) => self.reporter.warning(&format!(
+                            "removed leftover temp file {} of the interrupted restore",
+                            path.display()
+                        )),
+                        Ok(false) => {}
+                        Err(e) => self
+                            .reporter
+                            .warning(&format!("could not remove leftover temp file {}: {e}", path.display())),
+                    }
+                }
+            }
+            Err(e) => self.reporter.warning(&format!(
+                "could not look for the interrupted restore's temp files ({e}); `ckpt doctor --fix` removes them"
+            )),
+        }
+        Ok(())
+    }
+
+    /// Saves the trees a check read aside, for the next restore's check to skip, when it read
+    /// any it did not know.
+    fn remember_checked_trees(registry: &Registry, lock: &RegistryLock, counts: &FileCounts, known_trees: usize) {
+        let counted_trees = counts.trees().count();
+        if counted_trees == known_trees {
+            return;
+        }
+        // Bounded: past the limit the list is emptied, and the next check starts it again.
+        let remembered: Vec<_> = if counted_trees > crate::records::MAX_CHECKED_TREES {
+            Vec::new()
+        } else {
+            counts.trees().collect()
+        };
+        // Only an accelerator: a list that cannot be saved makes the next check read more.
+        registry.save_checked_trees(remembered.into_iter(), lock).ok();
+    }
+
+    /// What the plan may judge the worktree by. A whole guard capture is that; a watched guard
+    /// looked at its changed paths only, which is enough when they are every path the plan can
+    /// touch; otherwise those paths (and the selection's) are captured read-only, or, when the
+    /// target writes below an untracked repository only a walk sees, the whole worktree is.
+    #[allow(clippy::too_many_arguments)]
+    fn restore_evidence(
+        &self,
+        looked: Looked,
+        changes: &[TreeChange],
+        selection: &Selection,
+        request: &SnapshotRequest,
+        registry: &Registry,
+        file_counts: &FileCounts,
+        target_tree: &ObjectId,
+    ) -> Result<Evidence, CkptError> {
+        let (seen, within) = match looked {
+            Looked::Whole(capture) => return Ok(Evidence::Whole(capture)),
+            Looked::Within(seen, within) => (seen, within),
+        };
+        // Every path the plan can touch is a changed path or below one; the filter's paths are
+        // captured too, so the counts within it are exact. When the guard has just looked at
+        // every one of those paths (the usual undo of the latest edits), what it found is the
+        // evidence; it was found under this same lock.
+        let guard_saw_all =
+            selection.paths.is_empty() && changes.iter().all(|change| seen.covers(change.path.as_bytes()));
+        let capture = if guard_saw_all {
+            within
+        } else {
+            let scope = PathScope::new(
+                changes
+                    .iter()
+                    .map(|change| change.path.clone())
+                    .chain(selection.paths.iter().cloned()),
+            );
+            let cache = if selection.paths.is_empty() {
+                None
+            } else {
+                self.trusted_stat_cache(registry)
+            };
+            scan::capture_scope(
+                &self.vault,
+                request.max_file_size,
+                cache.as_ref(),
+                &scope,
+                self.reporter.progress(),
+            )?
+        };
+        // A path the target has below an untracked repository (one that appeared where a
+        // directory was) is seen only by a walk: then the evidence is a whole capture.
+        let written: Vec<RepoPath> = changes
+            .iter()
+            .filter(|c| c.new.is_some())
+            .map(|c| c.path.clone())
+            .collect();
+        if self.vault.repositories_above(&written)?.is_empty() {
+            let target_files = file_counts
+                .total(target_tree)
+                .ok_or_else(|| CkptError::Refused("the target tree was not counted; nothing was changed".into()))?;
+            return Ok(Evidence::Scoped { capture, target_files });
+        }
+        let cache = self.trusted_stat_cache(registry);
+        Ok(Evidence::Whole(scan::capture(
+            &self.vault,
+            request.max_file_size,
+            BlobSink::HashOnly,
+            cache.as_ref(),
+            self.reporter.progress(),
+        )?))
+    }
+
+    /// Checks every path the restore wrote or removed (one whose write failed is reported
+    /// already) holds what it should now; a path changed since is moved from written or deleted
+    /// to failed, with why, and the report is verified only when nothing failed.
+    fn verify_restored(&self, ops: &[RestoreOp], report: &mut RestoreReport) -> Result<(), CkptError> {
         let mut verified = report.failed.is_empty();
-        let failed: std::collections::HashSet<&RepoPath> = report.failed.iter().map(|(p, _)| p).collect();
-        let expected: Vec<(&RepoPath, Option<&TreeItem>)> = plan
-            .ops
+        let failed: std::collections::HashSet<RepoPath> = report.failed.iter().map(|(p, _)| p.clone()).collect();
+        let expected: Vec<(&RepoPath, Option<&TreeItem>)> = ops
             .iter()
             .filter_map(|op| match op {
                 RestoreOp::Write { path, item, .. } => Some((path, Some(item))),
                 RestoreOp::Remove { path, .. } => Some((path, None)),
                 _ => None,
             })
-            .filter(|(path, _)| !failed.contains(path))
+            .filter(|(path, _)| !failed.contains(*path))
             .collect();
         let answers = self.vault.verify_paths(&expected);
         for ((path, want), holds) in expected.into_iter().zip(answers) {
@@ -754,9 +833,7 @@ impl Engine {
             }
         }
         report.verified = verified;
-        self.phase_time("verify", t4);
-        registry.clear_journal(&lock)?;
-        Ok(report)
+        Ok(())
     }
 }
 
