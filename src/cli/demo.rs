@@ -13,6 +13,19 @@ use crate::cli::output::Output;
 use crate::provider::{self, CkptError};
 use crate::records::Kind;
 
+/// Why the demo stopped: an error of ckpt's, or one of its own setup steps or checks failing
+/// (exit 1 with the JSON code `demo_failed`, not "refused").
+enum DemoError {
+    Ckpt(CkptError),
+    Failed(String),
+}
+
+impl From<CkptError> for DemoError {
+    fn from(error: CkptError) -> Self {
+        DemoError::Ckpt(error)
+    }
+}
+
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CkptError + '_ {
     move |source| CkptError::Io {
         path: path.to_path_buf(),
@@ -20,7 +33,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CkptError + '_ {
     }
 }
 
-fn git(dir: &Path, args: &[&str]) -> Result<String, CkptError> {
+fn git(dir: &Path, args: &[&str]) -> Result<String, DemoError> {
     let out = Command::new("git")
         .current_dir(dir)
         .args(["-c", "user.name=ckpt demo", "-c", "user.email=demo@example.invalid"])
@@ -32,7 +45,7 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, CkptError> {
             source: e,
         })?;
     if !out.status.success() {
-        return Err(CkptError::Demo(format!(
+        return Err(DemoError::Failed(format!(
             "demo setup: git {} failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
@@ -41,16 +54,16 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, CkptError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn write(root: &Path, rel: &str, content: &str) -> Result<(), CkptError> {
+fn write(root: &Path, rel: &str, content: &str) -> Result<(), DemoError> {
     let path = root.join(rel);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(io(parent))?;
     }
-    std::fs::write(&path, content).map_err(io(&path))
+    Ok(std::fs::write(&path, content).map_err(io(&path))?)
 }
 
 /// Every file under `root` except `.git`, with its content.
-fn files(root: &Path) -> Result<BTreeMap<PathBuf, Vec<u8>>, CkptError> {
+fn files(root: &Path) -> Result<BTreeMap<PathBuf, Vec<u8>>, DemoError> {
     let mut out = BTreeMap::new();
     let mut pending = vec![root.to_path_buf()];
     while let Some(dir) = pending.pop() {
@@ -71,7 +84,7 @@ fn files(root: &Path) -> Result<BTreeMap<PathBuf, Vec<u8>>, CkptError> {
 }
 
 /// What of the user's git state the demo watches: HEAD, raw index bytes, non-ckpt refs.
-fn git_state(root: &Path) -> Result<(String, Vec<u8>, String), CkptError> {
+fn git_state(root: &Path) -> Result<(String, Vec<u8>, String), DemoError> {
     let index = root.join(".git/index");
     let refs: String = git(root, &["for-each-ref", "--format=%(refname) %(objectname)"])?
         .lines()
@@ -99,16 +112,31 @@ fn run_ckpt(out: &Output, root: &Path, args: &[&str]) -> i32 {
     super::run_with(full)
 }
 
-fn check(out: &Output, ok: bool, what: &str) -> Result<(), CkptError> {
+fn check(out: &Output, ok: bool, what: &str) -> Result<(), DemoError> {
     if ok {
         out.human(&format!("   ok: {what}"));
         Ok(())
     } else {
-        Err(CkptError::Demo(format!("demo check failed: {what}")))
+        Err(DemoError::Failed(format!("demo check failed: {what}")))
     }
 }
 
 pub fn run(keep: bool, out: &Output) -> Result<Exit, CkptError> {
+    match steps(keep, out) {
+        Ok(exit) => Ok(exit),
+        Err(DemoError::Ckpt(error)) => Err(error),
+        Err(DemoError::Failed(why)) => {
+            out.record(&super::wire::ErrorRecord {
+                code: "demo_failed",
+                message: &why,
+            });
+            sayln!("ckpt: error: {why}");
+            Ok(Exit::Failed)
+        }
+    }
+}
+
+fn steps(keep: bool, out: &Output) -> Result<Exit, DemoError> {
     let scratch = tempfile::Builder::new()
         .prefix("ckpt-demo-")
         .tempdir()

@@ -70,7 +70,6 @@ impl CkptError {
             CkptError::Refused(_) => "refused",
             CkptError::InvalidInput(_) => "invalid_input",
             CkptError::CorruptRecord(_) => "corrupt_registry",
-            CkptError::Demo(_) => "demo_failed",
             CkptError::Records(RecordsError::NoStoreHome) => "no_provider",
             CkptError::Records(RecordsError::Corrupt { .. }) => "corrupt_registry",
             CkptError::Records(RecordsError::UnsupportedVersion { .. }) => "unsupported_version",

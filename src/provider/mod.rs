@@ -39,9 +39,6 @@ pub enum CkptError {
     /// ckpt's own state is wrong, not the user's command line.
     #[error("{0}")]
     CorruptRecord(String),
-    /// The demo's own setup or one of its checks failed (exit 1, not "refused").
-    #[error("{0}")]
-    Demo(String),
     #[error(transparent)]
     Records(#[from] RecordsError),
     #[error(transparent)]

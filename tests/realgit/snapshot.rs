@@ -400,6 +400,38 @@ fn the_readme_demo_runs_and_passes_its_checks() {
     );
 }
 
+/// A demo whose own setup fails (here `git init`, through a `git` that always fails) ends with
+/// exit 1 and the JSON code `demo_failed`, naming the step: its failure is not ckpt's, and not
+/// "refused".
+#[test]
+fn a_demo_whose_setup_fails_says_which_step_and_exits_1() {
+    use std::os::unix::fs::PermissionsExt;
+    let repo = TestRepo::bare_dir();
+    let bin = tempfile::tempdir().unwrap();
+    let fake = bin.path().join("git");
+    std::fs::write(&fake, "#!/bin/sh\necho 'no git here' >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = repo.ckpt_command();
+    let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
+    cmd.env("PATH", path).args(["--json", "demo"]);
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let error = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|record| record["type"] == "error")
+        .unwrap_or_else(|| panic!("an error record: {stdout}"));
+    assert_eq!(error["code"], "demo_failed", "{error}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("git init") && message.contains("no git here"),
+        "{message}"
+    );
+    assert!(stderr.contains("ckpt: error: demo setup"), "{stderr}");
+}
+
 #[test]
 fn a_closed_pipe_ends_quietly_like_git() {
     let repo = TestRepo::new();
