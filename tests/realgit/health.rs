@@ -151,6 +151,46 @@ fn a_quarantined_checkpoint_whose_objects_are_gone_is_removed() {
     );
 }
 
+/// A checkpoint with a forged object (a loose file whose bytes are not what its name says) is
+/// moved aside by doctor --fix, its objects kept; git fsck still reports that object, so audit
+/// names it too and never calls the repository consistent while it is there.
+#[test]
+fn a_quarantined_checkpoint_with_a_forged_object_is_named_until_the_object_is_dealt_with() {
+    let repo = TestRepo::new();
+    repo.write("only.txt", b"only in the checkpoint");
+    let id = repo.snapshot(&[]);
+    let blob = repo.git(&["rev-parse", &format!("{id}:only.txt")]).trim().to_owned();
+    repo.loosen();
+    let file = repo.common_dir().join("objects").join(&blob[..2]).join(&blob[2..]);
+    // Other bytes, stored under the blob's name: a well-formed object that hashes elsewhere.
+    let forged = repo.common_dir().join("forged");
+    std::fs::write(&forged, b"forged content").unwrap();
+    let other = repo
+        .git(&["hash-object", "-w", forged.to_str().unwrap()])
+        .trim()
+        .to_owned();
+    let other_file = repo.common_dir().join("objects").join(&other[..2]).join(&other[2..]);
+    std::fs::remove_file(&file).unwrap();
+    std::fs::copy(&other_file, &file).unwrap();
+    let audit = repo.ckpt_json(&["audit"], 1);
+    assert_eq!(problems(&audit, "audit.problem"), vec!["unreadable_checkpoint"]);
+    repo.ckpt_json(&["doctor", "--fix"], 1);
+    assert_eq!(repo.ckpt_refs(), vec![format!("refs/ckpt/quarantine/main/{id}")]);
+    let audit = repo.ckpt_json(&["audit"], 1);
+    assert_eq!(problems(&audit, "audit.problem"), vec!["quarantined_damaged_objects"]);
+    let message = audit.one("audit.problem")["message"].to_string();
+    assert!(
+        message.contains(&blob) && message.contains("git update-ref -d"),
+        "{message}"
+    );
+    assert!(!repo.git_raw(&["fsck", "--full", "--strict"]).status.success());
+    // The user deals with it as the message says: the object file, then the quarantined ref.
+    std::fs::remove_file(&file).unwrap();
+    repo.git(&["update-ref", "-d", &format!("refs/ckpt/quarantine/main/{id}")]);
+    repo.ckpt_json(&["audit"], 0);
+    assert!(repo.git_raw(&["fsck", "--full", "--strict"]).status.success());
+}
+
 #[cfg(feature = "fault-injection")]
 mod interrupted {
     use super::*;

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use super::restore::STAGING_DIR;
-use super::Engine;
+use super::{Engine, Reconciled};
 use crate::provider::{
     AuditReport, CkptError, Confirmation, DoctorReport, JournalFix, Problem, Selection, SnapshotRequest,
 };
@@ -72,6 +72,18 @@ impl Engine {
         }
         match self.vault.verify_objects(commit, &mut IdSet::default()) {
             Err(failure) if matches!(failure.error, crate::verbs::VerbError::MissingObject { .. }) => {
+                Some(failure.to_string())
+            }
+            _ => None,
+        }
+    }
+
+    /// Why checkpoint `commit` cannot be read whole because an object of it is there but its
+    /// bytes are not what its id says (or not of its kind), if so: git's fsck reports such an
+    /// object whatever holds it. (A hostile tree, whose objects hash right, is not damaged.)
+    fn damaged_object_of(&self, commit: &ObjectId) -> Option<String> {
+        match self.vault.verify_objects(commit, &mut IdSet::default()) {
+            Err(failure) if matches!(failure.error, crate::verbs::VerbError::UnusableObject { .. }) => {
                 Some(failure.to_string())
             }
             _ => None,
@@ -185,26 +197,35 @@ impl Engine {
         report.records = reconciled.records.len() - reconciled.rebuilt.len();
         let unpinned: HashSet<&String> = reconciled.unpinned.iter().collect();
         report.refs = reconciled.records.len() - unpinned.len() + reconciled.unreadable_pins.len();
+        self.pin_problems(&reconciled, &mut report.problems);
+        self.checkpoint_problems(&reconciled, &mut report.problems)?;
+        self.leftover_problems(&mut report.problems)?;
+        Ok(report)
+    }
+
+    /// Pins and records that do not match: a pin with no record, a record with no pin, pins
+    /// that cannot be read or are no pin of ckpt's.
+    fn pin_problems(&self, reconciled: &Reconciled, problems: &mut Vec<Problem>) {
         for id in &reconciled.rebuilt {
-            report.problems.push(problem(
+            problems.push(problem(
                 "ref_without_record",
                 format!("checkpoint {id} is pinned but missing from the registry (doctor --fix rebuilds it from the commit)"),
                 Some(id),
             ));
         }
         for id in &reconciled.unpinned {
-            report.problems.push(problem(
+            problems.push(problem(
                 "record_without_ref",
                 format!("record {id} has no ref under refs/ckpt/, so git gc may drop it"),
                 Some(id),
             ));
         }
         for (name, why) in &reconciled.unreadable_pins {
-            report.problems.push(problem("bad_ref", format!("{name}: {why}"), None));
+            problems.push(problem("bad_ref", format!("{name}: {why}"), None));
         }
         for (name, what) in self.vault.unreadable_loose_pins(&self.workspace) {
             let id = name.rsplit('/').next().filter(|id| ObjectId::from_hex(id).is_ok());
-            report.problems.push(problem(
+            problems.push(problem(
                 "unreadable_pin",
                 match id {
                     Some(_) => format!("{name} is {what}, not a ref file ckpt wrote; every use of its checkpoint refuses it (doctor --fix moves it into the state directory and re-pins)"),
@@ -214,10 +235,14 @@ impl Engine {
             ));
         }
         for name in &reconciled.foreign_refs {
-            report
-                .problems
-                .push(problem("foreign_ref", format!("{name} is not a ckpt pin"), None));
+            problems.push(problem("foreign_ref", format!("{name} is not a ckpt pin"), None));
         }
+    }
+
+    /// Checkpoints that cannot be restored (a damaged or missing object, a hostile tree), and
+    /// quarantined ones whose objects are gone.
+    fn checkpoint_problems(&self, reconciled: &Reconciled, problems: &mut Vec<Problem>) -> Result<(), CkptError> {
+        let unpinned: HashSet<&String> = reconciled.unpinned.iter().collect();
         let mut verified = IdSet::default();
         for record in reconciled.records.iter().filter(|r| !unpinned.contains(&r.id)) {
             if let Err(why) = self.check_objects(record, &mut verified) {
@@ -225,7 +250,7 @@ impl Engine {
                     .object_id()
                     .map(|id| PinRef::for_checkpoint(&self.workspace, &id).as_str().to_owned())
                     .unwrap_or_default();
-                report.problems.push(problem(
+                problems.push(problem(
                     "unreadable_checkpoint",
                     format!(
                         "{} ({pin}): {why}; it cannot be restored (doctor --fix moves the ref aside to refs/ckpt/quarantine/, keeping its objects)",
@@ -236,10 +261,12 @@ impl Engine {
             }
         }
         // A quarantined checkpoint keeps its objects for a look, but one whose objects are gone
-        // keeps nothing: its ref makes git's own gc and fsck fail.
+        // keeps nothing: its ref makes git's own gc and fsck fail. One with a damaged object
+        // (its bytes do not hash to its id) is kept, but git's fsck reports that object whatever
+        // holds it, so the repository is not called consistent while it is there.
         for (aside, commit) in self.vault.quarantined_pins(&self.workspace)? {
             if let Some(why) = self.missing_object_of(&commit) {
-                report.problems.push(problem(
+                problems.push(problem(
                     "quarantined_missing_objects",
                     format!(
                         "{} keeps a checkpoint whose objects are gone ({why}); git's gc and fsck fail on it (doctor --fix removes the ref)",
@@ -247,14 +274,31 @@ impl Engine {
                     ),
                     Some(&commit.to_hex()),
                 ));
+            } else if let Some(failure) = self.damaged_object_of(&commit) {
+                problems.push(problem(
+                    "quarantined_damaged_objects",
+                    format!(
+                        "{} keeps a checkpoint with a damaged object ({failure}); git fsck reports that object whichever ref holds it. ckpt never deletes object files: replace or remove the damaged one (git fsck names it), and `git update-ref -d {}` drops the quarantined checkpoint",
+                        aside.as_str(),
+                        aside.as_str()
+                    ),
+                    Some(&commit.to_hex()),
+                ));
             }
         }
+        Ok(())
+    }
+
+    /// What killed commands left: an interrupted or unreadable restore journal, temp files of
+    /// restores, pack writes, staged writes and state writes, keep files, state files that are
+    /// not regular files.
+    fn leftover_problems(&self, problems: &mut Vec<Problem>) -> Result<(), CkptError> {
         let journal = match self.pending_journal() {
             Ok(journal) => journal,
             Err(CkptError::Records(
                 error @ (RecordsError::Corrupt { .. } | RecordsError::UnsupportedVersion { .. }),
             )) => {
-                report.problems.push(problem(
+                problems.push(problem(
                     "corrupt_journal",
                     format!("{error}; the restore it describes cannot be settled from it (doctor --fix sets it aside; the worktree is left as it is)"),
                     None,
@@ -264,14 +308,14 @@ impl Engine {
             Err(error) => return Err(error),
         };
         for path in self.stale_temp_files(journal.as_ref())? {
-            report.problems.push(problem(
+            problems.push(problem(
                 "temp_file",
                 format!("leftover temp file {}", path.display()),
                 None,
             ));
         }
         for temp in self.vault.stale_pack_temps(STALE_PACK_TEMP_AGE) {
-            report.problems.push(problem(
+            problems.push(problem(
                 "pack_temp_file",
                 format!(
                     "temp file objects/{} in the object database ({} bytes, untouched for {} h): left by a pack or object write that was killed; it holds no object git uses (doctor --fix removes it, and so does the next snapshot)",
@@ -283,7 +327,7 @@ impl Engine {
             ));
         }
         for keep in self.vault.stale_pack_keeps(super::STALE_PACK_KEEP) {
-            report.problems.push(problem(
+            problems.push(problem(
                 "stale_keep_file",
                 format!(
                     "keep file {keep} in the object database's pack directory, ckpt's own and older than {} min: left by a snapshot killed before its pin; while it stays, git's repack keeps that pack for good (doctor --fix removes it, and so does the next snapshot)",
@@ -293,7 +337,7 @@ impl Engine {
             ));
         }
         for (name, bytes) in crate::verbs::dead_staged_files(&self.state_dir.join(STAGING_DIR)) {
-            report.problems.push(problem(
+            problems.push(problem(
                 "staged_temp_file",
                 format!(
                     "temp file {} ({bytes} bytes) in the restore staging directory {}: staged by a restore whose process is gone and never moved into place; it holds checkpoint content only, not yours (doctor --fix or the next restore removes it)",
@@ -305,7 +349,7 @@ impl Engine {
         }
         if let Ok(Some(registry)) = crate::records::Registry::open_existing(&self.state_dir) {
             for path in registry.unusable_state_files() {
-                report.problems.push(problem(
+                problems.push(problem(
                     "unusable_state_file",
                     format!(
                         "{} is not a regular file, so ckpt cannot read the state it holds (doctor --fix sets it aside; that state starts afresh)",
@@ -315,7 +359,7 @@ impl Engine {
                 ));
             }
             for temp in registry.abandoned_temp_files() {
-                report.problems.push(problem(
+                problems.push(problem(
                     "state_temp_file",
                     format!(
                         "temp file {} of a state write whose process is gone (killed mid-write; the file it replaced is whole): clutter only (doctor --fix removes it)",
@@ -328,7 +372,7 @@ impl Engine {
         if let Some(journal) = journal {
             let guard = &journal.guard;
             if crate::verbs::process_is_alive(journal.pid) {
-                report.problems.push(problem(
+                problems.push(problem(
                     "restore_in_progress",
                     format!(
                         "a restore (process {}) is running, or its process id now belongs to another program; its guard {guard} holds the state before it. Run doctor again once it has finished",
@@ -337,14 +381,14 @@ impl Engine {
                     None,
                 ));
             } else {
-                report.problems.push(problem(
+                problems.push(problem(
                     "pending_journal",
                     format!("a restore was interrupted; its guard {guard} holds the state before it (doctor --fix rolls back, --fix --complete finishes)"),
                     None,
                 ));
             }
         }
-        Ok(report)
+        Ok(())
     }
 
     /// Rolls an interrupted restore back to its guard, or (`Complete`) finishes it — but only
