@@ -321,60 +321,25 @@ pub fn replay_among<'a>(
     calls: &'a [ToolCall],
     checkpoints: &[Record],
     foreign: &[ForeignChange],
-    mut content_at: impl FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
+    content_at: impl FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
 ) -> Vec<TraceNode<'a>> {
-    let mut known: BTreeMap<RepoPath, Known> = BTreeMap::new();
-    // When what `known` says of a file was last settled (ms; `i64::MAX`: not known): a
-    // checkpoint taken after that says better what the file held then.
-    let mut known_at: BTreeMap<RepoPath, i64> = BTreeMap::new();
-    // The node that last changed each file, and when its result came: a later call on the file
-    // that began before then ran at once with it, in an order the log does not say.
-    let mut setter: BTreeMap<RepoPath, (usize, i64)> = BTreeMap::new();
-    let mut nodes: Vec<TraceNode> = Vec::new();
-    // Positions of the shell calls so far: a checkpoint older than one is no base any more.
-    let mut last_shell: Option<(u64, u64)> = None;
-    // The same by time: when the last of them ended (`i64::MAX`: unknown).
-    let mut own_shell_end: i64 = i64::MIN;
-    // Calls of one step may run at once: where a step has several, only a checkpoint taken
-    // before the first of them began is a base for any of them (a checkpoint taken meanwhile
-    // may already hold another's write).
-    let mut steps: std::collections::HashMap<(u64, u64), (usize, i64)> = std::collections::HashMap::new();
-    for call in calls {
-        if let (Some(turn), Some(step), Some(at)) = (call.turn, call.step, call_millis(call)) {
-            let entry = steps.entry((turn, step)).or_insert((0, i64::MAX));
-            *entry = (entry.0 + 1, entry.1.min(at));
-        }
-    }
-    // The same for another session's shell, by time: checkpoints taken before it are no base.
-    let mut foreign_shell_at: Option<i64> = None;
-    // Another session's change whose time is unknown (or any change, when a call of this session
-    // has no time) may lie anywhere between this session's calls: its file (every file, for a
-    // shell) is unknown at every node, whatever this session wrote.
     let own_untimed = calls.iter().any(|c| call_millis(c).is_none());
-    let mut always_unknown: BTreeMap<RepoPath, String> = BTreeMap::new();
-    let mut always_blind: Option<String> = None;
-    let mut pending: Vec<&ForeignChange> = Vec::new();
-    for change in foreign {
-        if change.at.is_some() && !own_untimed {
-            pending.push(change);
-            continue;
-        }
-        let why = format!(
-            "session {} ran {} at a time that cannot be placed among this session's calls",
-            change.session, change.tool
-        );
-        match &change.path {
-            Some(path) => {
-                always_unknown.insert(path.clone(), why);
-            }
-            None => always_blind = Some(why),
-        }
-    }
-    if always_blind.is_some() {
-        foreign_shell_at = Some(i64::MAX);
-    }
-    pending.sort_by_key(|change| change.at.unwrap_or(i64::MIN));
-    let mut pending = pending.into_iter().peekable();
+    let placed = ForeignPlaced::of(foreign, own_untimed);
+    let mut replay = Replay {
+        workdir,
+        cwd,
+        checkpoints,
+        content_at,
+        known: BTreeMap::new(),
+        known_at: BTreeMap::new(),
+        setter: BTreeMap::new(),
+        nodes: Vec::new(),
+        last_shell: None,
+        own_shell_end: i64::MIN,
+        steps: first_of_each_step(calls),
+        foreign_shell_at: placed.always_blind.as_ref().map(|_| i64::MAX),
+    };
+    let mut pending = placed.timed.into_iter().peekable();
     // An unreadable line has no position: the next call's is the first it cannot be after.
     let mut blind_from_next = false;
     for call in calls {
@@ -387,78 +352,29 @@ pub fn replay_among<'a>(
             worked_back: BTreeSet::new(),
         };
         if blind_from_next && call.turn.is_some() {
-            last_shell = last_shell.max(Some(position(call)));
-            own_shell_end = own_shell_end.max(call_millis(call).unwrap_or(i64::MAX));
+            replay.last_shell = replay.last_shell.max(Some(position(call)));
+            replay.own_shell_end = replay.own_shell_end.max(call_millis(call).unwrap_or(i64::MAX));
             blind_from_next = false;
         }
-        let now = call_millis(call).unwrap_or(i64::MAX);
-        // A change at the very millisecond of the call may have come before or after it: it is
-        // applied before, and again to what the call wrote.
-        let mut ties: Vec<&ForeignChange> = Vec::new();
-        while let Some(change) = pending.next_if(|change| change.at.unwrap_or(i64::MIN) <= now) {
-            if change.at == Some(now) {
-                ties.push(change);
-            }
-            let why = format!("session {} ran {} on it before this call", change.session, change.tool);
-            // Recorded on this node too: what a restore to any later node knows is folded from
-            // the nodes' files.
-            match &change.path {
-                Some(path) => {
-                    known.insert(path.clone(), Known::Unknown(why.clone()));
-                    known_at.insert(path.clone(), change.until.unwrap_or(i64::MAX));
-                    node.files.insert(path.clone(), Known::Unknown(why));
-                }
-                None => {
-                    foreign_shell_at = Some(change.at.unwrap_or(i64::MAX).max(foreign_shell_at.unwrap_or(i64::MIN)));
-                    for (path, state) in known.iter_mut() {
-                        *state = Known::Unknown(why.clone());
-                        known_at.insert(path.clone(), change.until.unwrap_or(i64::MAX));
-                        node.files.insert(path.clone(), state.clone());
-                    }
-                }
-            }
-        }
+        let ties = replay.foreign_changes_before(call, &mut node, &mut pending);
         if blinds_the_trace(&call.name) {
             // Even a failed one: a command that exits non-zero may have changed files first.
-            {
-                last_shell = last_shell.max(Some(position(call)));
-                let ended = result_millis(call).unwrap_or(i64::MAX);
-                own_shell_end = own_shell_end.max(ended);
-                blind_from_next |= call.turn.is_none();
-                for (path, state) in known.iter_mut() {
-                    *state = Known::Unknown(format!("a {} call ran after the last known content", call.name));
-                    known_at.insert(path.clone(), ended);
-                    node.files.insert(path.clone(), state.clone());
-                }
-            }
-            nodes.push(node);
+            let ended = replay.ran_blind(call);
+            blind_from_next |= call.turn.is_none();
+            replay.forget_all(
+                &mut node,
+                &format!("a {} call ran after the last known content", call.name),
+                Some(ended),
+            );
+            replay.nodes.push(node);
             continue;
         }
-        // A content call that may have changed a file but whose arguments cannot be read says
-        // nothing certain about which one: it blinds the trace like a shell call.
-        let unreadable = |node: &mut TraceNode<'a>,
-                          known: &mut BTreeMap<RepoPath, Known>,
-                          (last_shell, own_shell_end): (&mut Option<(u64, u64)>, &mut i64),
-                          why: &str| {
-            if is_content_tool(&call.name) && call.outcome != CallOutcome::Failed {
-                // Nor is a checkpoint taken before it a base any more.
-                *last_shell = (*last_shell).max(Some(position(call)));
-                *own_shell_end = (*own_shell_end).max(result_millis(call).unwrap_or(i64::MAX));
-                for (path, state) in known.iter_mut() {
-                    *state = Known::Unknown(format!(
-                        "a {} call whose arguments cannot be read ran ({why})",
-                        call.name
-                    ));
-                    node.files.insert(path.clone(), state.clone());
-                }
-            }
-        };
         let args = match &call.arguments {
             Ok(args) => args,
             Err(why) => {
                 node.refused = Some(why.clone());
-                unreadable(&mut node, &mut known, (&mut last_shell, &mut own_shell_end), why);
-                nodes.push(node);
+                replay.unreadable(call, &mut node, why);
+                replay.nodes.push(node);
                 continue;
             }
         };
@@ -466,78 +382,267 @@ pub fn replay_among<'a>(
             if is_content_tool(&call.name) {
                 let why = "its arguments lack a field the tool needs, or have the wrong type";
                 node.refused = Some(why.to_owned());
-                unreadable(&mut node, &mut known, (&mut last_shell, &mut own_shell_end), why);
+                replay.unreadable(call, &mut node, why);
             }
-            nodes.push(node);
+            replay.nodes.push(node);
             continue;
         };
-        let path = match workspace_path(workdir, cwd, named) {
+        let path = match workspace_path(replay.workdir, replay.cwd, named) {
             Ok(path) => path,
             Err(why) => {
                 node.refused = Some(why);
-                nodes.push(node);
+                replay.nodes.push(node);
                 continue;
             }
         };
         node.path = Some(path.clone());
         if matches!(change, Change::Nothing) || call.outcome == CallOutcome::Failed {
-            nodes.push(node);
+            replay.nodes.push(node);
             continue;
         }
-        let after = if call.outcome == CallOutcome::Unknown {
-            Known::Unknown("the call's outcome is unknown (no result, or interrupted)".into())
-        } else if let Change::Opaque(why) = &change {
-            Known::Unknown(why.clone())
-        } else if let Change::Write(_) = change {
-            if let Some(state) = known.get(&path) {
+        let after = replay.after_change(call, &mut node, &path, &change);
+        replay.settle(call, node, path, after, &ties);
+    }
+    let mut nodes = replay.nodes;
+    if placed.always_blind.is_some() || !placed.always_unknown.is_empty() {
+        for node in &mut nodes {
+            for (path, state) in node.files.iter_mut().chain(node.before.iter_mut()) {
+                if let Some(why) = placed.always_unknown.get(path).or(placed.always_blind.as_ref()) {
+                    *state = Known::Unknown(why.clone());
+                }
+            }
+        }
+    }
+    nodes
+}
+
+/// For each turn.step with a time, how many calls it has and when the first of them began:
+/// calls of one step may run at once, so where a step has several, only a checkpoint taken
+/// before the first of them began is a base for any of them (one taken meanwhile may already
+/// hold another's write).
+fn first_of_each_step(calls: &[ToolCall]) -> std::collections::HashMap<(u64, u64), (usize, i64)> {
+    let mut steps = std::collections::HashMap::new();
+    for call in calls {
+        if let (Some(turn), Some(step), Some(at)) = (call.turn, call.step, call_millis(call)) {
+            let entry = steps.entry((turn, step)).or_insert((0, i64::MAX));
+            *entry = (entry.0 + 1, entry.1.min(at));
+        }
+    }
+    steps
+}
+
+/// Other sessions' changes, as the replay can place them among this session's calls.
+struct ForeignPlaced<'f> {
+    /// Those with a time, when every call of this session has one: in time order.
+    timed: Vec<&'f ForeignChange>,
+    /// The files of the others, unknown at every node whatever this session wrote.
+    always_unknown: BTreeMap<RepoPath, String>,
+    /// Why every file is unknown at every node (another session's shell that cannot be placed).
+    always_blind: Option<String>,
+}
+
+impl<'f> ForeignPlaced<'f> {
+    /// Another session's change whose time is unknown (or any change, when a call of this
+    /// session has no time) may lie anywhere between this session's calls.
+    fn of(foreign: &'f [ForeignChange], own_untimed: bool) -> Self {
+        let mut placed = ForeignPlaced {
+            timed: Vec::new(),
+            always_unknown: BTreeMap::new(),
+            always_blind: None,
+        };
+        for change in foreign {
+            if change.at.is_some() && !own_untimed {
+                placed.timed.push(change);
+                continue;
+            }
+            let why = format!(
+                "session {} ran {} at a time that cannot be placed among this session's calls",
+                change.session, change.tool
+            );
+            match &change.path {
+                Some(path) => {
+                    placed.always_unknown.insert(path.clone(), why);
+                }
+                None => placed.always_blind = Some(why),
+            }
+        }
+        placed.timed.sort_by_key(|change| change.at.unwrap_or(i64::MIN));
+        placed
+    }
+}
+
+/// What the replay knows as it goes through one session's calls.
+struct Replay<'a, 'w, F> {
+    workdir: &'w Path,
+    cwd: Option<&'w str>,
+    checkpoints: &'w [Record],
+    content_at: F,
+    known: BTreeMap<RepoPath, Known>,
+    /// When what `known` says of a file was last settled (ms; `i64::MAX`: not known): a
+    /// checkpoint taken after that says better what the file held then.
+    known_at: BTreeMap<RepoPath, i64>,
+    /// The node that last changed each file, and when its result came: a later call on the
+    /// file that began before then ran at once with it, in an order the log does not say.
+    setter: BTreeMap<RepoPath, (usize, i64)>,
+    nodes: Vec<TraceNode<'a>>,
+    /// Position of the last shell call so far: a checkpoint older than it is no base any more.
+    last_shell: Option<(u64, u64)>,
+    /// The same by time: when the last of them ended (`i64::MAX`: unknown).
+    own_shell_end: i64,
+    /// See [`first_of_each_step`].
+    steps: std::collections::HashMap<(u64, u64), (usize, i64)>,
+    /// The same for another session's shell, by time: checkpoints taken before it are no base.
+    foreign_shell_at: Option<i64>,
+}
+
+impl<'a, F> Replay<'a, '_, F>
+where
+    F: FnMut(&Record, &RepoPath) -> Result<Option<Vec<u8>>, String>,
+{
+    /// Applies the other sessions' changes that came before `call` (recorded on its node too:
+    /// what a restore to any later node knows is folded from the nodes' files). A change at the
+    /// very millisecond of the call may have come before or after it: it is applied before, and
+    /// returned, to be applied again to what the call wrote.
+    fn foreign_changes_before<'f>(
+        &mut self,
+        call: &ToolCall,
+        node: &mut TraceNode<'a>,
+        pending: &mut std::iter::Peekable<std::vec::IntoIter<&'f ForeignChange>>,
+    ) -> Vec<&'f ForeignChange> {
+        let now = call_millis(call).unwrap_or(i64::MAX);
+        let mut ties = Vec::new();
+        while let Some(change) = pending.next_if(|change| change.at.unwrap_or(i64::MIN) <= now) {
+            if change.at == Some(now) {
+                ties.push(change);
+            }
+            let why = format!("session {} ran {} on it before this call", change.session, change.tool);
+            let settled = change.until.unwrap_or(i64::MAX);
+            match &change.path {
+                Some(path) => {
+                    self.known.insert(path.clone(), Known::Unknown(why.clone()));
+                    self.known_at.insert(path.clone(), settled);
+                    node.files.insert(path.clone(), Known::Unknown(why));
+                }
+                None => {
+                    let at = change.at.unwrap_or(i64::MAX);
+                    self.foreign_shell_at = Some(at.max(self.foreign_shell_at.unwrap_or(i64::MIN)));
+                    self.forget_all(node, &why, Some(settled));
+                }
+            }
+        }
+        ties
+    }
+
+    /// Every file known so far becomes unknown for `why`, on this node too; `settled`, when
+    /// given, is when that became so.
+    fn forget_all(&mut self, node: &mut TraceNode<'a>, why: &str, settled: Option<i64>) {
+        for (path, state) in self.known.iter_mut() {
+            *state = Known::Unknown(why.to_owned());
+            if let Some(settled) = settled {
+                self.known_at.insert(path.clone(), settled);
+            }
+            node.files.insert(path.clone(), state.clone());
+        }
+    }
+
+    /// Notes that `call` may have changed any file: no checkpoint taken before it is a base any
+    /// more. When it ended (`i64::MAX`: unknown).
+    fn ran_blind(&mut self, call: &ToolCall) -> i64 {
+        let ended = result_millis(call).unwrap_or(i64::MAX);
+        self.last_shell = self.last_shell.max(Some(position(call)));
+        self.own_shell_end = self.own_shell_end.max(ended);
+        ended
+    }
+
+    /// A content call that may have changed a file but whose arguments cannot be read says
+    /// nothing certain about which one: it blinds the trace like a shell call.
+    fn unreadable(&mut self, call: &ToolCall, node: &mut TraceNode<'a>, why: &str) {
+        if is_content_tool(&call.name) && call.outcome != CallOutcome::Failed {
+            self.ran_blind(call);
+            let why = format!("a {} call whose arguments cannot be read ran ({why})", call.name);
+            self.forget_all(node, &why, None);
+        }
+    }
+
+    /// What `call`'s `change` left at `path`: a write's content; an edit applied to its base
+    /// (what the replay knows, or a checkpoint taken before the call, whichever says better);
+    /// unknown for an opaque change, an unknown outcome or an unknown base.
+    fn after_change(
+        &mut self,
+        call: &ToolCall,
+        node: &mut TraceNode<'a>,
+        path: &RepoPath,
+        change: &Change<'_>,
+    ) -> Known {
+        if call.outcome == CallOutcome::Unknown {
+            return Known::Unknown("the call's outcome is unknown (no result, or interrupted)".into());
+        }
+        if let Change::Opaque(why) = change {
+            return Known::Unknown(why.clone());
+        }
+        if let Change::Write(_) = change {
+            if let Some(state) = self.known.get(path) {
                 node.before.insert(path.clone(), state.clone());
             }
-            Known::Content(apply(&[], &change).ok())
-        } else {
-            let siblings_from = call
-                .turn
-                .zip(call.step)
-                .and_then(|at| steps.get(&at))
-                .filter(|(count, _)| *count > 1)
-                .map(|(_, first)| *first);
-            let shells_end = own_shell_end.max(foreign_shell_at.unwrap_or(i64::MIN));
-            let timed = timed_checkpoint_base(
-                call,
-                siblings_from,
-                (&path, &change),
-                checkpoints,
-                shells_end,
-                &mut content_at,
-            );
-            let settled = known_at.get(&path).copied().unwrap_or(i64::MAX);
-            let base = match (known.get(&path), timed) {
-                // A checkpoint taken after the replay last settled the file says what it held.
-                (Some(_), TimedBase::Found(base, taken)) if taken > settled => base,
-                (Some(state), _) => state.clone(),
-                (None, TimedBase::Found(base, _)) => base,
-                (None, TimedBase::NoneBefore) => {
-                    Known::Unknown("no earlier node, nor a checkpoint taken before this call, holds the file".into())
-                }
-                (None, TimedBase::Untimed) => base_from_checkpoint(
-                    call,
-                    (&path, &change),
-                    checkpoints,
-                    (last_shell, foreign_shell_at),
-                    &mut content_at,
-                ),
-            };
-            node.before.insert(path.clone(), base.clone());
-            match base {
-                Known::Content(Some(bytes)) => match apply(&bytes, &change) {
-                    Ok(rebuilt) => Known::Content(Some(rebuilt)),
-                    Err(why) => Known::Unknown(why),
-                },
-                Known::Content(None) => Known::Unknown("the file did not exist before the edit".into()),
-                Known::Unknown(why) if why.starts_with("unknown base: ") => Known::Unknown(why),
-                Known::Unknown(why) => Known::Unknown(format!("unknown base: {why}")),
+            return Known::Content(apply(&[], change).ok());
+        }
+        let siblings_from = call
+            .turn
+            .zip(call.step)
+            .and_then(|at| self.steps.get(&at))
+            .filter(|(count, _)| *count > 1)
+            .map(|(_, first)| *first);
+        let shells_end = self.own_shell_end.max(self.foreign_shell_at.unwrap_or(i64::MIN));
+        let timed = timed_checkpoint_base(
+            call,
+            siblings_from,
+            (path, change),
+            self.checkpoints,
+            shells_end,
+            &mut self.content_at,
+        );
+        let settled = self.known_at.get(path).copied().unwrap_or(i64::MAX);
+        let base = match (self.known.get(path), timed) {
+            // A checkpoint taken after the replay last settled the file says what it held.
+            (Some(_), TimedBase::Found(base, taken)) if taken > settled => base,
+            (Some(state), _) => state.clone(),
+            (None, TimedBase::Found(base, _)) => base,
+            (None, TimedBase::NoneBefore) => {
+                Known::Unknown("no earlier node, nor a checkpoint taken before this call, holds the file".into())
             }
+            (None, TimedBase::Untimed) => base_from_checkpoint(
+                call,
+                (path, change),
+                self.checkpoints,
+                (self.last_shell, self.foreign_shell_at),
+                &mut self.content_at,
+            ),
         };
-        let at_once = setter
+        node.before.insert(path.clone(), base.clone());
+        match base {
+            Known::Content(Some(bytes)) => match apply(&bytes, change) {
+                Ok(rebuilt) => Known::Content(Some(rebuilt)),
+                Err(why) => Known::Unknown(why),
+            },
+            Known::Content(None) => Known::Unknown("the file did not exist before the edit".into()),
+            Known::Unknown(why) if why.starts_with("unknown base: ") => Known::Unknown(why),
+            Known::Unknown(why) => Known::Unknown(format!("unknown base: {why}")),
+        }
+    }
+
+    /// Records `after` as what `call` left at `path`, unless another call on it ran at once
+    /// (both are then unknown) or another session changed it in the same millisecond, and adds
+    /// the node.
+    fn settle(
+        &mut self,
+        call: &'a ToolCall,
+        mut node: TraceNode<'a>,
+        path: RepoPath,
+        after: Known,
+        ties: &[&ForeignChange],
+    ) {
+        let at_once = self
+            .setter
             .get(&path)
             .copied()
             .filter(|(_, ended)| call_millis(call).is_some_and(|started| *ended >= started));
@@ -545,16 +650,18 @@ pub fn replay_among<'a>(
             Some((earlier, _)) => {
                 let why = format!(
                     "calls {} and {} on it ran at once, in an order the log does not say",
-                    place_of(nodes[earlier].call),
+                    place_of(self.nodes[earlier].call),
                     place_of(call)
                 );
-                nodes[earlier].files.insert(path.clone(), Known::Unknown(why.clone()));
+                self.nodes[earlier]
+                    .files
+                    .insert(path.clone(), Known::Unknown(why.clone()));
                 Known::Unknown(why)
             }
             None => after,
         };
         if let Some(ended) = result_millis(call) {
-            setter.insert(path.clone(), (nodes.len(), ended));
+            self.setter.insert(path.clone(), (self.nodes.len(), ended));
         }
         let after = match ties.iter().find(|tie| tie.path.as_ref().is_none_or(|p| *p == path)) {
             Some(tie) => Known::Unknown(format!(
@@ -563,21 +670,12 @@ pub fn replay_among<'a>(
             )),
             None => after,
         };
-        known.insert(path.clone(), after.clone());
-        known_at.insert(path.clone(), result_millis(call).unwrap_or(i64::MAX));
+        self.known.insert(path.clone(), after.clone());
+        self.known_at
+            .insert(path.clone(), result_millis(call).unwrap_or(i64::MAX));
         node.files.insert(path, after);
-        nodes.push(node);
+        self.nodes.push(node);
     }
-    if always_blind.is_some() || !always_unknown.is_empty() {
-        for node in &mut nodes {
-            for (path, state) in node.files.iter_mut().chain(node.before.iter_mut()) {
-                if let Some(why) = always_unknown.get(path).or(always_blind.as_ref()) {
-                    *state = Known::Unknown(why.clone());
-                }
-            }
-        }
-    }
-    nodes
 }
 
 /// A call's place, for messages: its turn.step, or its call id.
