@@ -61,6 +61,27 @@ pub(super) fn replace_file(path: &Path, content: &[u8], durable: bool) -> Result
     result.map_err(io_error(path))
 }
 
+/// Replaces a file of the user's (an agent's settings file) atomically: a temp file beside it
+/// with a random name (a user's directory is not ckpt's state, where `doctor` finds a killed
+/// write's leftover by its pid name), the old file's permissions kept (a user file may be
+/// private), fsync, rename, fsync of the directory. An agent reading the file sees the old one
+/// or the new one, never half of either.
+pub fn replace_user_file(path: &Path, content: &[u8]) -> Result<(), RecordsError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir).map_err(io_error(dir))?;
+    let mut temp = tempfile::NamedTempFile::new_in(dir).map_err(io_error(dir))?;
+    temp.write_all(content).map_err(io_error(path))?;
+    if let Ok(meta) = fs::metadata(path) {
+        fs::set_permissions(temp.path(), meta.permissions()).map_err(io_error(path))?;
+    }
+    temp.as_file().sync_all().map_err(io_error(path))?;
+    temp.persist(path).map_err(|e| io_error(path)(e.error))?;
+    if let Ok(handle) = File::open(dir) {
+        let _ = handle.sync_all();
+    }
+    Ok(())
+}
+
 /// The pid in a state write's temp name (`.<name>.<pid>.tmp`), if `name` is one.
 pub(super) fn state_temp_pid(name: &str) -> Option<u32> {
     let inner = name.strip_prefix('.')?.strip_suffix(".tmp")?;

@@ -1091,31 +1091,9 @@ fn write_backup(file: &Path, old: &str) -> Result<PathBuf, CkptError> {
     )))
 }
 
-/// temp file beside `file` + fsync + rename: an agent reading its settings sees the old file or
-/// the new one, never half of either.
+/// The settings file replaced atomically ([`crate::records::replace_user_file`]).
 fn write_settings(file: &Path, text: &str) -> Result<(), CkptError> {
-    let dir = file.parent().unwrap_or(Path::new("."));
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| CkptError::Io { path, source }
-    };
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let mut temp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
-    use std::io::Write as _;
-    temp.write_all(text.as_bytes()).map_err(io(file))?;
-    // Keep the old file's permissions (a user file may be private).
-    if let Ok(meta) = std::fs::metadata(file) {
-        std::fs::set_permissions(temp.path(), meta.permissions()).map_err(io(file))?;
-    }
-    temp.as_file().sync_all().map_err(io(file))?;
-    temp.persist(file).map_err(|e| CkptError::Io {
-        path: file.to_path_buf(),
-        source: e.error,
-    })?;
-    if let Ok(handle) = std::fs::File::open(dir) {
-        let _ = handle.sync_all();
-    }
-    Ok(())
+    Ok(crate::records::replace_user_file(file, text.as_bytes())?)
 }
 
 #[cfg(test)]
