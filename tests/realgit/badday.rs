@@ -876,6 +876,34 @@ fn a_repository_shared_with_a_group_keeps_gits_sharing_rules_for_what_ckpt_makes
     }
 }
 
+/// ckpt's state directories in the git directory (`ckpt/` and the workspace's below it) follow
+/// the repository's sharing rule as git's own directories do: under `core.sharedRepository =
+/// 0600` nobody else may enter them (the state names every file of the worktree), shared with a
+/// group they are the group's. Black-box round 4 found them 0755.
+#[test]
+fn ckpts_state_directories_follow_the_repositorys_sharing_rule() {
+    for (shared, want, refuse) in [("0600", 0o700, 0o077), ("group", 0o2770, 0o000)] {
+        let repo = TestRepo::bare_dir();
+        repo.git(&["init", "-q", &format!("--shared={shared}"), "-b", "main"]);
+        repo.write("secret-name.txt", b"x\n");
+        repo.commit_all("initial");
+        repo.snapshot(&[]);
+        let state_root = repo.common_dir().join("ckpt");
+        let workspace = std::fs::read_dir(&state_root)
+            .unwrap()
+            .flatten()
+            .find(|entry| entry.path().is_dir())
+            .map(|entry| entry.path())
+            .expect("a workspace's state directory");
+        for dir in [&state_root, &workspace] {
+            let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir).unwrap().permissions()) & 0o7777;
+            assert_eq!(mode & want, want, "{} is {mode:o} ({shared})", dir.display());
+            assert_eq!(mode & refuse, 0, "{} is {mode:o} ({shared})", dir.display());
+        }
+        assert_repository_healthy(&repo);
+    }
+}
+
 /// A repository of many packs: gix sized its table of packs at open (1.1 × those there, at
 /// least 32), so a snapshot that added a few (each file of 8 MiB or more is a pack of its own)
 /// could not read its own commit back and failed "missing_object", and so did every restore's

@@ -318,7 +318,13 @@ impl Engine {
     }
 
     fn registry(&self) -> Result<Registry, CkptError> {
-        Ok(Registry::open(&self.state_dir)?)
+        let registry = Registry::open(&self.state_dir)?;
+        // Made with the umask's mode; a repository's sharing rule decides who may enter them.
+        if self.kind == StoreKind::Repository {
+            self.vault
+                .share_state_dirs(&[self.state_root.clone(), self.state_dir.clone()]);
+        }
+        Ok(registry)
     }
 
     fn workspace_path(&self) -> WirePath {

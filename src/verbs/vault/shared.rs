@@ -90,6 +90,16 @@ impl Vault {
             share_one(path, sharing);
         }
     }
+
+    /// [`Self::share`] for the directories of ckpt's own state in this repository's git
+    /// directory (`ckpt/` and a workspace's directory below it): under `core.sharedRepository
+    /// = 0600` only their owner may enter them, shared with a group they are the group's, as
+    /// git makes its own directories. Nothing else is touched.
+    pub fn share_state_dirs(&self, dirs: &[std::path::PathBuf]) {
+        let common = self.repo.common_dir().to_path_buf();
+        let own: Vec<std::path::PathBuf> = dirs.iter().filter(|dir| dir.starts_with(&common)).cloned().collect();
+        self.share(&own);
+    }
 }
 
 fn share_one(path: &Path, sharing: Sharing) {
