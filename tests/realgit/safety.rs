@@ -431,13 +431,16 @@ fn gc_racing_a_new_workspaces_first_snapshot_never_leaves_missing_content() {
     gc.env("CKPT_PAUSE", "gc:before-marking")
         .env("CKPT_PAUSE_RESUME", repo.home.join("resume"));
     let out = run_paused_command(gc, "gc:before-marking", &repo.home.join("resume"), || {
-        let child = ckpt(&new, &["snapshot"])
+        let mut child = ckpt(&new, &["snapshot"])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("snapshot");
-        // Long enough for a snapshot that does not wait for gc to finish.
-        std::thread::sleep(Duration::from_millis(1500));
+        // Until it ends, or long enough for a snapshot that does not wait for gc to finish.
+        let deadline = std::time::Instant::now() + Duration::from_millis(1500);
+        while child.try_wait().expect("try_wait").is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         snapshot = Some(child);
     });
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

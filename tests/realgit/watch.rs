@@ -442,7 +442,10 @@ fn what_the_review_found_agrees_with_a_walk() {
     assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
     assert_walk_agrees(&repo, &frozen.id, "frozen daemon");
     repo.ckpt_json(&["watch", "stop"], 0);
-    std::thread::sleep(Duration::from_millis(200));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !gone(pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(gone(pid), "the frozen daemon was ended");
 
     // A daemon whose socket is gone ends by itself; the next snapshot starts a fresh one.
@@ -451,7 +454,10 @@ fn what_the_review_found_agrees_with_a_walk() {
         .as_u64()
         .unwrap();
     std::fs::remove_file(dir.join("watch.sock")).unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !gone(pid) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(gone(pid), "an unreachable daemon ends");
     warm(&repo);
     stop(&repo);
