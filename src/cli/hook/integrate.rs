@@ -39,9 +39,94 @@ pub struct Request {
 
 pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError> {
     let spec = request.agent.spec();
+    let (named, project, file) = target_file(spec, request, cli)?;
+    let exe = this_executable()?;
+    let change = plan_change(spec, request, &named, project.as_deref(), &file, &exe)?;
+    if !request.remove {
+        note_hooks_elsewhere(spec, request, cli, &named);
+    }
+    let record = |written: bool, backup: Option<&Path>, command_file: Option<WirePath>, diff: &str| {
+        out.record(&IntegrateRecord {
+            agent: spec.name,
+            file: wire_path(&file),
+            action: change.action,
+            written,
+            backup: backup.map(wire_path),
+            command_file,
+            diff,
+        })
+    };
+    if change.merged.is_none() && change.slash.is_none() {
+        record(false, None, None, "");
+        out.human(&format!(
+            "{}: {} already {} ckpt's hooks; nothing to change",
+            spec.product,
+            file.display(),
+            if request.remove { "lacks" } else { "has" }
+        ));
+        return Ok(Exit::Ok);
+    }
+    let diff = change.diff(&file);
+    out.human(diff.trim_end());
+    let command_file = change.slash.as_ref().map(|c| wire_path(&c.file));
+    if request.dry_run {
+        record(false, None, command_file, &diff);
+        out.human("(dry run: nothing was written)");
+        return Ok(Exit::Ok);
+    }
+    let confirmed = request.yes
+        || (std::io::stdin().is_terminal()
+            && std::io::stderr().is_terminal()
+            && crate::cli::ask_yes(&format!("Write {}?", file.display())));
+    if !confirmed {
+        return Err(CkptError::Refused(format!(
+            "changing {} needs confirmation: pass --yes (or --dry-run to only see the change); nothing was written",
+            file.display()
+        )));
+    }
+    let backup = change.write(&file, request.remove)?;
+    record(true, backup.as_deref(), command_file, &diff);
+    match &backup {
+        Some(backup) => out.human(&format!(
+            "{}: wrote {} (the old one is kept as {})",
+            spec.product,
+            file.display(),
+            backup.display()
+        )),
+        None if change.merged.is_some() => out.human(&format!("{}: wrote {}", spec.product, file.display())),
+        None => {}
+    }
+    if let Some(slash) = &change.slash {
+        let done = if slash.after.is_some() { "wrote" } else { "removed" };
+        out.human(&format!(
+            "{}: {done} the /ckpt command ({})",
+            spec.product,
+            slash.file.display()
+        ));
+    }
+    if let Some(plan) = change.exclude.as_ref().filter(|e| e.changes() && !request.remove) {
+        out.human(&format!(
+            "ckpt: {} keeps the files ckpt created out of `git status` (this clone only; `--remove` takes its lines out)",
+            plan.file.display()
+        ));
+    }
+    if !request.remove {
+        out.human(&after_note(spec, request.user));
+    }
+    Ok(Exit::Ok)
+}
+
+/// The settings file `integrate` edits: the name the agent reads (`named`), the project root
+/// when it is a project's, and the file written (`named`, or where a user's link points: a
+/// settings file linked from a dotfiles repository is edited where it lives). A project's files
+/// are the repository's: a link there (a cloned repository can hold one) must not send ckpt's
+/// writes anywhere else, and is refused.
+fn target_file(
+    spec: &AgentSpec,
+    request: &Request,
+    cli: &Cli,
+) -> Result<(PathBuf, Option<PathBuf>, PathBuf), CkptError> {
     let (named, project) = settings_file(spec, request.user, cli)?;
-    // A project's files are the repository's: a link there (a cloned repository can hold one)
-    // must not send ckpt's writes anywhere else.
     if let Some(root) = &project {
         refuse_links_below(root, &named)?;
         if spec.name == "claude" {
@@ -50,7 +135,6 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
             }
         }
     }
-    // A user settings file linked from a dotfiles repository is edited where it lives.
     let file = match std::fs::symlink_metadata(&named) {
         Ok(meta) if meta.file_type().is_symlink() => named.canonicalize().map_err(|source| CkptError::Io {
             path: named.clone(),
@@ -58,9 +142,33 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
         })?,
         _ => named.clone(),
     };
-    let before = read_settings(&file)?;
-    let exe = this_executable()?;
-    let command = hook_command(&exe, spec, request.fail_closed);
+    Ok((named, project, file))
+}
+
+/// Everything `integrate` would change, worked out before anything is written.
+struct SettingsChange {
+    /// The settings file as it was read.
+    before: Option<String>,
+    /// What it becomes (`None`: unchanged).
+    merged: Option<String>,
+    /// `added`, `updated`, `removed` or `unchanged`, for the record.
+    action: &'static str,
+    /// Claude Code's `/ckpt` command, when it changes.
+    slash: Option<SlashCommandChange>,
+    /// The project's exclude file, when the settings are a project's.
+    exclude: Option<ExcludePlan>,
+}
+
+fn plan_change(
+    spec: &AgentSpec,
+    request: &Request,
+    named: &Path,
+    project: Option<&Path>,
+    file: &Path,
+    exe: &str,
+) -> Result<SettingsChange, CkptError> {
+    let before = read_settings(file)?;
+    let command = hook_command(exe, spec, request.fail_closed);
     let merged = if request.remove {
         without_ckpt_hooks(spec, before.as_deref())
     } else {
@@ -78,11 +186,11 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
         (Some(_), false, true) if before.as_deref().is_some_and(|b| has_ckpt_hooks(spec, b)) => "updated",
         (Some(_), false, _) => "added",
     };
-    let slash = slash_command_change(spec, &named, &exe, request.remove)?.filter(|c| c.before != c.after);
-    let exclude = match &project {
+    let slash = slash_command_change(spec, named, exe, request.remove)?.filter(|c| c.before != c.after);
+    let exclude = match project {
         Some(root) => plan_exclude(
             root,
-            &file,
+            file,
             before.as_deref(),
             merged.as_deref(),
             slash.as_ref(),
@@ -90,159 +198,118 @@ pub fn run(cli: &Cli, request: &Request, out: &Output) -> Result<Exit, CkptError
         )?,
         None => None,
     };
-    let delete_settings = exclude.as_ref().is_some_and(|e| e.delete_settings);
-    if !request.remove {
-        let other = settings_file(spec, !request.user, cli)
+    Ok(SettingsChange {
+        before,
+        merged,
+        action,
+        slash,
+        exclude,
+    })
+}
+
+/// Says so when the other settings file (the user's, for a project's; the project's, for the
+/// user's) has ckpt's hooks too: each tool call would then run ckpt twice.
+fn note_hooks_elsewhere(spec: &AgentSpec, request: &Request, cli: &Cli, named: &Path) {
+    let other = settings_file(spec, !request.user, cli)
+        .ok()
+        .map(|(other, _)| other)
+        .filter(|other| other != named);
+    if let Some(other) = other.filter(|o| {
+        read_settings(o)
             .ok()
-            .map(|(other, _)| other)
-            .filter(|other| *other != named);
-        if let Some(other) = other.filter(|o| {
-            read_settings(o)
-                .ok()
-                .flatten()
-                .is_some_and(|t| has_ckpt_hooks(spec, &t))
-        }) {
-            sayln!(
-                "ckpt: note: {} has ckpt's hooks too: each tool call would run ckpt twice ({} then counts it as {}). `ckpt integrate {} {} --remove` takes them out there",
-                other.display(),
-                spec.product,
-                if spec.call_id_field.is_some() { "one step" } else { "two steps" },
-                spec.name,
-                if request.user { "--project" } else { "--user" }
-            );
-        }
-    }
-    let record = |written: bool, backup: Option<&Path>, command_file: Option<WirePath>, diff: &str| {
-        out.record(&IntegrateRecord {
-            agent: spec.name,
-            file: wire_path(&file),
-            action,
-            written,
-            backup: backup.map(wire_path),
-            command_file,
-            diff,
-        })
-    };
-    if merged.is_none() && slash.is_none() {
-        record(false, None, None, "");
-        out.human(&format!(
-            "{}: {} already {} ckpt's hooks; nothing to change",
+            .flatten()
+            .is_some_and(|t| has_ckpt_hooks(spec, &t))
+    }) {
+        sayln!(
+            "ckpt: note: {} has ckpt's hooks too: each tool call would run ckpt twice ({} then counts it as {}). `ckpt integrate {} {} --remove` takes them out there",
+            other.display(),
             spec.product,
-            file.display(),
-            if request.remove { "lacks" } else { "has" }
-        ));
-        return Ok(Exit::Ok);
+            if spec.call_id_field.is_some() { "one step" } else { "two steps" },
+            spec.name,
+            if request.user { "--project" } else { "--user" }
+        );
     }
-    let mut diff = match &merged {
-        Some(_) if delete_settings => unified_diff(before.as_deref().unwrap_or(""), "", &file),
-        Some(after) => unified_diff(before.as_deref().unwrap_or(""), after, &file),
-        None => String::new(),
-    };
-    if let Some(change) = &slash {
-        diff.push_str(&unified_diff(
-            change.before.as_deref().unwrap_or(""),
-            change.after.as_deref().unwrap_or(""),
-            &change.file,
-        ));
+}
+
+impl SettingsChange {
+    /// Removing, the settings file is ckpt's own and holds nothing else: it goes.
+    fn deletes_settings(&self) -> bool {
+        self.exclude.as_ref().is_some_and(|e| e.delete_settings)
     }
-    if let Some(plan) = exclude.as_ref().filter(|e| e.changes()) {
-        diff.push_str(&unified_diff(
-            plan.before.as_deref().unwrap_or(""),
-            plan.after.as_deref().unwrap_or(""),
-            &plan.file,
-        ));
-    }
-    out.human(diff.trim_end());
-    let command_file = slash.as_ref().map(|c| wire_path(&c.file));
-    if request.dry_run {
-        record(false, None, command_file, &diff);
-        out.human("(dry run: nothing was written)");
-        return Ok(Exit::Ok);
-    }
-    let confirmed = request.yes
-        || (std::io::stdin().is_terminal()
-            && std::io::stderr().is_terminal()
-            && crate::cli::ask_yes(&format!("Write {}?", file.display())));
-    if !confirmed {
-        return Err(CkptError::Refused(format!(
-            "changing {} needs confirmation: pass --yes (or --dry-run to only see the change); nothing was written",
-            file.display()
-        )));
-    }
-    // The agent itself rewrites its settings (a permission you approved, say): a change while
-    // the question was open is not overwritten.
-    let slash_changed = match &slash {
-        Some(change) => read_settings(&change.file)? != change.before,
-        None => false,
-    };
-    if read_settings(&file)? != before || slash_changed {
-        return Err(CkptError::Refused(format!(
-            "{} (or its /ckpt command) changed while ckpt waited for your answer; nothing was written. Run ckpt integrate again",
-            file.display()
-        )));
-    }
-    if let Some(plan) = exclude.as_ref().filter(|_| !request.remove) {
-        plan.write_added()?;
-    }
-    let mut backup = None;
-    if let Some(after) = &merged {
-        if let Some(old) = &before {
-            backup = Some(write_backup(&file, old)?);
+
+    /// The change as unified diffs: the settings file, the `/ckpt` command, the exclude file.
+    fn diff(&self, file: &Path) -> String {
+        let mut diff = match &self.merged {
+            Some(_) if self.deletes_settings() => unified_diff(self.before.as_deref().unwrap_or(""), "", file),
+            Some(after) => unified_diff(self.before.as_deref().unwrap_or(""), after, file),
+            None => String::new(),
+        };
+        if let Some(change) = &self.slash {
+            diff.push_str(&unified_diff(
+                change.before.as_deref().unwrap_or(""),
+                change.after.as_deref().unwrap_or(""),
+                &change.file,
+            ));
         }
-        if delete_settings {
-            std::fs::remove_file(&file).map_err(|source| CkptError::Io {
-                path: file.clone(),
-                source,
-            })?;
-        } else {
-            write_settings(&file, after)?;
+        if let Some(plan) = self.exclude.as_ref().filter(|e| e.changes()) {
+            diff.push_str(&unified_diff(
+                plan.before.as_deref().unwrap_or(""),
+                plan.after.as_deref().unwrap_or(""),
+                &plan.file,
+            ));
         }
+        diff
     }
-    if let Some(change) = &slash {
-        // ckpt's /ckpt as someone edited it, or as an older ckpt wrote it: kept as a backup.
-        if let Some(old) = &change.before {
-            write_backup(&change.file, old)?;
+
+    /// Writes the change, unless the agent rewrote its settings (or the `/ckpt` command) while
+    /// the question was open (a permission the user approved, say): that is never overwritten.
+    /// The old settings are kept as a backup, whose path is returned.
+    fn write(&self, file: &Path, remove: bool) -> Result<Option<PathBuf>, CkptError> {
+        let slash_changed = match &self.slash {
+            Some(change) => read_settings(&change.file)? != change.before,
+            None => false,
+        };
+        if read_settings(file)? != self.before || slash_changed {
+            return Err(CkptError::Refused(format!(
+                "{} (or its /ckpt command) changed while ckpt waited for your answer; nothing was written. Run ckpt integrate again",
+                file.display()
+            )));
         }
-        match &change.after {
-            Some(text) => write_settings(&change.file, text)?,
-            None => std::fs::remove_file(&change.file).map_err(|source| CkptError::Io {
-                path: change.file.clone(),
-                source,
-            })?,
+        if let Some(plan) = self.exclude.as_ref().filter(|_| !remove) {
+            plan.write_added()?;
         }
+        let mut backup = None;
+        if let Some(after) = &self.merged {
+            if let Some(old) = &self.before {
+                backup = Some(write_backup(file, old)?);
+            }
+            if self.deletes_settings() {
+                std::fs::remove_file(file).map_err(|source| CkptError::Io {
+                    path: file.to_path_buf(),
+                    source,
+                })?;
+            } else {
+                write_settings(file, after)?;
+            }
+        }
+        if let Some(change) = &self.slash {
+            // ckpt's /ckpt as someone edited it, or as an older ckpt wrote it: kept as a backup.
+            if let Some(old) = &change.before {
+                write_backup(&change.file, old)?;
+            }
+            match &change.after {
+                Some(text) => write_settings(&change.file, text)?,
+                None => std::fs::remove_file(&change.file).map_err(|source| CkptError::Io {
+                    path: change.file.clone(),
+                    source,
+                })?,
+            }
+        }
+        if let Some(plan) = self.exclude.as_ref().filter(|_| remove) {
+            plan.write_removed()?;
+        }
+        Ok(backup)
     }
-    if let Some(plan) = exclude.as_ref().filter(|_| request.remove) {
-        plan.write_removed()?;
-    }
-    record(true, backup.as_deref(), command_file, &diff);
-    match &backup {
-        Some(backup) => out.human(&format!(
-            "{}: wrote {} (the old one is kept as {})",
-            spec.product,
-            file.display(),
-            backup.display()
-        )),
-        None if merged.is_some() => out.human(&format!("{}: wrote {}", spec.product, file.display())),
-        None => {}
-    }
-    if let Some(change) = &slash {
-        let done = if change.after.is_some() { "wrote" } else { "removed" };
-        out.human(&format!(
-            "{}: {done} the /ckpt command ({})",
-            spec.product,
-            change.file.display()
-        ));
-    }
-    if let Some(plan) = exclude.as_ref().filter(|e| e.changes() && !request.remove) {
-        out.human(&format!(
-            "ckpt: {} keeps the files ckpt created out of `git status` (this clone only; `--remove` takes its lines out)",
-            plan.file.display()
-        ));
-    }
-    if !request.remove {
-        out.human(&after_note(spec, request.user));
-    }
-    Ok(Exit::Ok)
 }
 
 /// The first line of the `/ckpt` command file ckpt writes: what marks it as ckpt's to replace or
