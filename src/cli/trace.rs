@@ -3,7 +3,6 @@
 //! text. `list` and `diff` are read-only; `restore` writes only through the provider's restore
 //! transaction, and only files the trace rebuilds exactly.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
@@ -16,10 +15,9 @@ use super::wire::{
 };
 pub(super) use crate::provider::trace::sessions::LogSource;
 use crate::provider::trace::sessions::{
-    find_node, load_session, node_address, parse_node, replay_sessions, session_matches, session_prefix, state_after,
-    turn_step,
+    find_node, load_session, node_address, parse_node, replay_sessions, session_matches, session_prefix, turn_step,
 };
-use crate::provider::trace::{self, Known, RestorePlan, TraceNode};
+use crate::provider::trace::{self, DiffAgainst, Known, RestorePlan, Side, TraceDiff, TraceNode};
 use crate::provider::{diff, CkptError, Confirmation, Provider, SnapshotRequest};
 use crate::records::sessionlog;
 use crate::records::{Kind, Record, WirePath};
@@ -296,22 +294,6 @@ pub(super) fn timeline(
     Ok(Exit::Ok)
 }
 
-/// One side of a trace diff, for one file.
-enum Side {
-    Known(Option<Vec<u8>>),
-    Unknown(String),
-}
-
-impl Side {
-    fn of(known: Option<&Known>, absent_means: &str) -> Side {
-        match known {
-            Some(Known::Content(content)) => Side::Known(content.clone()),
-            Some(Known::Unknown(why)) => Side::Unknown(why.clone()),
-            None => Side::Unknown(absent_means.to_owned()),
-        }
-    }
-}
-
 pub(super) fn trace_diff(
     provider: &dyn Provider,
     cwd: &Path,
@@ -322,70 +304,22 @@ pub(super) fn trace_diff(
     out: &Output,
 ) -> Result<Exit, CkptError> {
     let logs = logs.warning_to(&warn_on_stderr);
-    let (prefix, name) = parse_node(node)?;
-    let replayed = load_session(provider, cwd, prefix, logs)?;
-    let nodes = replayed.nodes(provider);
-    let at = find_node(&nodes, name, node)?;
-    let from_label = node_address(&replayed.log.header.id, nodes[at].call);
-    // (path, before, after): "before" is the older side.
-    let mut pairs: Vec<(RepoPath, Side, Side)> = Vec::new();
-    let to_label;
-    match other {
-        None => {
-            // What this call changed: the state before it against the state after it.
-            let before = if at == 0 {
-                BTreeMap::new()
-            } else {
-                state_after(&nodes, at - 1)
-            };
-            for (path, after) in &nodes[at].files {
-                // The base the replay used (an earlier node, or a checkpoint) comes first.
-                let was = nodes[at].before.get(path).or_else(|| before.get(path));
-                pairs.push((
-                    path.clone(),
-                    Side::of(was, "not known to the trace before this call"),
-                    Side::of(Some(after), ""),
-                ));
-            }
-            to_label = format!("{from_label} (its own change)");
-        }
-        Some(text) if text.starts_with("trace:") => {
-            let (other_prefix, other_name) = parse_node(text)?;
-            let other_replayed;
-            let (other_nodes, other_session) = if other_prefix == prefix {
-                (nodes.clone(), &replayed)
-            } else {
-                other_replayed = load_session(provider, cwd, other_prefix, logs)?;
-                (other_replayed.nodes(provider), &other_replayed)
-            };
-            let other_at = find_node(&other_nodes, other_name, text)?;
-            let a = state_after(&nodes, at);
-            let b = state_after(&other_nodes, other_at);
-            let paths: std::collections::BTreeSet<&RepoPath> = a.keys().chain(b.keys()).collect();
-            for path in paths {
-                pairs.push((
-                    path.clone(),
-                    Side::of(a.get(path), "not known to the trace at this node"),
-                    Side::of(b.get(path), "not known to the trace at that node"),
-                ));
-            }
-            to_label = node_address(&other_session.log.header.id, other_nodes[other_at].call);
-        }
-        Some(text) => {
-            let record = super::checkpoints::resolve(
-                provider,
-                &super::args::TargetArgs {
-                    target: text.to_owned(),
-                    session: session.clone(),
-                },
-            )?;
-            for (path, known) in state_after(&nodes, at) {
-                let held = provider.file_at(&record, &path)?;
-                pairs.push((path, Side::of(Some(&known), ""), Side::Known(held)));
-            }
-            to_label = format!("checkpoint {}", record.short());
-        }
-    }
+    let against = match other {
+        None => DiffAgainst::OwnChange,
+        Some(text) if text.starts_with("trace:") => DiffAgainst::Node(text),
+        Some(text) => DiffAgainst::Checkpoint(Box::new(super::checkpoints::resolve(
+            provider,
+            &super::args::TargetArgs {
+                target: text.to_owned(),
+                session: session.clone(),
+            },
+        )?)),
+    };
+    let TraceDiff {
+        from: from_label,
+        to: to_label,
+        pairs,
+    } = TraceDiff::of(provider, cwd, node, against, logs)?;
     let mut files = Vec::new();
     let mut text = format!("trace diff {from_label} -> {to_label}\n");
     for (path, before, after) in pairs {

@@ -13,6 +13,7 @@
 //! resolves, to place a path named through it).
 
 mod backwards;
+mod diff;
 mod restore;
 pub mod sessions;
 
@@ -20,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 pub use backwards::{work_backwards, FileNow};
+pub use diff::{DiffAgainst, Side, TraceDiff};
 pub use restore::RestorePlan;
 
 use serde_json::Value;
