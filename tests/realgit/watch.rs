@@ -803,6 +803,22 @@ fn a_stale_keep_file_of_ckpts_own_is_removed_and_no_other() {
     );
     assert!(fifo.symlink_metadata().is_ok(), "a FIFO went");
     std::fs::remove_file(&fifo).unwrap();
+    // A snapshot that finds nothing changed cleans up too (it writes no pack, and never
+    // merges; a black-box run saw such leftovers stay).
+    let stale = pack_dir.join(format!("pack-{}.keep", "6".repeat(40)));
+    std::fs::write(&stale, note).unwrap();
+    let status = std::process::Command::new("touch")
+        .args(["-d", "1 hour ago"])
+        .arg(&stale)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let run = ckpt_json_within_30s(&repo, &["snapshot"]);
+    assert_eq!(run.code, 0, "{} {}", run.stdout, run.stderr);
+    assert!(
+        !stale.exists(),
+        "a snapshot with nothing to store left a stale keep file"
+    );
 }
 
 fn packs(repo: &TestRepo) -> Vec<String> {
@@ -1533,16 +1549,53 @@ fn ckpts_packs_are_not_merged_away_while_a_git_gc_runs() {
             count(&repo)
         );
     }
-    // A gc of this machine whose process is gone.
-    std::fs::write(&gc_pid, format!("{} {}", i32::MAX - 1, host.trim())).unwrap();
-    let before = count(&repo);
-    snapshots(&repo, 40, 70);
-    assert!(
-        count(&repo) < before + 25,
-        "a dead gc's pid file holds nothing back: {}",
-        count(&repo)
-    );
-    std::fs::remove_file(&gc_pid).unwrap();
+    // A gc of this machine whose process is gone, and what git takes for no gc.pid at all
+    // (garbage, a pid no process can have, a FIFO that would block whoever opens it).
+    let hostile: [(&str, Option<String>); 4] = [
+        ("a dead gc's", Some(format!("{} {}", i32::MAX - 1, host.trim()))),
+        ("a negative pid", Some(format!("-1 {}", host.trim()))),
+        ("garbage", Some("not a pid\n".to_owned())),
+        ("a FIFO", None),
+    ];
+    for (round, (what, text)) in hostile.into_iter().enumerate() {
+        match text {
+            Some(text) => std::fs::write(&gc_pid, text).unwrap(),
+            None => assert!(std::process::Command::new("mkfifo")
+                .arg(&gc_pid)
+                .status()
+                .unwrap()
+                .success()),
+        }
+        let before = count(&repo);
+        for n in 0..30 {
+            repo.write("f.txt", format!("{what} {round} {n}\n").as_bytes());
+            let mut child = repo
+                .ckpt_command()
+                .arg("snapshot")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            let status = loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    break status;
+                }
+                if std::time::Instant::now() > deadline {
+                    child.kill().ok();
+                    panic!("a snapshot hung beside {what} gc.pid");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            assert!(status.success(), "a snapshot failed beside {what} gc.pid");
+        }
+        assert!(
+            count(&repo) < before + 25,
+            "{what} gc.pid holds nothing back: {}",
+            count(&repo)
+        );
+        std::fs::remove_file(&gc_pid).unwrap();
+    }
     repo.git(&["fsck", "--full", "--strict", "--no-dangling"]);
     repo.git(&["gc", "-q", "--prune=now"]);
 }

@@ -140,15 +140,7 @@ impl Engine {
         compress: bool,
     ) -> Option<String> {
         let started = std::time::Instant::now();
-        // Under the workspace lock: a snapshot of this workspace is not between its pack and its
-        // pin now, and another one's holds its keep file for moments, not minutes.
-        self.vault.remove_stale_pack_keeps(STALE_PACK_KEEP);
-        // And what a killed write left in the object database (a streamed blob's temp file).
-        for temp in self.vault.stale_pack_temps(health::STALE_PACK_TEMP_AGE) {
-            self.vault
-                .remove_stale_pack_temp(&temp.name, health::STALE_PACK_TEMP_AGE)
-                .ok();
-        }
+        self.sweep_killed_writes();
         let listed = registry.ckpt_packs();
         let mut packs = listed.clone();
         packs.extend(new);
@@ -211,6 +203,20 @@ impl Engine {
             }
         }
         done
+    }
+
+    /// Removes what killed snapshots left in the object database: their keep files (past
+    /// [`STALE_PACK_KEEP`]: under the workspace lock, no snapshot of this workspace is between
+    /// its pack and its pin, and another one's holds its keep file for moments, not minutes)
+    /// and the temp files of their pack writes. Called under the workspace lock, before a
+    /// snapshot writes anything (so one that then fails still cleans up) and when packs merge.
+    pub(super) fn sweep_killed_writes(&self) {
+        self.vault.remove_stale_pack_keeps(STALE_PACK_KEEP);
+        for temp in self.vault.stale_pack_temps(health::STALE_PACK_TEMP_AGE) {
+            self.vault
+                .remove_stale_pack_temp(&temp.name, health::STALE_PACK_TEMP_AGE)
+                .ok();
+        }
     }
 
     /// Says (when timings are wanted) how long the phase begun at `started` took.

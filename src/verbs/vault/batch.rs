@@ -280,7 +280,7 @@ struct PackPlaced {
 }
 
 /// How many other encodings of a pack [`place_pack_file`] tries when a pack of its name is
-/// there already: one more for each earlier snapshot that wrote the same objects and failed.
+/// there already: each is random ([`encoded_again`]), so a second clash is all but impossible.
 const OTHER_ENCODINGS: u32 = 4;
 
 /// Puts the encoded `pack` (its objects where `placed` says) in `directory`; see
@@ -316,17 +316,18 @@ fn place_pack_file(
     directory: &Path,
     mode: u32,
     hash: gix::hash::Kind,
-    mut pack: PackFile,
+    pack: PackFile,
     ids: &[ObjectId],
 ) -> Result<PackPlaced, VerbError> {
+    let natural = match place_named_pack(directory, mode, hash, pack, ids)? {
+        Placing::Placed(placed) => return Ok(placed),
+        Placing::NameTaken(natural) => natural,
+    };
     for _ in 0..OTHER_ENCODINGS {
-        match place_named_pack(directory, mode, hash, pack, ids)? {
-            Placing::Placed(placed) => return Ok(placed),
-            Placing::NameTaken(taken) => pack = encoded_again(directory, hash, &taken)?,
+        let other = encoded_again(directory, hash, &natural)?;
+        if let Placing::Placed(placed) = place_named_pack(directory, mode, hash, other, ids)? {
+            return Ok(placed);
         }
-    }
-    if let Placing::Placed(placed) = place_named_pack(directory, mode, hash, pack, ids)? {
-        return Ok(placed);
     }
     Err(VerbError::git_because(
         "writing a pack",
@@ -709,6 +710,32 @@ mod other_encodings {
             let (pack, _) = encode_pack(gix::hash::Kind::Sha1, &objects, compression).expect("encodes");
             assert_eq!(first_bytes, pack, "the first pack is the plain encoding, untouched");
         }
+    }
+
+    /// Other encodings of one pack are random: two never share a name, so no series of them can
+    /// be left there beforehand to make every later snapshot of the same content fail (a
+    /// black-box run did that with five kills when the series was fixed).
+    #[test]
+    fn other_encodings_of_one_pack_differ_every_time() {
+        let objects = vec![blob(b"one\n"), blob(&b"two\n".repeat(5000))];
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let (pack, placed) = encode_pack(gix::hash::Kind::Sha1, &objects, PackCompression::Fastest).expect("encodes");
+        let mut temp = tempfile::NamedTempFile::new_in(dir.path()).expect("a temp file");
+        std::io::Write::write_all(temp.as_file_mut(), &pack).expect("written");
+        let natural = PackFile {
+            temp,
+            checksum: pack[pack.len() - 20..].to_vec(),
+            placed,
+        };
+        let checksums: HashSet<Vec<u8>> = (0..20)
+            .map(|_| {
+                encoded_again(dir.path(), gix::hash::Kind::Sha1, &natural)
+                    .expect("encoded again")
+                    .checksum
+            })
+            .chain([natural.checksum.clone()])
+            .collect();
+        assert_eq!(checksums.len(), 21);
     }
 
     /// A large blob streamed twice, the first pack left there unreachable (a killed snapshot's),

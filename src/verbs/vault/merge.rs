@@ -11,6 +11,17 @@ use super::Vault;
 use crate::verbs::types::ObjectId;
 use crate::verbs::VerbError;
 
+/// Whether a lock file `meta` describes was made less than [`GC_PID_TRUSTED_FOR`] ago (one
+/// dated in the future counts, as git counts it).
+fn is_fresh(meta: &std::fs::Metadata) -> bool {
+    meta.modified()
+        .map(|at| match at.elapsed() {
+            Ok(age) => age < GC_PID_TRUSTED_FOR,
+            Err(_) => true,
+        })
+        .unwrap_or(false)
+}
+
 /// How long a `gc.pid` says a gc is running: git itself trusts one for 12 hours
 /// (`builtin/gc.c`), and takes an older one for a gc that died.
 const GC_PID_TRUSTED_FOR: std::time::Duration = std::time::Duration::from_secs(12 * 60 * 60);
@@ -229,38 +240,54 @@ impl Vault {
     /// Whether a `git gc` (its `gc.pid`, written when it starts and removed when it ends) or a
     /// `git maintenance run` (its `objects/maintenance.lock`) is running in this repository. A
     /// gc lists the packs when it starts and asks for them by name later: a cruft repack dies
-    /// with "could not find pack" when one is gone, so ckpt removes none meanwhile. A `gc.pid`
-    /// older than git trusts, or naming a process of this machine that is gone, is a dead gc's.
-    /// Read-only.
+    /// with "could not find pack" when one is gone, so ckpt removes none meanwhile. `gc.pid` is
+    /// judged as git judges it: older than 12 hours, not a regular file, not `<pid> <host>`, or
+    /// naming a process of this machine that is gone, it is no running gc's. It is never opened
+    /// unless it is a regular file, and then without blocking. Read-only.
     pub fn git_gc_running(&self) -> bool {
-        let fresh = |path: &std::path::Path| {
-            std::fs::symlink_metadata(path)
-                .ok()
-                .and_then(|meta| meta.modified().ok())
-                .and_then(|at| at.elapsed().ok())
-                .is_some_and(|age| age < GC_PID_TRUSTED_FOR)
-        };
         let objects = self.repo.objects.store_ref().path();
-        if fresh(&objects.join("maintenance.lock")) {
+        let lock = std::fs::metadata(objects.join("maintenance.lock"));
+        if lock.is_ok_and(|meta| is_fresh(&meta)) {
             return true;
         }
         let gc_pid = self.repo.common_dir().join("gc.pid");
-        if !fresh(&gc_pid) {
+        let Ok(meta) = std::fs::metadata(&gc_pid) else {
+            return false;
+        };
+        if !meta.is_file() || !is_fresh(&meta) {
             return false;
         }
-        // "<pid> <host>": a gc of this machine whose process is gone is over.
-        let text = std::fs::read_to_string(&gc_pid).unwrap_or_default();
+        let text = {
+            use std::io::Read;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut text = String::new();
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                .open(&gc_pid);
+            match opened {
+                Ok(file) => {
+                    // A pid and a host name are a few dozen bytes; more is no gc.pid of git's.
+                    file.take(512).read_to_string(&mut text).ok();
+                }
+                Err(_) => return false,
+            }
+            text
+        };
         let mut fields = text.split_whitespace();
-        let (Some(pid), Some(host)) = (fields.next(), fields.next()) else {
-            return true;
+        let (Some(pid), Some(host)) = (fields.next().and_then(|p| p.parse::<u32>().ok()), fields.next()) else {
+            return false;
         };
         let this_host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         if host != this_host.trim() {
             return true;
         }
-        match pid.parse::<i32>().ok().and_then(rustix::process::Pid::from_raw) {
-            Some(pid) => !matches!(rustix::process::test_kill_process(pid), Err(rustix::io::Errno::SRCH)),
-            None => true,
+        // A pid the kernel cannot have (past i32) names no process; 0 is taken as running,
+        // as git takes it.
+        match i32::try_from(pid).ok().map(rustix::process::Pid::from_raw) {
+            Some(Some(pid)) => !matches!(rustix::process::test_kill_process(pid), Err(rustix::io::Errno::SRCH)),
+            Some(None) => true,
+            None => false,
         }
     }
 }

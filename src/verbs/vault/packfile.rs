@@ -218,15 +218,19 @@ pub(super) struct PackFile {
     pub(super) placed: Vec<Placed>,
 }
 
-/// An empty stored deflate block, not the last (RFC 1951 §3.2.4: the block's three header bits,
-/// padding, a length of 0 and its complement). Put at the start of a zlib stream's deflate data
-/// it changes nothing the stream inflates to, and so gives the same objects a pack of another
-/// checksum.
-const EMPTY_STORED_BLOCK: [u8; 5] = [0x00, 0x00, 0x00, 0xff, 0xff];
+/// How many empty stored deflate blocks another encoding puts at the start of its first
+/// object's deflate data (RFC 1951 §3.2.4: each is three header bits, padding to the byte, a
+/// length of 0 and its complement). The stream inflates to the same bytes, and the pack gets
+/// another checksum. Decoders skip a stored block's five padding bits, so each block carries
+/// five random bits: another encoding is one of 2^30, which nobody can have left there
+/// beforehand, where a fixed series of them could all be taken (five kills of snapshots of the
+/// same content, or packs copied in, once made every later snapshot of it fail).
+const RANDOM_EMPTY_BLOCKS: usize = 6;
 
-/// `pack` encoded again with one more [`EMPTY_STORED_BLOCK`] at the start of its first object's
-/// deflate data: the same objects, read back the same, in a pack of another checksum. Copied
-/// through from the temp file (a streamed blob's pack is never held in memory).
+/// `pack` encoded again with [`RANDOM_EMPTY_BLOCKS`] empty stored blocks of random padding at
+/// the start of its first object's deflate data: the same objects, read back the same, in a
+/// pack of another checksum. Copied through from the temp file (a streamed blob's pack is never
+/// held in memory).
 pub(super) fn encoded_again(directory: &Path, hash: gix::hash::Kind, pack: &PackFile) -> Result<PackFile, VerbError> {
     use std::io::{Read, Write};
     let failed = |e: std::io::Error| VerbError::git("writing a pack again under another name", e);
@@ -275,12 +279,13 @@ pub(super) fn encoded_again(directory: &Path, hash: gix::hash::Kind, pack: &Pack
     if u16::from_be_bytes([zlib_header[0], zlib_header[1]]) % 31 != 0 || zlib_header[1] & 0x20 != 0 {
         return Err(malformed("its first object is not a plain zlib stream"));
     }
-    copy(
-        &mut EMPTY_STORED_BLOCK.as_slice(),
-        EMPTY_STORED_BLOCK.len() as u64,
-        true,
-    )
-    .map_err(failed)?;
+    let mut random = [0u8; RANDOM_EMPTY_BLOCKS];
+    getrandom::fill(&mut random).map_err(|e| failed(std::io::Error::other(e.to_string())))?;
+    let blocks: Vec<u8> = random
+        .iter()
+        .flat_map(|bits| [(bits & 0x1f) << 3, 0x00, 0x00, 0xff, 0xff])
+        .collect();
+    copy(&mut blocks.as_slice(), blocks.len() as u64, true).map_err(failed)?;
     let rest_of_first = first_end
         .checked_sub(at)
         .ok_or_else(|| malformed("an object ends before it begins"))?;
@@ -300,7 +305,7 @@ pub(super) fn encoded_again(directory: &Path, hash: gix::hash::Kind, pack: &Pack
     to.write_all(trailer.as_bytes()).map_err(failed)?;
     to.flush().map_err(failed)?;
     drop(to);
-    let shift = EMPTY_STORED_BLOCK.len() as u64;
+    let shift = blocks.len() as u64;
     let first_crc = first_crc.finalize();
     for entry in &mut placed {
         if entry.offset == first_offset {
