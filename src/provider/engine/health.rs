@@ -67,27 +67,27 @@ impl Engine {
     /// Why checkpoint `commit` cannot be read whole because an object of it is missing (not
     /// merely damaged), if it cannot.
     fn missing_object_of(&self, commit: &ObjectId) -> Option<String> {
-        if !self.vault.has_object(commit) {
-            return Some(format!("its commit {commit} is gone"));
-        }
-        match self.vault.verify_objects(commit, &mut IdSet::default()) {
-            Err(failure) if matches!(failure.error, crate::verbs::VerbError::MissingObject { .. }) => {
-                Some(failure.to_string())
-            }
+        match self.unusable_object_of(commit) {
+            Some((ObjectFailure::Missing, why)) => Some(why),
             _ => None,
         }
     }
 
-    /// Why checkpoint `commit` cannot be read whole because an object of it is there but its
-    /// bytes are not what its id says (or not of its kind), if so: git's fsck reports such an
-    /// object whatever holds it. (A hostile tree, whose objects hash right, is not damaged.)
-    fn damaged_object_of(&self, commit: &ObjectId) -> Option<String> {
-        match self.vault.verify_objects(commit, &mut IdSet::default()) {
-            Err(failure) if matches!(failure.error, crate::verbs::VerbError::UnusableObject { .. }) => {
-                Some(failure.to_string())
-            }
-            _ => None,
+    /// Why checkpoint `commit` cannot be read whole, if it cannot, and whether an object of it
+    /// is missing or damaged (there, but its bytes are not what its id says, or not of its
+    /// kind: git's fsck reports such an object whatever holds it). A hostile tree, whose
+    /// objects hash right, is neither.
+    fn unusable_object_of(&self, commit: &ObjectId) -> Option<(ObjectFailure, String)> {
+        if !self.vault.has_object(commit) {
+            return Some((ObjectFailure::Missing, format!("its commit {commit} is gone")));
         }
+        let failure = self.vault.verify_objects(commit, &mut IdSet::default()).err()?;
+        let kind = match failure.error {
+            crate::verbs::VerbError::MissingObject { .. } => ObjectFailure::Missing,
+            crate::verbs::VerbError::UnusableObject { .. } => ObjectFailure::Damaged,
+            _ => return None,
+        };
+        Some((kind, failure.to_string()))
     }
 
     fn pending_journal(&self) -> Result<Option<RestoreJournal>, CkptError> {
@@ -265,7 +265,10 @@ impl Engine {
         // (its bytes do not hash to its id) is kept, but git's fsck reports that object whatever
         // holds it, so the repository is not called consistent while it is there.
         for (aside, commit) in self.vault.quarantined_pins(&self.workspace)? {
-            if let Some(why) = self.missing_object_of(&commit) {
+            let Some((failure, why)) = self.unusable_object_of(&commit) else {
+                continue;
+            };
+            if failure == ObjectFailure::Missing {
                 problems.push(problem(
                     "quarantined_missing_objects",
                     format!(
@@ -274,11 +277,11 @@ impl Engine {
                     ),
                     Some(&commit.to_hex()),
                 ));
-            } else if let Some(failure) = self.damaged_object_of(&commit) {
+            } else {
                 problems.push(problem(
                     "quarantined_damaged_objects",
                     format!(
-                        "{} keeps a checkpoint with a damaged object ({failure}); git fsck reports that object whichever ref holds it. ckpt never deletes object files: replace or remove the damaged one (git fsck names it), and `git update-ref -d {}` drops the quarantined checkpoint",
+                        "{} keeps a checkpoint with a damaged object ({why}); git fsck reports that object whichever ref holds it. ckpt never deletes object files: replace or remove the damaged one (git fsck names it), and `git update-ref -d {}` drops the quarantined checkpoint",
                         aside.as_str(),
                         aside.as_str()
                     ),
@@ -753,4 +756,11 @@ fn planned_action(p: &Problem) -> String {
                     ),
                     _ => format!("nothing automatic for: {}", p.message),
     }
+}
+
+/// How an object of a checkpoint fails it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ObjectFailure {
+    Missing,
+    Damaged,
 }

@@ -140,7 +140,6 @@ impl Engine {
         compress: bool,
     ) -> Option<String> {
         let started = std::time::Instant::now();
-        self.sweep_killed_writes();
         let listed = registry.ckpt_packs();
         let mut packs = listed.clone();
         packs.extend(new);
@@ -208,8 +207,10 @@ impl Engine {
     /// Removes what killed snapshots left in the object database: their keep files (past
     /// [`STALE_PACK_KEEP`]: under the workspace lock, no snapshot of this workspace is between
     /// its pack and its pin, and another one's holds its keep file for moments, not minutes)
-    /// and the temp files of their pack writes. Called under the workspace lock, before a
-    /// snapshot writes anything (so one that then fails still cleans up) and when packs merge.
+    /// and the temp files of their pack writes. Called under the workspace lock, once per
+    /// walking snapshot before it writes anything (so one that then fails still cleans up),
+    /// and by the watch daemon when the worktree is quiet (watched snapshots, the hot path,
+    /// leave it to the daemon).
     pub(super) fn sweep_killed_writes(&self) {
         self.vault.remove_stale_pack_keeps(STALE_PACK_KEEP);
         for temp in self.vault.stale_pack_temps(health::STALE_PACK_TEMP_AGE) {
@@ -539,6 +540,7 @@ impl Provider for Engine {
         let Some(lock) = registry.try_lock()? else {
             return Ok(None);
         };
+        self.sweep_killed_writes();
         Ok(self.merge_ckpt_packs(&registry, &lock, None, more_than, true))
     }
 

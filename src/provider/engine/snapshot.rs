@@ -133,9 +133,7 @@ impl Engine {
     ) -> Result<(SnapshotOutcome, Capture), CkptError> {
         let _keeps = self.vault.pack_keeps_released_on_return();
         let t0 = std::time::Instant::now();
-        if self.kind == super::StoreKind::Repository {
-            self.sweep_killed_writes();
-        }
+        self.sweep_killed_writes();
         let reconciled = self.reconcile(registry.load()?)?;
         self.phase_time("registry + refs", t0);
         // The previous checkpoint is the newest one still pinned: an unpinned record's objects
