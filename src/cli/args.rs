@@ -243,11 +243,12 @@ pub(super) struct SnapshotArgs {
     /// Files larger than this many bytes are skipped and reported
     #[arg(long)]
     pub(super) max_file_size: Option<u64>,
-    /// Ask the workspace's watch daemon what changed (starting it if none runs); falls back to
-    /// a full scan whenever it cannot vouch for the answer. Config: `watch = true`
+    /// Start the workspace's watch daemon if none runs (a running one is asked what changed
+    /// by every snapshot anyway); falls back to a full scan whenever it cannot vouch for the
+    /// answer. Config: `watch = true` (start one), `watch = false` (never ask one)
     #[arg(long, conflicts_with = "no_watch")]
     pub(super) watch: bool,
-    /// Scan in full even if the config says `watch = true`
+    /// Scan in full even if a watch daemon runs or the config says `watch = true`
     #[arg(long)]
     pub(super) no_watch: bool,
     /// The first checkpoint of its turn (for harness adapters): when nothing changed since the

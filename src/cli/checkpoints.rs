@@ -17,7 +17,12 @@ pub(super) fn snapshot(
     out: &Output,
 ) -> Result<Exit, CkptError> {
     let request = snapshot_request(args, max_file_size, config);
-    let settled = provider::settle::snapshot(provider, &request, &super::followups(provider, config))?;
+    let mut followups = super::followups(provider, config);
+    if !(args.watch || config.watch == Some(true)) {
+        // A daemon that runs is asked all the same; only `--watch` or the config starts one.
+        followups.start_daemon = None;
+    }
+    let settled = provider::settle::snapshot(provider, &request, &followups)?;
     if let Some(why) = &settled.daemon_not_started {
         sayln!("ckpt: warning: could not start the watch daemon: {why}");
     }
@@ -60,7 +65,7 @@ fn snapshot_request(args: &SnapshotArgs, max_file_size: u64, config: &Config) ->
             KindArg::Guard => Kind::Guard,
         },
         max_file_size,
-        watch: !args.no_watch && (args.watch || config.watch == Some(true)),
+        watch: !args.no_watch && (args.watch || config.watch != Some(false)),
         opens_turn: args.opens_turn,
     }
 }

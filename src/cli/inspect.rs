@@ -7,7 +7,7 @@ use std::path::Path;
 use super::args::*;
 use super::checkpoints::resolve;
 use super::output::{self, Output};
-use super::wire::{DiffFileRecord, DiffRecord, SessionCount, StatusRecord};
+use super::wire::{DiffFileRecord, DiffRecord, SessionCount, StatusRecord, WatchUse};
 use super::*;
 use crate::provider::{self, CkptError, Provider};
 
@@ -66,8 +66,19 @@ pub(super) fn diff(
     Ok(Exit::Ok)
 }
 
-pub(super) fn status(provider: &dyn Provider, max_file_size: u64, out: &Output) -> Result<Exit, CkptError> {
+pub(super) fn status(
+    provider: &dyn Provider,
+    max_file_size: u64,
+    watch_off: bool,
+    out: &Output,
+) -> Result<Exit, CkptError> {
     let report = provider.status(max_file_size)?;
+    let daemon = crate::provider::watch::status(&provider.watch_files()).ok().flatten();
+    let watch = match (watch_off, &daemon) {
+        (true, _) => WatchUse::TurnedOff,
+        (false, Some(_)) => WatchUse::Used,
+        (false, None) => WatchUse::NotRunning,
+    };
     let mut sessions: std::collections::BTreeMap<Option<String>, usize> = std::collections::BTreeMap::new();
     for record in &report.checkpoints {
         *sessions.entry(record.session.clone()).or_default() += 1;
@@ -92,6 +103,7 @@ pub(super) fn status(provider: &dyn Provider, max_file_size: u64, out: &Output) 
         ckpt_only_bytes: report.ckpt_only_bytes,
         shared_bytes: report.shared_bytes,
         blobs: report.blobs,
+        watch,
     });
     if !out.json {
         let mut text = format!("provider {} for {}\n", report.provider, provider.workdir().display());
@@ -135,6 +147,17 @@ pub(super) fn status(provider: &dyn Provider, max_file_size: u64, out: &Output) 
             output::human_bytes(report.shared_bytes),
             report.blobs
         ));
+        text.push('\n');
+        text.push_str(&match (watch, &daemon) {
+            (WatchUse::Used, Some(daemon)) => format!(
+                "watch daemon: running (pid {}); snapshots ask it what changed",
+                daemon.pid
+            ),
+            (WatchUse::TurnedOff, _) => {
+                "watch daemon: not used (config watch = false); snapshots walk the worktree".to_owned()
+            }
+            _ => "watch daemon: not running; snapshots walk the worktree (`ckpt watch start` starts one)".to_owned(),
+        });
         out.human(&text);
     }
     Ok(Exit::Ok)

@@ -193,11 +193,11 @@ fn followups<'a>(provider: &'a dyn provider::Provider, config: &Config) -> provi
     let auto_prune = config.retention.as_ref().and_then(|r| r.auto_prune).unwrap_or(false);
     provider::settle::Followups {
         auto_prune: auto_prune.then(|| retention_policy(config)),
-        start_daemon: Box::new(move || {
+        start_daemon: Some(Box::new(move || {
             watch::start(provider.workdir(), &provider.watch_files())
                 .map(drop)
                 .map_err(|e| e.to_string())
-        }),
+        })),
     }
 }
 
@@ -379,7 +379,9 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
             let open_another = || open_workspace(cli, &cwd, false).map(|(_, provider)| provider);
             ui::serve(provider, &open_another, &config, &options)
         }
-        WorkspaceCommand::Status { max_file_size } => status(provider, limit(max_file_size), out),
+        WorkspaceCommand::Status { max_file_size } => {
+            status(provider, limit(max_file_size), config.watch == Some(false), out)
+        }
         WorkspaceCommand::Prune {
             dry_run,
             max_per_session,

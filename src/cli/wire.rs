@@ -374,8 +374,22 @@ pub struct StatusRecord<'a> {
     pub ckpt_only_bytes: u64,
     pub shared_bytes: u64,
     pub blobs: usize,
+    /// Whether snapshots ask a watch daemon what changed.
+    pub watch: WatchUse,
 }
 record_type!(StatusRecord, "status");
+
+/// `status.watch`: whether a watch daemon runs for the workspace and whether snapshots ask it.
+#[derive(Serialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchUse {
+    /// A daemon runs and every snapshot asks it first.
+    Used,
+    /// None runs: snapshots walk the worktree.
+    NotRunning,
+    /// The config says `watch = false`: snapshots walk, whether a daemon runs or not.
+    TurnedOff,
+}
 
 impl<'a> StatusRecord<'a> {
     pub fn not_protected(list: &'a [(RepoPath, String)], unnamable: &'a [Skipped]) -> Vec<PathReason<'a>> {

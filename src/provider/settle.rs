@@ -10,8 +10,9 @@ use super::{retention, CkptError, Provider, ScanMode, SnapshotOutcome, SnapshotR
 pub struct Followups<'a> {
     /// Applied after a snapshot that created a checkpoint (config `retention.auto_prune`).
     pub auto_prune: Option<retention::Policy>,
-    /// Starts the workspace's watch daemon in the background.
-    pub start_daemon: Box<dyn Fn() -> Result<(), String> + 'a>,
+    /// Starts the workspace's watch daemon in the background when a snapshot that asked for one
+    /// found none; `None`: a daemon that runs is used, none is started.
+    pub start_daemon: Option<Box<dyn Fn() -> Result<(), String> + 'a>>,
 }
 
 /// A snapshot and what followed it.
@@ -34,15 +35,20 @@ pub fn snapshot(
             crate::records::validate_new_label(what, text).map_err(CkptError::InvalidInput)?;
         }
     }
-    let outcome = provider.snapshot(request)?;
-    // No socket: no daemon, so one is started for the next snapshot. A daemon that is there but
-    // did not answer is not replaced behind the user's back (the fallback says so).
+    let mut outcome = provider.snapshot(request)?;
+    // No socket: no daemon, so one is started for the next snapshot when this one wanted it. A
+    // daemon that is there but did not answer is not replaced behind the user's back (the
+    // fallback says so).
     let no_daemon =
         matches!(&outcome.scan_mode, ScanMode::Full { fallback: Some(why) } if why == super::watch::NO_DAEMON);
-    let daemon_not_started = if request.watch && no_daemon {
-        (followups.start_daemon)().err()
-    } else {
-        None
+    let daemon_not_started = match &followups.start_daemon {
+        Some(start) if request.watch && no_daemon => start().err(),
+        // Only a running daemon was to be used: walking without one is no fallback.
+        None if no_daemon => {
+            outcome.scan_mode = ScanMode::Full { fallback: None };
+            None
+        }
+        _ => None,
     };
     let pruned = match &followups.auto_prune {
         Some(policy) if outcome.created => {

@@ -15,7 +15,8 @@ pub struct Config {
     pub max_file_size: Option<u64>,
     pub retention: Option<Retention>,
     pub copy: Option<Copy>,
-    /// Snapshots ask the workspace's watch daemon first (and start it when none runs).
+    /// Whether snapshots ask the workspace's watch daemon what changed: `true` also starts one
+    /// when none runs, `false` never asks one; unset, a daemon that runs is asked.
     pub watch: Option<bool>,
 }
 

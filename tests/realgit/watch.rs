@@ -339,6 +339,44 @@ fn a_flood_of_changes_drops_the_log_and_a_second_daemon_refuses() {
     stop(&repo);
 }
 
+/// Events that come faster than the daemon reads them are dropped, never queued without
+/// bound (a daemon grew to 4 GB beside churning programs, issue #42), and a dropped event
+/// makes the next answer unknown: nothing it named is missed.
+#[test]
+fn events_faster_than_the_daemon_reads_cost_a_walk_never_memory_or_a_missed_change() {
+    let repo = TestRepo::new();
+    // The daemon stops reading its events while `resume` is missing.
+    let resume = repo.root.join(".git/resume-daemon");
+    std::fs::write(&resume, b"").unwrap();
+    let mut start = repo.ckpt_command();
+    start
+        .args(["watch", "start"])
+        .env("CKPT_WATCH_MAX_QUEUED", "64")
+        .env("CKPT_PAUSE", "watch:daemon-read")
+        .env("CKPT_PAUSE_RESUME", &resume);
+    // Files in directories already watched: each raises its own events.
+    for d in 0..7 {
+        repo.write(format!("burst/d{d}/keep.txt"), b"k");
+    }
+    let started = run_ckpt(start);
+    assert_eq!(started.code, 0, "{}", started.stderr);
+    watched(&repo);
+    let warmed = watched(&repo);
+    assert_eq!(warmed.mode, "watch", "{}", warmed.fallback);
+    std::fs::remove_file(&resume).unwrap();
+    for i in 0..300 {
+        repo.write(format!("burst/d{}/f{i}.txt", i % 7), b"x");
+    }
+    std::fs::write(&resume, b"").unwrap();
+    let after = watched(&repo);
+    assert!(after.fallback.contains("faster than the daemon"), "{}", after.fallback);
+    assert_walk_agrees(&repo, &after.id, "burst");
+    repo.write("burst/d0/after.txt", b"y");
+    let next = served_by_the_daemon(&repo);
+    assert_walk_agrees(&repo, &next.id, "after the burst");
+    stop(&repo);
+}
+
 #[test]
 fn edits_racing_watched_snapshots_are_never_missed() {
     let repo = TestRepo::new();
@@ -1908,4 +1946,51 @@ fn a_daemon_whose_repository_is_gone_ends_though_its_state_remains() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(gone(pid), "a daemon whose repository is gone ends");
+}
+
+/// A plain `ckpt snapshot` (no `--watch`, no config) asks a daemon that runs (issue #42: a user
+/// who ran `ckpt watch start` got walking snapshots), starts none when none runs, and `status`
+/// says which; `watch = false` in the config keeps every snapshot walking.
+#[test]
+fn a_running_daemon_is_asked_by_every_snapshot_unless_the_config_turns_it_off() {
+    let repo = TestRepo::new();
+    let plain = |repo: &TestRepo| {
+        let run = repo.ckpt_json(&["snapshot"], 0);
+        let snap = run.one("snapshot").clone();
+        (
+            snap["scan"]["mode"].as_str().unwrap().to_owned(),
+            snap["scan"]["fallback"].as_str().map(str::to_owned),
+        )
+    };
+    let status = |repo: &TestRepo| {
+        let run = repo.ckpt_json(&["status"], 0);
+        run.one("status")["watch"].as_str().unwrap().to_owned()
+    };
+    // No daemon: a walk that is no fallback, and none is started behind the user's back.
+    assert_eq!(plain(&repo), ("full".to_owned(), None));
+    assert_eq!(status(&repo), "not_running");
+    assert!(daemons_in(&repo.root).is_empty(), "a plain snapshot started a daemon");
+    assert!(repo.ckpt(&["status"]).stdout.contains("watch daemon: not running"));
+
+    repo.ckpt_json(&["watch", "start"], 0);
+    assert_eq!(status(&repo), "used");
+    assert!(repo.ckpt(&["status"]).stdout.contains("snapshots ask it what changed"));
+    // The first asks for a token; from then on the daemon answers.
+    let (mode, fallback) = plain(&repo);
+    assert_eq!(mode, "full");
+    assert!(fallback.unwrap_or_default().contains("no token yet"));
+    repo.write("src/lib.rs", b"pub fn answer() -> u32 { 43 }\n");
+    let served = plain(&repo);
+    assert_eq!(served, ("watch".to_owned(), None));
+    let newest = repo.ckpt_json(&["list"], 0).json.last().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_walk_agrees(&repo, &newest, "a plain snapshot served by the daemon");
+
+    repo.set_config("watch = false\n");
+    assert_eq!(status(&repo), "turned_off");
+    repo.write("src/lib.rs", b"pub fn answer() -> u32 { 44 }\n");
+    assert_eq!(plain(&repo), ("full".to_owned(), None));
+    stop(&repo);
 }

@@ -152,7 +152,8 @@ impl Api<'_> {
                 })
             }
             "/api/status" => {
-                let status = collect(|out| status(provider, self.max_file_size(), out));
+                let watch_off = self.config.watch == Some(false);
+                let status = collect(|out| status(provider, self.max_file_size(), watch_off, out));
                 if status.status != 200 {
                     return status;
                 }

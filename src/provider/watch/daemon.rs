@@ -25,6 +25,8 @@ use crate::records::WirePath;
 
 /// More changed paths than this and the log is dropped: a full scan is cheaper than the list.
 const MAX_CHANGES: usize = 20_000;
+/// How many events wait to be read at most (a few MB); more are dropped, and the log with them.
+const MAX_QUEUED_EVENTS: usize = 16_384;
 /// How long a `since` waits for its cookie to be seen.
 const COOKIE_WAIT: Duration = Duration::from_secs(6);
 /// How many files most recently made or written the daemon keeps naming to every snapshot
@@ -58,9 +60,35 @@ struct State {
     last_fallback: Option<String>,
     last_request: Instant,
     stopping: bool,
+    /// When a dropped event was last noticed: a client whose cookie was made before it may
+    /// wait for an event that never comes.
+    last_drop: Option<std::time::SystemTime>,
 }
 
 impl State {
+    fn new(root: &Path, own: &[PathBuf], idle: Duration, max_changes: usize) -> State {
+        State {
+            root: root.to_path_buf(),
+            own: own.to_vec(),
+            idle,
+            max_changes,
+            instance: rand_u64(),
+            seq: 0,
+            changes: HashMap::new(),
+            written: std::collections::VecDeque::new(),
+            reset_seq: 0,
+            reset_reason: String::new(),
+            cookies: HashSet::new(),
+            events_seen: 0,
+            watched: BTreeSet::new(),
+            broken: None,
+            last_fallback: None,
+            last_request: Instant::now(),
+            stopping: false,
+            last_drop: None,
+        }
+    }
+
     fn token(&self) -> String {
         format!("{:016x}:{}", self.instance, self.seq)
     }
@@ -99,13 +127,17 @@ impl State {
                 Some(Some((_, seq))) if seq < self.reset_seq => unknown(self.reset_reason.clone()),
                 Some(Some((_, seq))) if seq > self.seq => unknown("the token is from the future".into()),
                 Some(Some((_, seq))) => {
-                    let mut paths: Vec<&Vec<u8>> = self
-                        .changes
-                        .iter()
-                        .filter(|(_, at)| **at > seq)
-                        .map(|(p, _)| p)
-                        .chain(self.written.iter())
-                        .collect();
+                    // A workspace keeps one token, replaced under its lock, so no older token
+                    // is asked after this one: what came before it is forgotten, and the log
+                    // (and its bound) counts the changes since the asking snapshot's token,
+                    // not since the oldest one ever given.
+                    self.changes.retain(|_, at| *at > seq);
+                    if seq > self.reset_seq {
+                        self.reset_seq = seq;
+                        self.reset_reason =
+                            "a later token was asked for since (the daemon forgets what came before it)".into();
+                    }
+                    let mut paths: Vec<&Vec<u8>> = self.changes.keys().chain(self.written.iter()).collect();
                     paths.sort();
                     paths.dedup();
                     SinceAnswer {
@@ -134,6 +166,17 @@ struct Shared {
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Resets the log when the watcher dropped an event, and wakes the clients waiting for
+    /// their cookie: it may have been the one dropped, and the answer is "unknown" anyway.
+    fn note_dropped(&self, dropped: &std::sync::atomic::AtomicBool) {
+        if dropped.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            let mut state = self.lock();
+            state.reset("events came faster than the daemon could read them".into());
+            state.last_drop = Some(std::time::SystemTime::now());
+            self.seen.notify_all();
+        }
     }
 }
 
@@ -245,33 +288,39 @@ pub fn run(
     };
     let cookies = files.cookies();
     let shared = Arc::new(Shared {
-        state: Mutex::new(State {
-            root: root.to_path_buf(),
-            own: own.to_vec(),
+        state: Mutex::new(State::new(
+            root,
+            own,
             idle,
             // A smaller bound, for tests that must see the log dropped.
-            max_changes: std::env::var("CKPT_WATCH_MAX_CHANGES")
+            std::env::var("CKPT_WATCH_MAX_CHANGES")
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(MAX_CHANGES),
-            instance: rand_u64(),
-            seq: 0,
-            changes: HashMap::new(),
-            written: std::collections::VecDeque::new(),
-            reset_seq: 0,
-            reset_reason: String::new(),
-            cookies: HashSet::new(),
-            events_seen: 0,
-            watched: BTreeSet::new(),
-            broken: None,
-            last_fallback: None,
-            last_request: Instant::now(),
-            stopping: false,
-        }),
+        )),
         seen: Condvar::new(),
     });
-    let (sender, events) = std::sync::mpsc::channel();
-    let mut watcher = notify::recommended_watcher(sender).map_err(|e| CkptError::Io {
+    // Bounded, and never blocking the watcher's thread (a blocked one would deadlock with the
+    // watch this thread adds for a new directory): an event that finds the queue full is
+    // dropped and marks the log as unvouchable, so churn faster than the daemon can read it
+    // costs a walk, never memory (an unbounded queue grew a daemon to 4 GB).
+    let queued = std::env::var("CKPT_WATCH_MAX_QUEUED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(MAX_QUEUED_EVENTS);
+    let (sender, events) = std::sync::mpsc::sync_channel(queued);
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dropped_by_watcher = Arc::clone(&dropped);
+    let on_event = move |event: notify::Result<notify::Event>| {
+        // Reads (every program's, ckpt's own walks too) are no changes: they never take room.
+        if matches!(&event, Ok(e) if is_read(&e.kind)) {
+            return;
+        }
+        if let Err(std::sync::mpsc::TrySendError::Full(_)) = sender.try_send(event) {
+            dropped_by_watcher.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    };
+    let mut watcher = notify::recommended_watcher(on_event).map_err(|e| CkptError::Io {
         path: root.to_path_buf(),
         source: std::io::Error::other(format!("cannot start watching: {e}")),
     })?;
@@ -287,7 +336,8 @@ pub fn run(
     let listener = files.bind_socket(&lock)?;
     let server = {
         let shared = Arc::clone(&shared);
-        std::thread::spawn(move || serve(listener, &shared))
+        let cookies = cookies.clone();
+        std::thread::spawn(move || serve(listener, &cookies, &shared))
     };
     let root_buf = root.to_path_buf();
     let mut last_event = Instant::now();
@@ -295,11 +345,15 @@ pub fn run(
     loop {
         match events.recv_timeout(Duration::from_millis(500)) {
             Ok(event) => {
+                crate::fault::pause("watch:daemon-read");
+                // Before this event (a cookie, perhaps) is seen: what was dropped came first.
+                shared.note_dropped(&dropped);
                 handle(event, &root_buf, &cookies, &mut watcher, &shared);
                 last_event = Instant::now();
                 quiet_done = false;
             }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            // The dropped event may have been a cookie a client waits for.
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => shared.note_dropped(&dropped),
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
         }
         let state = shared.lock();
@@ -337,6 +391,12 @@ pub fn run(
     Ok(())
 }
 
+/// Closing a file written through (also through a memory map) is a change; opening or reading
+/// one is not.
+fn is_read(kind: &EventKind) -> bool {
+    matches!(kind, EventKind::Access(kind) if *kind != AccessKind::Close(AccessMode::Write))
+}
+
 fn handle(
     event: notify::Result<notify::Event>,
     root: &Path,
@@ -360,9 +420,7 @@ fn handle(
         shared.lock().reset("the kernel's event queue overflowed".into());
         return;
     }
-    // Closing a file written through (also through a memory map) is a change; opening or
-    // reading one is not.
-    if matches!(event.kind, EventKind::Access(kind) if kind != AccessKind::Close(AccessMode::Write)) {
+    if is_read(&event.kind) {
         return;
     }
     let renamed = matches!(event.kind, EventKind::Modify(ModifyKind::Name(_)));
@@ -452,10 +510,10 @@ fn handle(
     }
 }
 
-fn serve(listener: UnixListener, shared: &Shared) {
+fn serve(listener: UnixListener, cookies: &Path, shared: &Shared) {
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        let stop = answer(stream, shared);
+        let stop = answer(stream, cookies, shared);
         if stop {
             shared.lock().stopping = true;
             return;
@@ -464,7 +522,7 @@ fn serve(listener: UnixListener, shared: &Shared) {
 }
 
 /// Answers one connection; true when it asked the daemon to stop.
-fn answer(stream: UnixStream, shared: &Shared) -> bool {
+fn answer(stream: UnixStream, cookies: &Path, shared: &Shared) -> bool {
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok();
     stream.set_write_timeout(Some(Duration::from_secs(5))).ok();
     let mut line = String::new();
@@ -479,15 +537,22 @@ fn answer(stream: UnixStream, shared: &Shared) -> bool {
     let (reply, stop) = match serde_json::from_str::<Request>(&line) {
         Ok(Request::Since { v: 1, token, cookie }) if valid_cookie(&cookie) => {
             let deadline = Instant::now() + COOKIE_WAIT;
+            // A drop noticed after the cookie was made may have been its event (coarse file
+            // times only make this say so more often, never less).
+            let made = std::fs::metadata(cookies.join(&cookie))
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            let dropped_since = |state: &State| state.last_drop.is_some_and(|at| at >= made);
             let mut state = shared.lock();
-            while !state.cookies.contains(&cookie) && Instant::now() < deadline {
+            while !state.cookies.contains(&cookie) && !dropped_since(&state) && Instant::now() < deadline {
                 state = shared
                     .seen
                     .wait_timeout(state, deadline.saturating_duration_since(Instant::now()))
                     .map(|(guard, _)| guard)
                     .unwrap_or_else(|poisoned| poisoned.into_inner().0);
             }
-            let answer = if state.cookies.remove(&cookie) {
+            let answer = if state.cookies.remove(&cookie) || dropped_since(&state) {
+                // After a drop, the reset makes any earlier token unknown.
                 state.answer_since(token.as_deref())
             } else {
                 state.last_fallback = Some("the daemon did not see the sync cookie in time".into());
@@ -528,4 +593,51 @@ fn answer(stream: UnixStream, shared: &Shared) -> bool {
 /// A cookie name is one of ours: short, no separators, nothing hidden.
 fn valid_cookie(name: &str) -> bool {
     !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn changed_paths(answer: &SinceAnswer) -> Option<usize> {
+        answer.changed.as_ref().map(Vec::len)
+    }
+
+    /// Rounds of a few hundred changes, each asked for with the previous answer's token, never
+    /// add up to the bound (issue #42: a snapshot with 320 changes fell back after ~63 rounds).
+    #[test]
+    fn changes_are_counted_from_the_asking_token_not_the_oldest() {
+        let mut state = State::new(Path::new("/w"), &[], Duration::from_secs(60), 1_000);
+        let mut token = state.answer_since(None).token;
+        for round in 0..20 {
+            for i in 0..300 {
+                state.changed(format!("r{round}/f{i}").into_bytes());
+            }
+            let answer = state.answer_since(Some(&token));
+            assert_eq!(changed_paths(&answer), Some(300), "round {round}: {:?}", answer.unknown);
+            token = answer.token;
+        }
+        assert!(
+            state.changes.len() <= 300,
+            "the log kept {} entries",
+            state.changes.len()
+        );
+    }
+
+    /// The token a failed snapshot left is asked again and still answered in full; a token older
+    /// than one asked since is refused, not answered with what was forgotten.
+    #[test]
+    fn the_asking_token_stays_answerable_and_older_ones_are_refused() {
+        let mut state = State::new(Path::new("/w"), &[], Duration::from_secs(60), 1_000);
+        let first = state.answer_since(None).token;
+        state.changed(b"a".to_vec());
+        let second = state.answer_since(Some(&first)).token;
+        state.changed(b"b".to_vec());
+        assert_eq!(changed_paths(&state.answer_since(Some(&second))), Some(1));
+        // Asked again (the snapshot that got the answer failed before keeping its token).
+        assert_eq!(changed_paths(&state.answer_since(Some(&second))), Some(1));
+        let older = state.answer_since(Some(&first));
+        assert_eq!(changed_paths(&older), None);
+        assert!(older.unknown.unwrap_or_default().contains("later token"));
+    }
 }
