@@ -102,7 +102,7 @@ def rewrite_worktree(clone, old, new):
     return len(pairs)
 
 
-def replay(ckpt, source, count, work):
+def replay(ckpt, source, count, work, by_git=False):
     commits = subprocess.run(["git", "-C", source, "rev-list", "--first-parent", "--reverse", f"-n{count + 1}", "HEAD"],
                              capture_output=True, text=True, check=True).stdout.split()
     files = len(subprocess.run(["git", "-C", source, "ls-tree", "-r", "--name-only", commits[0]], capture_output=True, check=True).stdout.splitlines())
@@ -120,12 +120,20 @@ def replay(ckpt, source, count, work):
         run([ckpt, "snapshot"] + extra, clone)
         run([ckpt, "snapshot"] + extra, clone)
         status, snaps, restores, restored_paths, ids = [], [], [], [], []
+        served = 0
         for step, (old, new) in enumerate(zip(commits, commits[1:])):
             status.append(run(["git", "status", "--porcelain"], clone)[0])
-            snaps.append(run([ckpt, "snapshot"] + extra, clone)[0])
-            last = subprocess.run([ckpt, "--json", "list"], cwd=clone, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-            ids.append(json.loads(last)["id"])
-            rewrite_worktree(clone, old, new)
+            start = time.perf_counter()
+            out = subprocess.run([ckpt, "--json", "snapshot"] + extra, cwd=clone, capture_output=True, text=True, check=True).stdout
+            snaps.append(time.perf_counter() - start)
+            snap = next(r for r in map(json.loads, out.strip().splitlines()) if r.get("type") == "snapshot")
+            served += snap["scan"]["mode"] == "watch"
+            ids.append(snap["id"])
+            if by_git:
+                # As an agent that switches commits does: HEAD, the index and the files move.
+                subprocess.run(["git", "checkout", "-q", "--detach", new], cwd=clone, check=True)
+            else:
+                rewrite_worktree(clone, old, new)
             if step >= 10 and step % 10 == 0:
                 target = ids[step - 10]
                 preview = subprocess.run([ckpt, "--json", "preview", target, "--exact"], cwd=clone, capture_output=True, text=True, check=True).stdout
@@ -136,6 +144,7 @@ def replay(ckpt, source, count, work):
                 subprocess.run([ckpt, "restore", json.loads(guard)["id"], "--exact", "--yes"], cwd=clone, check=True, stdout=subprocess.DEVNULL)
         if mode == "watched":
             subprocess.run([ckpt, "watch", "stop"], cwd=clone, stdout=subprocess.DEVNULL)
+            print(f"watched snapshots served by the daemon: {served} of {len(snaps)}")
         report[mode] = (status, snaps, restores, restored_paths)
         shutil.rmtree(clone, ignore_errors=True)
     print(f"{'measurement':58} {'median':>10} {'p95':>10} {'median vs git status':>21} {'p95 vs':>7}")
@@ -157,6 +166,7 @@ def main():
     ap.add_argument("--ckpt", default=os.path.join(ROOT, "target", "release", "ckpt"))
     ap.add_argument("--keep", help="reuse/keep fixtures in this directory")
     ap.add_argument("--replay", nargs=2, metavar=("REPO", "N"), help="replay N commits of a real repository")
+    ap.add_argument("--by-git", action="store_true", help="with --replay: move between commits with `git checkout`, as an agent does")
     args = ap.parse_args()
     if args.quick:
         args.files, args.runs = 10000, 3
@@ -166,7 +176,7 @@ def main():
     work = args.keep or tempfile.mkdtemp(prefix="ckpt-bench-")
     os.makedirs(work, exist_ok=True)
     if args.replay:
-        replay(ckpt, os.path.abspath(args.replay[0]), int(args.replay[1]), work)
+        replay(ckpt, os.path.abspath(args.replay[0]), int(args.replay[1]), work, args.by_git)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         return

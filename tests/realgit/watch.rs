@@ -179,8 +179,8 @@ fn an_unchanged_worktree_is_answered_without_a_walk_and_every_change_is_seen() {
             }),
         ),
         (
-            "stage a file (the index)",
-            "full",
+            "stage a file (the index: its tracking changes are looked at, nothing else)",
+            "watch",
             false,
             Box::new(|r| {
                 r.git(&["add", "moved"]);
@@ -248,13 +248,15 @@ fn an_unchanged_worktree_is_answered_without_a_walk_and_every_change_is_seen() {
 fn what_the_daemon_cannot_vouch_for_falls_back_to_a_full_scan() {
     let repo = TestRepo::new();
     warm(&repo);
-    // A new commit moves HEAD (and rewrites the index).
+    // An exclude file outside the worktree changes what every path's capture may hold.
+    let exclude = repo.common_dir().join("info/exclude");
+    std::fs::create_dir_all(exclude.parent().unwrap()).unwrap();
+    std::fs::write(&exclude, b"*.tmp\n").unwrap();
     repo.write("committed.txt", b"c\n");
-    repo.commit_all("more");
     let after = watched(&repo);
     assert_eq!(after.mode, "full");
-    assert!(after.fallback.contains("index, HEAD"), "{}", after.fallback);
-    assert_walk_agrees(&repo, &after.id, "commit");
+    assert!(after.fallback.contains("exclude file"), "{}", after.fallback);
+    assert_walk_agrees(&repo, &after.id, "exclude file");
     assert_eq!(watched(&repo).mode, "watch");
 
     // Another size limit could hold other files: not the same snapshot.
@@ -1383,9 +1385,8 @@ fn watched_snapshots_keep_their_packs_few_and_git_never_needs_an_automatic_gc() 
             repo.write(spread_path(n, 8), format!("round {round} file {n}\n").as_bytes());
         }
         let snap = watched(&repo);
-        // Right after the user's `git add` below, the changed index makes one walk.
-        let mode = if round == 4 { "full" } else { "watch" };
-        assert_eq!((snap.mode.as_str(), snap.created), (mode, true), "{}", snap.fallback);
+        // The user's `git add` below changes the index only: still watched.
+        assert_eq!((snap.mode.as_str(), snap.created), ("watch", true), "{}", snap.fallback);
         taken.push((round, snap.id));
         if round == 3 {
             // The user stages content ckpt stored first: git finds the blob in ckpt's pack and
@@ -1992,5 +1993,88 @@ fn a_running_daemon_is_asked_by_every_snapshot_unless_the_config_turns_it_off() 
     assert_eq!(status(&repo), "turned_off");
     repo.write("src/lib.rs", b"pub fn answer() -> u32 { 44 }\n");
     assert_eq!(plain(&repo), ("full".to_owned(), None));
+    stop(&repo);
+}
+
+/// A watched snapshot right after `what`: served by the daemon, and exactly what a walk finds.
+fn watched_and_agrees(repo: &TestRepo, what: &str) -> Watched {
+    let after = watched(repo);
+    assert_eq!(after.mode, "watch", "{what}: {}", after.fallback);
+    assert_walk_agrees(repo, &after.id, what);
+    after
+}
+
+/// The agent's own git commands (issue #42: 99 of 100 snapshots walked after a checkout): a
+/// changed index or HEAD keeps snapshots watched, and the paths whose tracking changed are
+/// captured as a walk captures them — an ignored file `git add -f` starts tracking is taken, one
+/// `git rm --cached` leaves ignored is dropped, an untracked file stays.
+#[test]
+fn the_agents_own_git_commands_keep_snapshots_watched_and_exact() {
+    let repo = TestRepo::new();
+    repo.write(".gitignore", b"*.log\n");
+    repo.write("notes.txt", b"n\n");
+    repo.commit_all("ignore logs");
+    repo.write("build.log", b"ignored\n");
+    repo.write("scratch.txt", b"untracked\n");
+    warm(&repo);
+
+    repo.write("feature.rs", b"fn f() {}\n");
+    watched_and_agrees(&repo, "a new file");
+    repo.git(&["add", "feature.rs"]);
+    watched_and_agrees(&repo, "git add");
+    repo.git(&[
+        "-c",
+        "user.name=T",
+        "-c",
+        "user.email=t@example.invalid",
+        "commit",
+        "-qm",
+        "feature",
+    ]);
+    watched_and_agrees(&repo, "git commit");
+    repo.git(&["checkout", "-q", "-b", "topic"]);
+    watched_and_agrees(&repo, "git checkout -b");
+    repo.write("notes.txt", b"changed on topic\n");
+    repo.git(&[
+        "-c",
+        "user.name=T",
+        "-c",
+        "user.email=t@example.invalid",
+        "commit",
+        "-qam",
+        "topic",
+    ]);
+    watched_and_agrees(&repo, "commit on topic");
+    repo.git(&["checkout", "-q", "-"]);
+    assert_eq!(repo.read("notes.txt"), b"n\n");
+    watched_and_agrees(&repo, "a branch switch");
+    repo.write("notes.txt", b"work in progress\n");
+    repo.git(&["-c", "user.name=T", "-c", "user.email=t@example.invalid", "stash", "-q"]);
+    watched_and_agrees(&repo, "git stash");
+    repo.git(&["stash", "pop", "-q"]);
+    watched_and_agrees(&repo, "git stash pop");
+
+    let tree_has = |id: &str, path: &str| {
+        repo.git_raw(&["cat-file", "-e", &format!("{id}:{path}")])
+            .status
+            .success()
+    };
+    repo.git(&["add", "-f", "build.log"]);
+    let added = watched_and_agrees(&repo, "git add -f of an ignored file");
+    assert!(tree_has(&added.id, "build.log"), "a tracked ignored file is captured");
+    repo.git(&["rm", "-q", "--cached", "build.log"]);
+    let removed = watched_and_agrees(&repo, "git rm --cached of an ignored file");
+    assert!(
+        !tree_has(&removed.id, "build.log"),
+        "an untracked ignored file is not captured"
+    );
+    repo.git(&["rm", "-q", "--cached", "notes.txt"]);
+    let untracked = watched_and_agrees(&repo, "git rm --cached of a file no rule ignores");
+    assert!(
+        tree_has(&untracked.id, "notes.txt"),
+        "{}",
+        repo.git(&["ls-tree", "-r", "--name-only", &untracked.id])
+    );
+    assert!(tree_has(&untracked.id, "scratch.txt"));
     stop(&repo);
 }

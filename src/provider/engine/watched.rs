@@ -2,9 +2,10 @@
 //! checkpoint and, when it can vouch for the answer, captures only that — a no-op costs a socket
 //! round trip, a few edits cost those edits (the changed paths are listed, read and hashed; every
 //! other tree, stat-cache entry and count is carried over from the previous checkpoint). Any
-//! doubt (no daemon, an unknown token, a changed index, HEAD, config or exclude file, a submodule
-//! or hard link in the scope, a stat cache of another checkpoint) means a full snapshot, and the
-//! outcome says why. It writes nothing a full snapshot would not write.
+//! doubt (no daemon, an unknown token, a changed config or exclude file, a submodule or hard link
+//! in the scope, a stat cache of another checkpoint) means a full snapshot, and the outcome says
+//! why. A changed index or HEAD (the agent's own `git add`, `commit`, `checkout`) does not: the
+//! paths whose tracking it changed are captured with the daemon's. It writes nothing a full snapshot would not write.
 
 use crate::provider::scan::{self, Capture, Delta};
 use crate::provider::treebuild::{self, TreeEdit};
@@ -56,12 +57,6 @@ impl GuardHooks<'static> {
         before_writing: &nothing_to_check,
         captured: &tell_no_one,
     };
-}
-
-/// The daemon's changed paths as a scope; `None` if one is not a valid repository path.
-fn scope_of(paths: &[WirePath]) -> Option<PathScope> {
-    let paths: Option<Vec<RepoPath>> = paths.iter().map(|p| p.to_repo_path().ok()).collect();
-    paths.map(PathScope::new)
 }
 
 /// The previous checkpoint's narrow modes outside `scope`, and those of the files the delta
@@ -203,13 +198,19 @@ impl Engine {
         let base = files.load_base();
         // Both taken before the capture: a change during it shows up in the next answer.
         // The size limit decides what a capture holds as much as the git state does.
-        let (git_state, index_version) = self.vault.watch_fingerprint();
-        let fingerprint = format!("{git_state}max_file_size {}\n", request.max_file_size);
+        let found = self.vault.watch_fingerprint();
+        let settings = format!("{}max_file_size {}\n", found.settings, request.max_file_size);
+        let fingerprint = format!("{settings}{}", found.index_and_head);
         if base.as_ref().is_some_and(|b| b.fingerprint == fingerprint) {
             // That base dates back, through deltas with this same fingerprint, to a full capture
             // whose read of this index version verified it.
-            self.vault.vouch_for_index(index_version);
+            self.vault.vouch_for_index(found.index);
         }
+        // Only the index or HEAD moved (a `git add`, `commit`, `checkout`, `stash` of the agent's):
+        // the paths whose tracking changed join the daemon's.
+        let index_moved = base
+            .as_ref()
+            .is_some_and(|b| b.fingerprint != fingerprint && b.fingerprint.starts_with(&settings));
         let started = std::time::Instant::now();
         let mounts = self.vault.mount_points_inside();
         let answer = match mounts.first() {
@@ -242,8 +243,8 @@ impl Engine {
                 };
                 let reason = match (&base, newest) {
                     (None, _) => "no earlier watched snapshot".to_owned(),
-                    (Some(base), _) if base.fingerprint != fingerprint => {
-                        "the index, HEAD, a config or an exclude file, or the size limit changed".to_owned()
+                    (Some(base), _) if base.fingerprint != fingerprint && !index_moved => {
+                        "a config or an exclude file, or the size limit changed".to_owned()
                     }
                     (Some(_), None) => "the last checkpoint is not the one the daemon's token belongs to".to_owned(),
                     (Some(base), Some(_)) if base.linked => {
@@ -252,9 +253,10 @@ impl Engine {
                     (Some(_), Some(_)) if paths.len() > MAX_SCOPE => {
                         format!("{} paths changed (a walk is cheaper above {MAX_SCOPE})", paths.len())
                     }
-                    (Some(_), Some((previous, records))) => match scope_of(&paths) {
-                        Some(scope) => {
-                            let delta = if paths.is_empty() {
+                    (Some(_), Some((previous, records))) => match self.scope_after(registry, &previous, &paths, index_moved) {
+                        Err(why) => why,
+                        Ok(scope) => {
+                            let delta = if scope.paths().next().is_none() {
                                 // Nothing changed since that checkpoint's capture.
                                 Ok((self.unchanged_outcome(previous), Capture::default()))
                             } else {
@@ -285,7 +287,6 @@ impl Engine {
                                 Err(why) => why,
                             }
                         }
-                        None => "the daemon named a path that is not a repository path".to_owned(),
                     },
                 };
                 (Some(token), reason)
@@ -310,6 +311,47 @@ impl Engine {
             fallback: Some(fallback),
         };
         Ok((outcome, Looked::Whole(capture)))
+    }
+
+    /// What a watched snapshot captures: the paths the daemon named and, when the index moved
+    /// since `previous` was taken, those whose tracking it changed. `Err` says why it walks.
+    fn scope_after(
+        &self,
+        registry: &Registry,
+        previous: &Record,
+        changed: &[WirePath],
+        index_moved: bool,
+    ) -> Result<PathScope, String> {
+        let Some(mut paths) = changed
+            .iter()
+            .map(|p| p.to_repo_path().ok())
+            .collect::<Option<Vec<RepoPath>>>()
+        else {
+            return Err("the daemon named a path that is not a repository path".to_owned());
+        };
+        if index_moved {
+            let started = std::time::Instant::now();
+            let cache = self
+                .trusted_stat_cache(registry)
+                .filter(|cache| cache.checkpoint.is_some() && cache.checkpoint == previous.object_id().ok());
+            let Some(cache) = cache else {
+                return Err(
+                    "the index moved and there is no stat cache of the last checkpoint to compare it with".into(),
+                );
+            };
+            let room = MAX_SCOPE.saturating_sub(paths.len());
+            match self.vault.index_membership_changes(cache.paths(), room) {
+                Ok(Some(tracking)) => paths.extend(tracking),
+                Ok(None) => {
+                    return Err(format!(
+                        "the index moved, and with the paths it tracks or stops tracking more than {MAX_SCOPE} may have changed (or it is sparse)"
+                    ))
+                }
+                Err(e) => return Err(format!("the index moved and cannot be read: {e}")),
+            }
+            self.phase_time("index membership", started);
+        }
+        Ok(PathScope::new(paths))
     }
 
     /// The outcome of a watched snapshot that found nothing changed since `previous`.

@@ -140,6 +140,67 @@ impl Vault {
         Ok(std::sync::Arc::new(gix::index::File::from_state(state, path)))
     }
 
+    /// The paths whose place in the index now may make a capture differ from one that held
+    /// exactly `captured` (sorted, as a stat cache lists them) outside any changed path: tracked
+    /// now but not captured then (a `git add -f` of an ignored file, or a tracked file missing,
+    /// too large or unreadable), and captured then but not tracked now (an untracked file, or
+    /// one `git rm --cached` may have left ignored). What a capture holds depends on the index
+    /// through which paths it tracks only (ignored files are captured only when tracked), so a
+    /// scoped capture of these paths and the changed ones gives what a walk gives. Submodule
+    /// pointers are left out: every scoped listing reads them all. `None` when more than
+    /// `limit` paths qualify, when the index is sparse or names a path that is no repository
+    /// path (a walk then decides). Read-only; the index read is kept for the scoped listing.
+    pub fn index_membership_changes<'a>(
+        &self,
+        captured: impl Iterator<Item = &'a [u8]>,
+        limit: usize,
+    ) -> Result<Option<Vec<RepoPath>>, VerbError> {
+        let index = self.read_index(true)?;
+        if index.is_sparse() {
+            return Ok(None);
+        }
+        let mut tracked = index
+            .entries()
+            .iter()
+            .filter(|entry| entry.mode != gix::index::entry::Mode::COMMIT)
+            .map(|entry| {
+                let path: &[u8] = entry.path(&index);
+                path
+            })
+            .peekable();
+        let mut captured = captured.peekable();
+        let mut changes = Vec::new();
+        loop {
+            let next = match (tracked.peek(), captured.peek()) {
+                (None, None) => break,
+                (Some(t), Some(c)) if t == c => {
+                    let same = tracked.next();
+                    captured.next();
+                    // Unmerged paths appear once per stage.
+                    while tracked.peek().is_some() && tracked.peek() == same.as_ref() {
+                        tracked.next();
+                    }
+                    continue;
+                }
+                (Some(t), Some(c)) if t < c => tracked.next(),
+                (Some(_), None) => tracked.next(),
+                _ => captured.next(),
+            };
+            let Some(path) = next else { break };
+            if changes.last().is_some_and(|last: &RepoPath| last.as_bytes() == path) {
+                continue;
+            }
+            let Ok(path) = RepoPath::new(path.to_vec()) else {
+                return Ok(None);
+            };
+            if changes.len() == limit {
+                return Ok(None);
+            }
+            changes.push(path);
+        }
+        Ok(Some(changes))
+    }
+
     /// Starts reading the index on a thread of its own, for the scoped listing that follows (a
     /// watched snapshot loads its stat cache meanwhile): the read a listing makes, made earlier.
     /// A read that fails, or a file that changed by the time the listing wants it, is just read

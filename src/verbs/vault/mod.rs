@@ -156,6 +156,17 @@ type KeptIndex = (IndexIdentity, std::sync::Arc<gix::index::File>);
 /// What identifies one version of the index file: inode, size, mtime and ctime (s, ns).
 type IndexIdentity = (u64, u64, i64, i64, i64, i64);
 
+/// What [`Vault::watch_fingerprint`] found, in two parts: a change to the settings (configs,
+/// exclude files) may change what any path's capture holds; a change to the index or HEAD only
+/// that of the paths the index starts or stops tracking.
+#[derive(Debug, Clone)]
+pub struct WatchFingerprint {
+    pub settings: String,
+    pub index_and_head: String,
+    /// The index version `index_and_head` names, for [`Vault::vouch_for_index`].
+    pub index: IndexVersion,
+}
+
 /// The version of the index a [`Vault::watch_fingerprint`] names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexVersion(Option<IndexIdentity>);
@@ -410,9 +421,10 @@ impl Vault {
 
     /// A fingerprint of everything outside the worktree that decides what a capture holds: the
     /// index, HEAD's commit, every config file git would read, the exclude files. Equal
-    /// fingerprints mean a watch daemon's "nothing changed in the worktree" is the whole truth.
-    /// The index version it names comes with it, for [`Self::vouch_for_index`].
-    pub fn watch_fingerprint(&self) -> (String, IndexVersion) {
+    /// fingerprints mean a watch daemon's "nothing changed in the worktree" is the whole truth;
+    /// where only [`WatchFingerprint::index_and_head`] differs, the paths
+    /// [`Self::index_membership_changes`] names complete it.
+    pub fn watch_fingerprint(&self) -> WatchFingerprint {
         let index = IndexVersion(index_identity(&self.repo.index_path()));
         use std::os::unix::fs::MetadataExt;
         let git_dir = self.repo.git_dir().to_path_buf();
@@ -422,8 +434,6 @@ impl Vault {
             .map(PathBuf::from)
             .unwrap_or_else(|| home.join(".config"));
         let mut files = vec![
-            git_dir.join("index"),
-            git_dir.join("HEAD"),
             git_dir.join("config.worktree"),
             common.join("config"),
             common.join("info/exclude"),
@@ -436,13 +446,8 @@ impl Vault {
         if let Ok(Some(excludes)) = self.repo.config_snapshot().trusted_path("core.excludesFile") {
             files.push(excludes);
         }
-        let mut text = match self.head_commit() {
-            Ok(Some(head)) => format!("head {head}\n"),
-            Ok(None) => "head none\n".to_owned(),
-            Err(e) => format!("head error {e}\n"),
-        };
-        for file in files {
-            let stat = match std::fs::metadata(&file) {
+        let stat_line = |file: &Path| {
+            let stat = match std::fs::metadata(file) {
                 Ok(m) => format!(
                     "{} {} {} {} {}",
                     m.len(),
@@ -453,9 +458,20 @@ impl Vault {
                 ),
                 Err(_) => "absent".to_owned(),
             };
-            text.push_str(&format!("{} {stat}\n", file.display()));
+            format!("{} {stat}\n", file.display())
+        };
+        let mut index_and_head = match self.head_commit() {
+            Ok(Some(head)) => format!("head {head}\n"),
+            Ok(None) => "head none\n".to_owned(),
+            Err(e) => format!("head error {e}\n"),
+        };
+        index_and_head.push_str(&stat_line(&git_dir.join("index")));
+        index_and_head.push_str(&stat_line(&git_dir.join("HEAD")));
+        WatchFingerprint {
+            settings: files.iter().map(|file| stat_line(file)).collect(),
+            index_and_head,
+            index,
         }
-        (text, index)
     }
 
     /// Says that `version` of the index was read with its checksum verified before: a watch
