@@ -20,8 +20,19 @@ rewrite, and every tenth step a restore of the checkpoint taken ten steps earlie
 It reports medians and p95 against `git status --porcelain` timed at the same moments, for
 plain snapshots and, in a second clone, watched ones.
 
+With --by-git, replay moves between commits with `git checkout` (HEAD, the index and the files
+move, as when an agent commits or switches branches) and counts the watched snapshots the
+daemon served.
+
+History mode (--history N) measures what grows with the number of checkpoints: a 2,000-file
+repository is given N checkpoints (one edited file each, through the daemon), and at 0, 100 and
+N it times `ckpt status`, `ckpt list`, a no-op and a one-file snapshot (walking and watched),
+and the user's `git for-each-ref` and `git status`, and reports `git count-objects -v` (loose
+objects, packs) against git's automatic-gc thresholds.
+
 usage: bench/bench.py [--quick | --files N] [--runs R] [--ckpt PATH] [--keep DIR]
-       bench/bench.py --replay REPO N [--ckpt PATH]
+       bench/bench.py --replay REPO N [--by-git] [--ckpt PATH]
+       bench/bench.py --history N [--ckpt PATH]
 """
 import argparse, json, os, resource, shutil, statistics, subprocess, sys, tempfile, time
 
@@ -158,6 +169,73 @@ def replay(ckpt, source, count, work, by_git=False):
             print(f"{label:58} {statistics.median(restores)*1000:8.1f}ms {percentile(restores, 0.95)*1000:8.1f}ms {statistics.median(restores)/med:20.2f}x {percentile(restores, 0.95)/p95:6.2f}x")
 
 
+def history(ckpt, shared, count, runs, work):
+    repo = os.path.join(work, "history")
+    shutil.rmtree(repo, ignore_errors=True)
+    subprocess.run(["bash", os.path.join(shared, "gen-repo.sh"), repo, "2000"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["git", "config", "gc.auto", "0"], cwd=repo, check=True)
+
+    def objects():
+        text = subprocess.run(["git", "count-objects", "-v"], cwd=repo, capture_output=True, text=True, check=True).stdout
+        fields = dict(line.split(": ") for line in text.strip().splitlines())
+        return int(fields["count"]), int(fields["packs"])
+
+    loose_at_start, _ = objects()
+    edits = [0]
+
+    def edit():
+        edits[0] += 1
+        with open(os.path.join(repo, f"history-{edits[0] % 50}.txt"), "w") as f:
+            f.write(f"edit {edits[0]}\n")
+
+    def measure(taken):
+        row = {}
+        row["git status --porcelain"] = median_of(lambda: run(["git", "status", "--porcelain"], repo)[0], runs)
+        row["git for-each-ref"] = median_of(lambda: run(["git", "for-each-ref"], repo)[0], runs)
+        row["ckpt status"] = median_of(lambda: run([ckpt, "status"], repo)[0], runs)
+        row["ckpt list"] = median_of(lambda: run([ckpt, "list"], repo)[0], runs)
+        row["ckpt snapshot --no-watch: no-op"] = median_of(lambda: run([ckpt, "snapshot", "--no-watch"], repo)[0], runs)
+
+        def one_file(extra):
+            edit()
+            return run([ckpt, "snapshot"] + extra, repo)[0]
+        row["ckpt snapshot --no-watch: one file"] = median_of(lambda: one_file(["--no-watch"]), runs)
+        subprocess.run([ckpt, "watch", "start"], cwd=repo, check=True, stdout=subprocess.DEVNULL)
+        run([ckpt, "snapshot"], repo)
+        run([ckpt, "snapshot"], repo)
+        row["ckpt snapshot (daemon): one file"] = median_of(lambda: one_file([]), runs)
+        subprocess.run([ckpt, "watch", "stop"], cwd=repo, check=True, stdout=subprocess.DEVNULL)
+        loose, packs = objects()
+        print(f"at {taken} checkpoints: {loose - loose_at_start} loose objects added by ckpt, {packs} packs "
+              f"(git's automatic gc: 6,700 loose, 50 packs)")
+        return row
+
+    def grow_to(target):
+        subprocess.run([ckpt, "watch", "start"], cwd=repo, check=True, stdout=subprocess.DEVNULL)
+        while True:
+            listed = subprocess.run([ckpt, "--json", "list"], cwd=repo, capture_output=True, text=True, check=True).stdout
+            have = sum(1 for line in listed.splitlines() if line.strip())
+            if have >= target:
+                break
+            for _ in range(min(200, target - have)):
+                edit()
+                subprocess.run([ckpt, "snapshot"], cwd=repo, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([ckpt, "watch", "stop"], cwd=repo, check=True, stdout=subprocess.DEVNULL)
+
+    table = {}
+    for target in [1, 100, count]:
+        grow_to(target)
+        table[target] = measure(target)
+    names = list(table[1].keys())
+    print(f"{'measurement (ms; ratio to git status in the same row set)':58}" + "".join(f"{t:>16}" for t in table))
+    for name in names:
+        cells = "".join(f"{table[t][name]*1000:8.1f} {table[t][name]/table[t]['git status --porcelain']:5.2f}x " for t in table)
+        print(f"{name:58}{cells}")
+    first, last = table[100], table[count]
+    for name in names:
+        print(f"{name:58} at {count} vs at 100: {last[name]/first[name]:5.2f}x")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="10k files, 3 runs (CI-sized)")
@@ -166,6 +244,7 @@ def main():
     ap.add_argument("--ckpt", default=os.path.join(ROOT, "target", "release", "ckpt"))
     ap.add_argument("--keep", help="reuse/keep fixtures in this directory")
     ap.add_argument("--replay", nargs=2, metavar=("REPO", "N"), help="replay N commits of a real repository")
+    ap.add_argument("--history", type=int, metavar="N", help="measure what grows with N checkpoints")
     ap.add_argument("--by-git", action="store_true", help="with --replay: move between commits with `git checkout`, as an agent does")
     args = ap.parse_args()
     if args.quick:
@@ -181,6 +260,11 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
         return
     shared = find_shared_bench()
+    if args.history:
+        history(ckpt, shared, args.history, args.runs, work)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     origin = os.path.join(work, f"origin-{args.files}")
     if not os.path.exists(origin):
         subprocess.run(["bash", os.path.join(shared, "gen-repo.sh"), origin, str(args.files)], check=True, stdout=subprocess.DEVNULL)
