@@ -542,6 +542,10 @@ const AWKWARD_SETTINGS: &[&str] = &[
     "{\"hooks\":{\"BeforeTool\":[{\"matcher\":\"x\",\"hooks\":[]}],\"PreToolUse\":[{\"matcher\":\"y\",\"hooks\":[]}]},\"z\":1E+2}",
     "{}\n",
     "{}",
+    // Blank files: an empty table to the agent, given back as they were, not as `{}`.
+    "",
+    "\n",
+    " \n\t\n",
 ];
 
 #[test]
@@ -591,6 +595,24 @@ fn integrate_then_remove_gives_every_settings_file_back_byte_for_byte() {
             );
         }
     }
+}
+
+/// A blank settings file comes back blank, and one ckpt created goes, even where an older
+/// backup of a blank file lies around.
+#[test]
+fn a_blank_settings_file_comes_back_blank_and_one_ckpt_made_goes() {
+    let repo = TestRepo::new();
+    let rel = ".claude/settings.local.json";
+    repo.write(rel, b"\n");
+    repo.ckpt_json(&["integrate", "claude", "--yes"], 0);
+    repo.ckpt_json(&["integrate", "claude", "--remove", "--yes"], 0);
+    assert_eq!(repo.read(rel), b"\n");
+    // Integrated again, then the file removed by hand: the newest backup is of a blank file.
+    repo.ckpt_json(&["integrate", "claude", "--yes"], 0);
+    repo.remove(rel);
+    repo.ckpt_json(&["integrate", "claude", "--yes"], 0);
+    repo.ckpt_json(&["integrate", "claude", "--remove", "--yes"], 0);
+    assert!(!repo.path(rel).exists(), "the file ckpt created is left behind");
 }
 
 #[test]

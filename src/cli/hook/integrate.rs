@@ -180,6 +180,12 @@ fn plan_change(
             file.display()
         ))
     })?;
+    let left_empty =
+        |text: &str| serde_json::from_str::<Value>(text.trim_start_matches('\u{feff}')).is_ok_and(|v| v == json!({}));
+    let merged = match merged {
+        Some(text) if request.remove && left_empty(&text) => Some(blank_original(file).unwrap_or(text)),
+        merged => merged,
+    };
     let action = match (&merged, request.remove, before.is_some()) {
         (None, _, _) => "unchanged",
         (Some(_), true, _) => "removed",
@@ -523,7 +529,8 @@ fn plan_exclude(
         // ckpt's own settings file, left holding nothing: it goes, as it came.
         delete_settings = created.iter().any(|c| c.path == settings)
             && merged.is_some_and(|m| {
-                serde_json::from_str::<Value>(m.trim_start_matches('\u{feff}')).is_ok_and(|v| v == json!({}))
+                m.trim().is_empty()
+                    || serde_json::from_str::<Value>(m.trim_start_matches('\u{feff}')).is_ok_and(|v| v == json!({}))
             });
         let mut gone: Vec<PathBuf> = Vec::new();
         if delete_settings {
@@ -1105,26 +1112,11 @@ fn unified_diff(before: &str, after: &str, file: &Path) -> String {
 fn write_backup(file: &Path, old: &str) -> Result<PathBuf, CkptError> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
-    let name = file
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let beside = file.parent().unwrap_or(Path::new("."));
-    let (dir, name) = match crate::verbs::enclosing_common_dir(beside) {
-        Some(common) => {
-            let dir = common.join("ckpt").join("integrate-backups");
-            std::fs::create_dir_all(&dir).map_err(|source| CkptError::Io {
-                path: dir.clone(),
-                source,
-            })?;
-            let parent = beside
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            (dir, format!("{parent}-{name}"))
-        }
-        None => (beside.to_path_buf(), name),
-    };
+    let (dir, name) = backup_place(file);
+    std::fs::create_dir_all(&dir).map_err(|source| CkptError::Io {
+        path: dir.clone(),
+        source,
+    })?;
     let mode = std::fs::metadata(file)
         .map(|m| m.permissions().mode() & 0o777)
         .unwrap_or(0o600);
@@ -1156,6 +1148,53 @@ fn write_backup(file: &Path, old: &str) -> Result<PathBuf, CkptError> {
         "no free backup name in {}; nothing was written",
         dir.display()
     )))
+}
+
+/// Where the backups of `file` go, and the name they start with (see [`write_backup`]).
+fn backup_place(file: &Path) -> (PathBuf, String) {
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let beside = file.parent().unwrap_or(Path::new("."));
+    match crate::verbs::enclosing_common_dir(beside) {
+        Some(common) => {
+            let parent = beside
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (
+                common.join("ckpt").join("integrate-backups"),
+                format!("{parent}-{name}"),
+            )
+        }
+        None => (beside.to_path_buf(), name),
+    }
+}
+
+/// What `file` held before ckpt's newest edit of it, when that was blank (nothing, or white
+/// space only): a removal that leaves an empty table gives that back, byte for byte, rather
+/// than the `{}` ckpt's edit started from. The newest backup says what it was.
+fn blank_original(file: &Path) -> Option<String> {
+    let (dir, name) = backup_place(file);
+    let prefix = format!("{name}.ckpt-backup-");
+    // `<stamp>` then `<stamp>-1`, `<stamp>-2`... within one second.
+    let order = |entry: &str| {
+        let rest = &entry[prefix.len()..];
+        match rest.split_once('-') {
+            Some((stamp, n)) => (stamp.to_owned(), n.parse::<u32>().unwrap_or(0)),
+            None => (rest.to_owned(), 0),
+        }
+    };
+    let newest = std::fs::read_dir(&dir)
+        .ok()?
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|entry| entry.starts_with(&prefix))
+        .max_by_key(|entry| order(entry))?;
+    let text = crate::verbs::read_small_state_file(&dir.join(newest), 4096).ok()?;
+    let text = String::from_utf8(text).ok()?;
+    text.trim().is_empty().then_some(text)
 }
 
 /// The settings file replaced atomically ([`crate::records::replace_user_file`]).
