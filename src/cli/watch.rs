@@ -56,7 +56,7 @@ pub(super) fn watch(provider: &dyn Provider, action: &WatchAction, out: &Output)
             match &status {
                 None => out.human("no watch daemon runs for this workspace (start one: ckpt watch start)"),
                 Some(s) => out.human(&format!(
-                    "watch daemon pid {}: {} directories watched, {} events seen, {} paths changed since its oldest token\n  token {}\n  last fallback: {}{}",
+                    "watch daemon pid {}: {} directories watched, {} events seen, {} paths changed since the last snapshot that asked it\n  token {}\n  last fallback: {}{}",
                     s.pid,
                     s.watched_dirs,
                     s.events_seen,

@@ -248,6 +248,54 @@ impl Engine {
         one_line_per_path(out)
     }
 
+    /// What a restore reports: the guard, what its plan wrote, deleted, left and could not do,
+    /// as `results` (one per planned op) say; not yet verified.
+    fn report_of(
+        record: &Record,
+        guard: &crate::provider::SnapshotOutcome,
+        guard_watched: bool,
+        selection: &Selection,
+        plan: &crate::provider::plan::Plan,
+        results: Vec<Result<(), crate::verbs::VerbError>>,
+    ) -> RestoreReport {
+        let mut report = RestoreReport {
+            id: record.id.clone(),
+            guard: Some(guard.record.id.clone()),
+            guard_created: guard.created,
+            guard_watched,
+            // A restore asks the daemon whenever one may run: without one, there is nothing to
+            // explain.
+            guard_fallback: match &guard.scan_mode {
+                ScanMode::Full { fallback: Some(why) } if why != crate::provider::watch::NO_DAEMON => Some(why.clone()),
+                _ => None,
+            },
+            written: Vec::new(),
+            deleted: Vec::new(),
+            left: if selection.exact {
+                Vec::new()
+            } else {
+                plan.created_after.clone()
+            },
+            not_protected: Self::unprotected_now(&guard.record, record, selection),
+            unchanged: plan.unchanged,
+            failed: plan
+                .conflicts
+                .iter()
+                .map(|(p, why)| (p.clone(), format!("conflict: {why}")))
+                .collect(),
+            verified: false,
+        };
+        for (op, result) in plan.ops.iter().zip(results) {
+            match (op, result) {
+                (RestoreOp::Write { path, .. }, Ok(())) => report.written.push(path.clone()),
+                (RestoreOp::Remove { path, .. }, Ok(())) => report.deleted.push(path.clone()),
+                (_, Ok(())) => {}
+                (op, Err(error)) => report.failed.push((op.path().clone(), error.to_string())),
+            }
+        }
+        report
+    }
+
     /// The paths within `selection` the restore has no evidence about and leaves as they are,
     /// with why: what the guard `guard` saw but could not protect, and what the checkpoint
     /// `target` did not hold for the same reasons.
@@ -596,41 +644,7 @@ impl Engine {
         );
         drop(phase);
 
-        let mut report = RestoreReport {
-            id: record.id.clone(),
-            guard: Some(guard.record.id.clone()),
-            guard_created: guard.created,
-            guard_watched,
-            // A restore asks the daemon whenever one may run: without one, there is nothing to
-            // explain.
-            guard_fallback: match &guard.scan_mode {
-                ScanMode::Full { fallback: Some(why) } if why != crate::provider::watch::NO_DAEMON => Some(why.clone()),
-                _ => None,
-            },
-            written: Vec::new(),
-            deleted: Vec::new(),
-            left: if selection.exact {
-                Vec::new()
-            } else {
-                plan.created_after.clone()
-            },
-            not_protected: Self::unprotected_now(&guard.record, record, selection),
-            unchanged: plan.unchanged,
-            failed: plan
-                .conflicts
-                .iter()
-                .map(|(p, why)| (p.clone(), format!("conflict: {why}")))
-                .collect(),
-            verified: false,
-        };
-        for (op, result) in plan.ops.iter().zip(results) {
-            match (op, result) {
-                (RestoreOp::Write { path, .. }, Ok(())) => report.written.push(path.clone()),
-                (RestoreOp::Remove { path, .. }, Ok(())) => report.deleted.push(path.clone()),
-                (_, Ok(())) => {}
-                (op, Err(error)) => report.failed.push((op.path().clone(), error.to_string())),
-            }
-        }
+        let mut report = Self::report_of(record, &guard, guard_watched, selection, &plan, results);
 
         self.phase_time("writes", t3);
         crate::fault::pause("restore:before-verify");
