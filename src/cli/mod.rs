@@ -209,6 +209,7 @@ fn check_label(what: &str, value: &Option<String>) -> Result<(), CkptError> {
 }
 
 fn execute(cli: &Cli, out: &Output) -> Result<Exit, CkptError> {
+    watch::remember_provider_flag(cli.provider);
     match &cli.command {
         Command::Workspace(command) => in_workspace(cli, command, out),
         Command::Demo { keep } => demo::run(*keep, out),
@@ -321,7 +322,12 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
         action: WatchAction::Run { idle_seconds },
     } = command
     {
-        return watch::run_daemon(provider, *idle_seconds);
+        let reopened = || {
+            open_workspace(cli, &cwd, false)
+                .ok()
+                .map(|(_, provider)| provider.watch_files().socket())
+        };
+        return watch::run_daemon(provider, *idle_seconds, &reopened);
     }
     let mut slot = None;
     let provider = for_this_command(provider, &mut slot);

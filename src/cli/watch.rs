@@ -84,7 +84,13 @@ fn daemon_status(files: &WatchFiles) -> Result<Option<watch::StatusAnswer>, Ckpt
 
 /// Runs the daemon for the workspace `provider` opened, after dropping the provider: the daemon
 /// lives for minutes and must not hold the copy store's lock (`ckpt gc` waits for it).
-pub(super) fn run_daemon(provider: Box<dyn Provider>, idle_seconds: u64) -> Result<Exit, CkptError> {
+/// `reopened` names the socket of the provider the workspace opens now: when it is another,
+/// the daemon ends.
+pub(super) fn run_daemon(
+    provider: Box<dyn Provider>,
+    idle_seconds: u64,
+    reopened: &dyn Fn() -> Option<std::path::PathBuf>,
+) -> Result<Exit, CkptError> {
     let (root, files, own, repository) = (
         provider.workdir().to_path_buf(),
         provider.watch_files(),
@@ -107,8 +113,20 @@ pub(super) fn run_daemon(provider: Box<dyn Provider>, idle_seconds: u64) -> Resu
         repository.as_deref(),
         Duration::from_secs(idle_seconds),
         &mut housekeeping,
+        // A workspace that cannot be opened now is the other checks' business.
+        &|| reopened().is_none_or(|socket| socket == files.socket()),
     )?;
     Ok(Exit::Ok)
+}
+
+/// The `--provider` this process was given, for the daemon it starts: without it, a daemon
+/// for `--provider copy` in a repository with commits would serve git instead (and the start
+/// would wait for the copy store's socket in vain).
+static PROVIDER_FLAG: std::sync::OnceLock<Option<super::args::ProviderArg>> = std::sync::OnceLock::new();
+
+/// Remembers the `--provider` the command line gave (once per process).
+pub(super) fn remember_provider_flag(flag: Option<super::args::ProviderArg>) {
+    PROVIDER_FLAG.get_or_init(|| flag);
 }
 
 /// Starts the daemon for `root` unless one answers already; true if this call started it.
@@ -127,9 +145,13 @@ pub(super) fn start(root: &Path, files: &WatchFiles) -> Result<bool, CkptError> 
         source,
     })?;
     let mut command = Command::new(exe);
+    command.arg("-C").arg(root);
+    if let Some(flag) = PROVIDER_FLAG.get().copied().flatten() {
+        if let Some(value) = clap::ValueEnum::to_possible_value(&flag) {
+            command.args(["--provider", value.get_name()]);
+        }
+    }
     command
-        .arg("-C")
-        .arg(root)
         .args(["watch", "run"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())

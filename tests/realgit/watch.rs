@@ -2078,3 +2078,129 @@ fn the_agents_own_git_commands_keep_snapshots_watched_and_exact() {
     assert!(tree_has(&untracked.id, "scratch.txt"));
     stop(&repo);
 }
+
+/// A storm of directory renames (found by a black-box review: 50 renames stalled every snapshot
+/// 6 s for a quarter of a minute) renews the watches once the renames stop, and a snapshot
+/// meanwhile is told "unknown" at once, never made to wait for its cookie behind the renewal.
+#[test]
+fn a_storm_of_directory_renames_never_makes_a_snapshot_wait() {
+    let repo = TestRepo::new();
+    for i in 0..2000 {
+        repo.write(format!("t/{i}/f"), b"x");
+    }
+    repo.write("x/y/f", b"1");
+    repo.commit_all("dirs");
+    warm(&repo);
+    for _ in 0..40 {
+        std::fs::rename(repo.path("x"), repo.path("x2")).unwrap();
+        std::fs::rename(repo.path("x2"), repo.path("x")).unwrap();
+    }
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let after = watched(&repo);
+        let took = started.elapsed();
+        assert!(!after.fallback.contains("sync cookie"), "{}", after.fallback);
+        assert!(
+            took < Duration::from_secs(5),
+            "a snapshot waited {took:?}: {}",
+            after.fallback
+        );
+        assert_walk_agrees(&repo, &after.id, "after the renames");
+    }
+    // Once renewed, the daemon serves again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        repo.write("x/y/f", format!("{:?}", std::time::Instant::now()).as_bytes());
+        let after = watched(&repo);
+        if after.mode == "watch" {
+            assert_walk_agrees(&repo, &after.id, "served after the renewal");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never served again: {}",
+            after.fallback
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop(&repo);
+}
+
+/// A checked-out submodule (found by a black-box review: its files, once written, kept every
+/// later snapshot walking for good): a change inside it changes nothing a capture holds, so
+/// snapshots stay watched; a change to its directory itself still walks.
+#[test]
+fn a_submodules_files_changing_keep_snapshots_watched() {
+    let repo = TestRepo::new();
+    let upstream = TestRepo::new();
+    repo.git(&[
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "add",
+        "-q",
+        upstream.root.to_str().unwrap(),
+        "sub",
+    ]);
+    repo.commit_all("add submodule");
+    warm(&repo);
+    std::fs::write(repo.path("sub/inside.txt"), b"inside the submodule").unwrap();
+    watched_and_agrees(&repo, "a file inside the submodule");
+    repo.write("outside.txt", b"o");
+    std::fs::write(repo.path("sub/src/lib.rs"), b"changed inside").unwrap();
+    let after = watched_and_agrees(&repo, "a file inside and one outside");
+    assert!(after.created);
+    repo.write("outside.txt", b"o2");
+    watched_and_agrees(&repo, "a later edit outside");
+    stop(&repo);
+}
+
+/// A daemon started for a repository with no commit yet serves the copy store; the first commit
+/// moves the workspace to git (found by a black-box review: the old daemon ran on, unreachable
+/// by `watch stop`, beside a second one). It ends by itself, and one daemon runs after.
+#[test]
+fn the_copy_stores_daemon_ends_once_a_first_commit_moves_the_workspace_to_git() {
+    let repo = TestRepo::bare_dir();
+    repo.git(&["init", "-q", "-b", "main"]);
+    repo.write("a.txt", b"a");
+    repo.ckpt_json(&["watch", "start"], 0);
+    let copy_daemon = repo.ckpt_json(&["watch", "status"], 0).one("watch.status")["pid"]
+        .as_u64()
+        .unwrap();
+    repo.ckpt_json(&["snapshot"], 0);
+    repo.commit_all("first");
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !gone(copy_daemon) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the copy store's daemon still runs"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(repo.ckpt_json(&["status"], 0).one("status")["watch"], "not_running");
+    repo.ckpt_json(&["watch", "start"], 0);
+    assert_eq!(daemons_in(&repo.root).len(), 1, "one daemon per workspace");
+    stop(&repo);
+}
+
+/// `--provider copy` in a repository with commits: the daemon started serves the copy store it
+/// was asked for (it used to be started without the flag, served git, and the start waited 30 s
+/// for a socket that never came).
+#[test]
+fn a_daemon_started_with_a_provider_flag_serves_that_provider() {
+    let repo = TestRepo::new();
+    let run = ckpt_json_within_30s(&repo, &["--provider", "copy", "watch", "start"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let status = repo.ckpt_json(&["--provider", "copy", "watch", "status"], 0);
+    assert_eq!(status.one("watch.status")["running"], true);
+    assert_eq!(
+        repo.ckpt_json(&["watch", "status"], 0).one("watch.status")["running"],
+        false
+    );
+    repo.ckpt_json(&["--provider", "copy", "snapshot"], 0);
+    repo.write("src/lib.rs", b"pub fn answer() -> u32 { 7 }\n");
+    let snap = repo.ckpt_json(&["--provider", "copy", "snapshot"], 0);
+    assert_eq!(snap.one("snapshot")["scan"]["mode"], "watch", "{:?}", snap.json);
+    repo.ckpt_json(&["--provider", "copy", "watch", "stop"], 0);
+    assert!(daemons_in(&repo.root).is_empty());
+}

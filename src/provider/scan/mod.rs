@@ -335,10 +335,12 @@ pub fn capture_delta(
         false,
         Some(scope),
     )?;
-    let reaches_submodule = capture.files.iter().any(|(path, file)| {
-        file.item.kind == EntryKind::Gitlink
-            && (scope.covers(path.as_bytes()) || scope.paths().any(|changed| changed.is_within(path)))
-    });
+    // A change to the submodule's directory itself (made, removed, its `.git` moved); one
+    // inside it changes nothing a capture holds.
+    let reaches_submodule = capture
+        .files
+        .iter()
+        .any(|(path, file)| file.item.kind == EntryKind::Gitlink && scope.covers(path.as_bytes()));
     let has_links = |path: &RepoPath| {
         std::fs::symlink_metadata(vault.workdir().join(path.to_os_path()))
             .is_ok_and(|m| m.is_file() && std::os::unix::fs::MetadataExt::nlink(&m) > 1)

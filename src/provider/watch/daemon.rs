@@ -25,6 +25,12 @@ use crate::records::WirePath;
 
 /// More changed paths than this and the log is dropped: a full scan is cheaper than the list.
 const MAX_CHANGES: usize = 20_000;
+/// How often the daemon asks whether the workspace still opens the provider it serves.
+const LOOK_AGAIN: Duration = Duration::from_secs(5);
+/// How long the events must pause before the watches a rename made stale are renewed.
+const RENEW_AFTER: Duration = Duration::from_millis(100);
+/// Why tokens from before a renewal of the watches are unknown.
+const RENAMED: &str = "a directory was renamed (every watch was renewed)";
 /// How many events wait to be read at most (a few MB); more are dropped, and the log with them.
 const MAX_QUEUED_EVENTS: usize = 16_384;
 /// How long a `since` waits for its cookie to be seen.
@@ -60,6 +66,10 @@ struct State {
     last_fallback: Option<String>,
     last_request: Instant,
     stopping: bool,
+    /// A directory was renamed and the watches are not renewed yet: nothing is vouched for.
+    renewing: bool,
+    /// Cookies seen while `renewing`: they count as seen once the watches are renewed.
+    held_cookies: Vec<String>,
     /// When a dropped event was last noticed: a client whose cookie was made before it may
     /// wait for an event that never comes.
     last_drop: Option<std::time::SystemTime>,
@@ -86,6 +96,8 @@ impl State {
             last_request: Instant::now(),
             stopping: false,
             last_drop: None,
+            renewing: false,
+            held_cookies: Vec::new(),
         }
     }
 
@@ -117,6 +129,8 @@ impl State {
         };
         let answer = if let Some(broken) = &self.broken {
             unknown(broken.clone())
+        } else if self.renewing {
+            unknown(RENAMED.into())
         } else {
             match token.map(parse_token) {
                 None => unknown("no token yet (first watched snapshot)".into()),
@@ -259,6 +273,7 @@ pub fn run(
     repository: Option<&Path>,
     idle: Duration,
     on_quiet: &mut dyn FnMut(),
+    still_served: &dyn Fn() -> bool,
 ) -> Result<(), CkptError> {
     crate::fault::pause("watch:daemon-start");
     // Started for a workspace that went away meanwhile (removed while this process came up):
@@ -342,21 +357,35 @@ pub fn run(
     let root_buf = root.to_path_buf();
     let mut last_event = Instant::now();
     let mut quiet_done = true;
+    let mut renew = false;
+    let mut next_look = Instant::now() + LOOK_AGAIN;
     loop {
-        match events.recv_timeout(Duration::from_millis(500)) {
+        // Watches to renew wait for a pause in the events: a burst of renames renews them once.
+        let wait = if renew { RENEW_AFTER } else { Duration::from_millis(500) };
+        match events.recv_timeout(wait) {
             Ok(event) => {
                 crate::fault::pause("watch:daemon-read");
                 // Before this event (a cookie, perhaps) is seen: what was dropped came first.
                 shared.note_dropped(&dropped);
-                handle(event, &root_buf, &cookies, &mut watcher, &shared);
+                renew |= handle(event, &root_buf, &cookies, &mut watcher, &shared);
+                // A client waits: the watches are renewed now, not after the renames stop.
+                if renew && !shared.lock().held_cookies.is_empty() {
+                    renew = false;
+                    renew_watches(&mut watcher, &root_buf, &shared);
+                }
                 last_event = Instant::now();
                 quiet_done = false;
             }
             // The dropped event may have been a cookie a client waits for.
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => shared.note_dropped(&dropped),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                shared.note_dropped(&dropped);
+                if std::mem::take(&mut renew) {
+                    renew_watches(&mut watcher, &root_buf, &shared);
+                }
+            }
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
         }
-        let state = shared.lock();
+        let mut state = shared.lock();
         let idle_for = state.last_request.elapsed();
         if idle_for < QUIET {
             quiet_done = false;
@@ -372,7 +401,16 @@ pub fn run(
         // A repository removed under a worktree that is still there (a temp dir half removed
         // while this daemon wrote its files, seen in the tests): nothing left to serve.
         let repository_gone = repository.is_some_and(|marker| std::fs::symlink_metadata(marker).is_err());
-        if !root.is_dir() || unreachable || repository_gone {
+        // The workspace now opens another provider (a repository's first commit moves it from
+        // the copy store to git): this daemon's socket is no one's to ask any more.
+        let superseded = Instant::now() >= next_look && {
+            next_look = Instant::now() + LOOK_AGAIN;
+            drop(state);
+            let superseded = !still_served();
+            state = shared.lock();
+            superseded
+        };
+        if !root.is_dir() || unreachable || repository_gone || superseded {
             quiet_done = true;
             break;
         }
@@ -397,13 +435,15 @@ fn is_read(kind: &EventKind) -> bool {
     matches!(kind, EventKind::Access(kind) if *kind != AccessKind::Close(AccessMode::Write))
 }
 
+/// Handles one event; true when it renamed a directory, so every watch must be renewed (the
+/// caller does it once the events stop coming: a storm of renames renews them once).
 fn handle(
     event: notify::Result<notify::Event>,
     root: &Path,
     cookies: &Path,
     watcher: &mut impl Watcher,
     shared: &Shared,
-) {
+) -> bool {
     let event = match event {
         Ok(event) => event,
         Err(e) => {
@@ -413,23 +453,29 @@ fn handle(
             } else {
                 state.reset(format!("watch error: {e}"));
             }
-            return;
+            return false;
         }
     };
     if event.need_rescan() {
         shared.lock().reset("the kernel's event queue overflowed".into());
-        return;
+        return false;
     }
     if is_read(&event.kind) {
-        return;
+        return false;
     }
     let renamed = matches!(event.kind, EventKind::Modify(ModifyKind::Name(_)));
     let mut rebuild = false;
     for path in &event.paths {
         if let Ok(name) = path.strip_prefix(cookies) {
             let mut state = shared.lock();
-            state.cookies.insert(name.to_string_lossy().into_owned());
-            shared.seen.notify_all();
+            let name = name.to_string_lossy().into_owned();
+            if state.renewing {
+                // Seen once the watches are renewed, so the answer's token comes after that.
+                state.held_cookies.push(name);
+            } else {
+                state.cookies.insert(name);
+                shared.seen.notify_all();
+            }
             continue;
         }
         if shared.lock().own.iter().any(|own| path.starts_with(own)) {
@@ -500,14 +546,26 @@ fn handle(
         }
     }
     if rebuild {
-        unwatch_tree(watcher, root, &shared.state);
-        if watch_tree(watcher, root, &shared.state) {
-            // Tokens from before the watches were renewed cannot be vouched for.
-            shared
-                .lock()
-                .reset("a directory was renamed (every watch was renewed)".into());
-        }
+        // Until the watches are renewed nothing is vouched for; a client's cookie seen meanwhile
+        // makes them renewed at once (one renewal per client, not one per rename).
+        shared.lock().renewing = true;
     }
+    rebuild
+}
+
+/// Renews every watch (inotify names the subdirectories of a renamed directory by their old
+/// paths); tokens from before cannot be vouched for.
+fn renew_watches(watcher: &mut impl Watcher, root: &Path, shared: &Shared) {
+    unwatch_tree(watcher, root, &shared.state);
+    let watched = watch_tree(watcher, root, &shared.state);
+    let mut state = shared.lock();
+    state.renewing = false;
+    if watched {
+        state.reset(RENAMED.into());
+    }
+    let held = std::mem::take(&mut state.held_cookies);
+    state.cookies.extend(held);
+    shared.seen.notify_all();
 }
 
 fn serve(listener: UnixListener, cookies: &Path, shared: &Shared) {

@@ -584,6 +584,15 @@ pub(super) fn walk_scope(
         if path.ancestors().iter().any(|dir| scope.paths.contains(dir.as_bytes())) {
             continue;
         }
+        // Inside a submodule: a walk never enters one (its pointer comes from the index).
+        let in_submodule = |dir: &RepoPath| {
+            index
+                .entry_by_path(BStr::new(dir.as_bytes()))
+                .is_some_and(|entry| entry.mode == Mode::COMMIT)
+        };
+        if path.ancestors().iter().any(in_submodule) {
+            continue;
+        }
         // First the directories above it: below a symlink, a non-directory or an ignored
         // directory, git's walk sees nothing (and a directory there is never walked). Even for a
         // path that is gone: a restore asks whether an ignored directory is in its way.
