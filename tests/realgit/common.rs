@@ -251,6 +251,19 @@ impl TestRepo {
         repo
     }
 
+    /// Adds `upstream` as a submodule at `name` (a local clone, as git allows only when asked).
+    pub fn add_submodule(&self, upstream: &TestRepo, name: &str) {
+        self.git(&[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            upstream.root.to_str().expect("a UTF-8 temp path"),
+            name,
+        ]);
+    }
+
     pub fn path(&self, rel: impl AsRef<Path>) -> PathBuf {
         self.root.join(rel)
     }

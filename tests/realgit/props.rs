@@ -260,15 +260,7 @@ impl World {
             }
             Start::SubmoduleClean | Start::SubmoduleDirty => {
                 let up = TestRepo::new();
-                repo.git(&[
-                    "-c",
-                    "protocol.file.allow=always",
-                    "submodule",
-                    "add",
-                    "-q",
-                    up.root.to_str().unwrap_or_default(),
-                    "sub",
-                ]);
+                repo.add_submodule(&up, "sub");
                 repo.commit_all("submodule");
                 if start == Start::SubmoduleDirty {
                     repo.write("sub/README.md", b"dirty inside the submodule\n");

@@ -343,15 +343,7 @@ fn special_files_are_skipped_and_submodules_are_pointers() {
         .unwrap();
     assert!(status.success());
     let upstream = TestRepo::new();
-    repo.git(&[
-        "-c",
-        "protocol.file.allow=always",
-        "submodule",
-        "add",
-        "-q",
-        upstream.root.to_str().unwrap(),
-        "sub",
-    ]);
+    repo.add_submodule(&upstream, "sub");
     repo.commit_all("add submodule");
     std::fs::write(repo.path("sub/dirty-inside.txt"), b"inside the submodule").unwrap();
     let before = repo.fingerprint();

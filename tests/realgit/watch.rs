@@ -2080,8 +2080,9 @@ fn the_agents_own_git_commands_keep_snapshots_watched_and_exact() {
 }
 
 /// A storm of directory renames (found by a black-box review: 50 renames stalled every snapshot
-/// 6 s for a quarter of a minute) renews the watches once the renames stop, and a snapshot
-/// meanwhile is told "unknown" at once, never made to wait for its cookie behind the renewal.
+/// 6 s for a quarter of a minute) renews the watches once the renames stop, or once at once for
+/// a snapshot that asks meanwhile: never once per rename with the snapshot's cookie queued
+/// behind them all.
 #[test]
 fn a_storm_of_directory_renames_never_makes_a_snapshot_wait() {
     let repo = TestRepo::new();
@@ -2133,15 +2134,7 @@ fn a_storm_of_directory_renames_never_makes_a_snapshot_wait() {
 fn a_submodules_files_changing_keep_snapshots_watched() {
     let repo = TestRepo::new();
     let upstream = TestRepo::new();
-    repo.git(&[
-        "-c",
-        "protocol.file.allow=always",
-        "submodule",
-        "add",
-        "-q",
-        upstream.root.to_str().unwrap(),
-        "sub",
-    ]);
+    repo.add_submodule(&upstream, "sub");
     repo.commit_all("add submodule");
     warm(&repo);
     std::fs::write(repo.path("sub/inside.txt"), b"inside the submodule").unwrap();
@@ -2152,6 +2145,48 @@ fn a_submodules_files_changing_keep_snapshots_watched() {
     assert!(after.created);
     repo.write("outside.txt", b"o2");
     watched_and_agrees(&repo, "a later edit outside");
+    // A pointer that moves in the index alone (found by a second review: the daemon answered
+    // "nothing changed" and the checkpoint kept the old pointer) is captured as a walk does.
+    repo.git_in(
+        &repo.path("sub"),
+        &[
+            "-c",
+            "user.name=T",
+            "-c",
+            "user.email=t@example.invalid",
+            "commit",
+            "-qam",
+            "inside",
+        ],
+    );
+    repo.git(&["add", "sub"]);
+    let moved = watched(&repo);
+    assert_walk_agrees(&repo, &moved.id, "a submodule pointer moved in the index");
+    assert!(moved.created, "{}", moved.fallback);
+    // Removed and checked out again (found by the second review: its `.git` file, written,
+    // kept the submodule's directory in every later snapshot's scope, and every one walked).
+    std::fs::remove_dir_all(repo.path("sub")).unwrap();
+    watched(&repo);
+    repo.git(&[
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "update",
+        "-q",
+        "--init",
+    ]);
+    let back = watched(&repo);
+    assert_walk_agrees(&repo, &back.id, "a submodule checked out again");
+    // Its `.git` file written again in a watched directory, as a checkout writes it.
+    let gitfile = repo.path("sub/.git");
+    std::fs::write(&gitfile, std::fs::read(&gitfile).unwrap()).unwrap();
+    watched(&repo);
+    repo.write("outside.txt", b"o3");
+    watched_and_agrees(&repo, "an edit outside after the submodule came back");
+    repo.git(&["rm", "-q", "-f", "--cached", "sub"]);
+    let removed = watched(&repo);
+    assert_walk_agrees(&repo, &removed.id, "a submodule pointer removed from the index");
+    watched_and_agrees(&repo, "after the pointer went");
     stop(&repo);
 }
 

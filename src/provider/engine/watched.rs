@@ -339,6 +339,9 @@ impl Engine {
                     "the index moved and there is no stat cache of the last checkpoint to compare it with".into(),
                 );
             };
+            if !self.gitlinks_as_before(previous)? {
+                return Err("a submodule pointer moved in the index".into());
+            }
             let room = MAX_SCOPE.saturating_sub(paths.len());
             match self.vault.index_membership_changes(cache.paths(), room) {
                 Ok(Some(tracking)) => paths.extend(tracking),
@@ -352,6 +355,32 @@ impl Engine {
             self.phase_time("index membership", started);
         }
         Ok(PathScope::new(paths))
+    }
+
+    /// Whether the index holds exactly the submodule pointers `previous` holds (its record names
+    /// each as a `submodule` it skipped; its tree holds the pointer): a capture takes them from
+    /// the index, and none of the daemon's paths says that one moved there. `Err` says why it
+    /// cannot tell.
+    fn gitlinks_as_before(&self, previous: &Record) -> Result<bool, String> {
+        let cannot = |e: crate::verbs::VerbError| format!("the index moved and its submodules cannot be read: {e}");
+        let Some(now) = self.vault.index_gitlinks().map_err(cannot)? else {
+            return Ok(false);
+        };
+        let tree = previous
+            .tree_id()
+            .map_err(|e| format!("checkpoint {} has a bad tree: {e}", previous.id))?;
+        let mut before = Vec::new();
+        for skipped in previous.skipped.iter().filter(|s| s.reason == "submodule") {
+            let Ok(path) = skipped.path.to_repo_path() else {
+                return Ok(false);
+            };
+            match self.vault.gitlink_in_tree(&tree, &path).map_err(cannot)? {
+                Some(id) => before.push((path, id)),
+                None => return Ok(false),
+            }
+        }
+        before.sort();
+        Ok(now == before)
     }
 
     /// The outcome of a watched snapshot that found nothing changed since `previous`.

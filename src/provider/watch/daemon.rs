@@ -485,10 +485,14 @@ fn handle(
         let mut rel_bytes = rel.as_os_str().as_bytes().to_vec();
         // A `.git` below the root makes (or unmakes) its directory a nested repository: that
         // directory changed. The worktree's own `.git` is the fingerprint's business.
+        // A nested repository's own files (its `.git`) are never a recently written file: the
+        // directory named for them would stay in every snapshot's scope.
+        let mut inside_git = false;
         if let Some(at) = rel_bytes.split(|&b| b == b'/').position(|c| c == b".git") {
             if at == 0 {
                 continue;
             }
+            inside_git = true;
             let keep: usize = rel_bytes
                 .split(|&b| b == b'/')
                 .take(at)
@@ -528,7 +532,7 @@ fn handle(
                     | EventKind::Modify(ModifyKind::Any)
                     | EventKind::Create(CreateKind::File)
             );
-            if written && !is_dir_now && crate::verbs::RepoPath::check(&rel_bytes).is_ok() {
+            if written && !is_dir_now && !inside_git && crate::verbs::RepoPath::check(&rel_bytes).is_ok() {
                 state.written.retain(|p| *p != rel_bytes);
                 state.written.push_back(rel_bytes.clone());
                 if state.written.len() > RECENTLY_WRITTEN {

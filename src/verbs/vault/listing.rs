@@ -201,6 +201,45 @@ impl Vault {
         Ok(Some(changes))
     }
 
+    /// The submodule pointers the index holds, in path order: a capture takes them from the
+    /// index, so one that moved there (a `git add` of the submodule, a commit or a reset in the
+    /// superproject) changes the capture though no worktree file changed. `None` when one is at
+    /// a path that is no repository path. Read-only; the index read is kept.
+    pub fn index_gitlinks(&self) -> Result<Option<Vec<(RepoPath, ObjectId)>>, VerbError> {
+        let index = self.read_index(true)?;
+        let mut gitlinks = Vec::new();
+        for entry in index.entries() {
+            if entry.mode == gix::index::entry::Mode::COMMIT {
+                let Ok(path) = RepoPath::new(entry.path(&index).to_vec()) else {
+                    return Ok(None);
+                };
+                gitlinks.push((path, ObjectId(entry.id)));
+            }
+        }
+        gitlinks.sort();
+        gitlinks.dedup_by(|a, b| a.0 == b.0);
+        Ok(Some(gitlinks))
+    }
+
+    /// The submodule pointer `tree` holds at `path`, if it holds one there: only the levels on
+    /// the way are read. Read-only.
+    pub fn gitlink_in_tree(&self, tree: &ObjectId, path: &RepoPath) -> Result<Option<ObjectId>, VerbError> {
+        let mut level = *tree;
+        let mut names = path.components().peekable();
+        while let Some(name) = names.next() {
+            let entries = self.tree_level(&level)?;
+            let Some((_, kind, id)) = entries.into_iter().find(|(entry, _, _)| entry.as_slice() == name) else {
+                return Ok(None);
+            };
+            match (kind, names.peek().is_none()) {
+                (Some(EntryKind::Gitlink), true) => return Ok(Some(id)),
+                (None, false) => level = id,
+                _ => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
     /// Starts reading the index on a thread of its own, for the scoped listing that follows (a
     /// watched snapshot loads its stat cache meanwhile): the read a listing makes, made earlier.
     /// A read that fails, or a file that changed by the time the listing wants it, is just read
