@@ -344,6 +344,8 @@ fn a_flood_of_changes_drops_the_log_and_a_second_daemon_refuses() {
 /// Events that come faster than the daemon reads them are dropped, never queued without
 /// bound (a daemon grew to 4 GB beside churning programs, issue #42), and a dropped event
 /// makes the next answer unknown: nothing it named is missed.
+/// Needs `fault-injection`: the daemon's reader is held with `CKPT_PAUSE`.
+#[cfg(feature = "fault-injection")]
 #[test]
 fn events_faster_than_the_daemon_reads_cost_a_walk_never_memory_or_a_missed_change() {
     let repo = TestRepo::new();

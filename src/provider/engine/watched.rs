@@ -5,7 +5,8 @@
 //! doubt (no daemon, an unknown token, a changed config or exclude file, a submodule or hard link
 //! in the scope, a stat cache of another checkpoint) means a full snapshot, and the outcome says
 //! why. A changed index or HEAD (the agent's own `git add`, `commit`, `checkout`) does not: the
-//! paths whose tracking it changed are captured with the daemon's. It writes nothing a full snapshot would not write.
+//! paths whose tracking it changed are captured with the daemon's. It writes nothing a full
+//! snapshot would not write.
 
 use crate::provider::scan::{self, Capture, Delta};
 use crate::provider::treebuild::{self, TreeEdit};
