@@ -42,6 +42,9 @@ pub struct Plan {
     /// Filter paths that match nothing on either side.
     pub unmatched_filter: Vec<RepoPath>,
     pub ops: Vec<RestoreOp>,
+    /// Set by the engine, not the planner: paths on disk the target lacks because its own
+    /// ignore rules ignore them. Passed in as untouchable, so even `--exact` leaves them.
+    pub ignored_by_target: Vec<RepoPath>,
 }
 
 fn in_scope(path: &RepoPath, filter: &[RepoPath]) -> bool {

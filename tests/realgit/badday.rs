@@ -1146,3 +1146,63 @@ fn a_registry_that_is_a_symlink_is_never_read_through() {
         "the other registry is untouched"
     );
 }
+
+/// A checkpoint never holds an ignored file, so lacking one is no evidence it should go: an
+/// agent that deleted `.gitignore` made `target/` and `*.log` visible (a later guard holds
+/// them), and an `--exact` restore to the checkpoint from before must bring the ignore file
+/// back without deleting the build, the log or a nested directory's ignored scratch file.
+/// Found by the property suite (seed 4473): the undo of a restore deleted `build/out.o`.
+#[test]
+fn an_exact_restore_never_deletes_what_the_checkpoints_own_ignore_rules_ignore() {
+    for watched in [false, true] {
+        let repo = TestRepo::new();
+        let watch: &[&str] = if watched { &["--watch"] } else { &[] };
+        repo.write("src/.gitignore", b"*.tmp\n");
+        repo.commit_all("nested ignore file");
+        repo.write("target/debug/app", b"\x7fELF built\n");
+        repo.write("run.log", b"the log\n");
+        repo.write("src/scratch.tmp", b"scratch\n");
+        let checkpoint = repo.snapshot(watch);
+        // The agent removes the ignore files and adds a file of its own.
+        repo.remove(".gitignore");
+        repo.remove("src/.gitignore");
+        repo.write("agent.txt", b"written by the agent\n");
+        repo.snapshot(watch);
+        let before = repo.fingerprint();
+
+        let preview = repo.ckpt_json(&["preview", checkpoint.as_str(), "--exact"], 0);
+        let delete = json_paths(&preview.one("preview")["delete"]);
+        assert_eq!(delete, vec![b"agent.txt".to_vec()], "watched {watched}: {delete:?}");
+        let run = repo.ckpt_json(&["restore", checkpoint.as_str(), "--exact", "--yes"], 0);
+        let report = run.one("restore");
+        assert_eq!(report["verified"], true);
+        assert_eq!(json_paths(&report["deleted"]), vec![b"agent.txt".to_vec()]);
+        let left: Vec<Vec<u8>> = report["not_protected"]
+            .as_array()
+            .expect("not_protected")
+            .iter()
+            .filter(|p| p["reason"].as_str().is_some_and(|r| r.contains("ignore rules")))
+            .map(|p| json_path(&p["path"]))
+            .collect();
+        assert_eq!(
+            left,
+            vec![
+                b"run.log".to_vec(),
+                b"src/scratch.tmp".to_vec(),
+                b"target/debug/app".to_vec()
+            ],
+            "watched {watched}: {report}"
+        );
+        assert_eq!(repo.read("target/debug/app"), b"\x7fELF built\n");
+        assert_eq!(repo.read("run.log"), b"the log\n");
+        assert_eq!(repo.read("src/scratch.tmp"), b"scratch\n");
+        assert_eq!(repo.read(".gitignore"), b"target/\n*.log\n");
+        assert_eq!(repo.read("src/.gitignore"), b"*.tmp\n");
+        assert!(!repo.path("agent.txt").exists());
+        assert_eq!(
+            repo.fingerprint().without_status(),
+            before.without_status(),
+            "only worktree files were written"
+        );
+    }
+}

@@ -152,6 +152,60 @@ fn within(path: &[u8], dir: &[u8]) -> bool {
     path == dir || (path.starts_with(dir) && path.get(dir.len()) == Some(&b'/'))
 }
 
+/// Which of `paths` git ignores under the ignore files `checkpoint` holds (and the repository's
+/// `info/exclude` as it is now): a checkpoint never holds an ignored file, so lacking one of
+/// these is no evidence it should go. git itself decides, in a scratch repository holding just
+/// those ignore files and an empty stand-in for each path.
+fn ignored_under(repo: &TestRepo, checkpoint: &Files, paths: &[Vec<u8>]) -> BTreeSet<Vec<u8>> {
+    if paths.is_empty() {
+        return BTreeSet::new();
+    }
+    let scratch = tempfile::tempdir().expect("scratch dir");
+    repo.git_in(scratch.path(), &["init", "-q"]);
+    let info = repo.root.join(".git/info/exclude");
+    if let Ok(rules) = std::fs::read(&info) {
+        std::fs::write(scratch.path().join(".git/info/exclude"), rules).ok();
+    }
+    let put = |path: &[u8], content: &[u8]| {
+        let full = scratch.path().join(OsStr::from_bytes(path));
+        make_parent(&full);
+        std::fs::write(full, content).ok();
+    };
+    for (path, entry) in checkpoint {
+        let name = path.rsplit(|b| *b == b'/').next().unwrap_or_default();
+        if let (b".gitignore", Entry::File { content, .. }) = (name, entry) {
+            put(path, content);
+        }
+    }
+    for path in paths {
+        put(path, b"");
+    }
+    let input: Vec<u8> = paths.iter().flat_map(|p| p.iter().copied().chain([0])).collect();
+    let mut cmd = std::process::Command::new("git");
+    cmd.current_dir(scratch.path())
+        .args(["check-ignore", "--no-index", "-z", "--stdin"])
+        .env("HOME", scratch.path())
+        .env("XDG_CONFIG_HOME", scratch.path())
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("git check-ignore");
+    if let Some(mut stdin) = child.stdin.take() {
+        std::io::Write::write_all(&mut stdin, &input).expect("feed git check-ignore");
+    }
+    let out = child.wait_with_output().expect("git check-ignore");
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "git check-ignore: {:?}",
+        out.status
+    );
+    out.stdout
+        .split(|b| *b == 0)
+        .filter(|p| !p.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
 impl World {
     fn new(start: Start) -> World {
         let repo = TestRepo::bare_dir();
@@ -900,12 +954,26 @@ impl World {
             }
         }
         let unknown = self.unknown_in.get(&id).cloned().unwrap_or_default();
+        let lacking: Vec<Vec<u8>> = pre_protected
+            .keys()
+            .filter(|p| exact && selected(p) && !target.contains_key(*p))
+            .cloned()
+            .collect();
+        let ignored_by_target = ignored_under(&self.repo, &target, &lacking);
         for (path, entry) in pre_protected
             .iter()
             .filter(|(p, _)| selected(p) && !target.contains_key(*p))
         {
             let type_change = target.keys().any(|t| within(path, t) || within(t, path));
-            if unknown.contains(path) {
+            if ignored_by_target.contains(path) && !type_change {
+                self.check(post.get(path) == Some(entry), || {
+                    format!(
+                        "{} is ignored by {}'s own ignore rules, so even --exact must leave it",
+                        String::from_utf8_lossy(path),
+                        &id[..8]
+                    )
+                });
+            } else if unknown.contains(path) {
                 self.check(post.get(path) == Some(entry), || {
                     format!(
                         "{} was left out of {} as unstable, so a restore to it must leave it",

@@ -152,6 +152,9 @@ fn give_narrow_modes(ops: &mut [RestoreOp], record: &Record) {
     }
 }
 
+/// Why an `--exact` restore leaves a file the checkpoint lacks.
+const IGNORED_BY_TARGET: &str = "ignored by the checkpoint's own ignore rules, so it never held this; left as it is";
+
 /// Not-protected paths sorted, each once: a path not protected now and not held by the
 /// checkpoint either (a submodule, say) was listed twice; its reasons now share one line.
 fn one_line_per_path(mut list: Vec<(RepoPath, String)>) -> Vec<(RepoPath, String)> {
@@ -198,15 +201,17 @@ impl Engine {
                 current.insert(change.path, old);
             }
         }
+        let ignored_by_target = self.ignored_by_target(record, &target, &current, selection)?;
         let mut plan = plan::plan(&PlanInput {
             target: &target,
             current: &current,
             unprotected: &capture.unprotected(),
             filter: &selection.paths,
-            untouchable: &Self::untouchable(record, capture),
+            untouchable: &[Self::untouchable(record, capture), ignored_by_target.clone()].concat(),
             same_on_disk: &self.ignored_but_same(&target, capture),
             exact: selection.exact,
         });
+        plan.ignored_by_target = ignored_by_target;
         give_narrow_modes(&mut plan.ops, record);
         let in_scope = |p: &RepoPath| selection.paths.is_empty() || selection.paths.iter().any(|f| p.is_within(f));
         // Paths equal on both sides are exactly the target's paths the diff did not name. A
@@ -276,7 +281,7 @@ impl Engine {
             } else {
                 plan.created_after.clone()
             },
-            not_protected: Self::unprotected_now(&guard.record, record, selection),
+            not_protected: Self::with_ignored_by_target(Self::unprotected_now(&guard.record, record, selection), plan),
             unchanged: plan.unchanged,
             failed: plan
                 .conflicts
@@ -340,9 +345,47 @@ impl Engine {
         out
     }
 
-    /// A filter that names only files on disk ckpt could not protect (too large, unreadable, a
-    /// special file) names something that is there: the restore leaves it and says so, rather
-    /// than claiming it is nowhere.
+    /// With `--exact`, the files the worktree has and the checkpoint lacks that the
+    /// checkpoint's own ignore rules ignore. A checkpoint never holds an ignored file, so its
+    /// absence there is no evidence the file should go: an agent that deleted `.gitignore`
+    /// only made `build/` visible, and undoing that must not delete the build.
+    fn ignored_by_target(
+        &self,
+        record: &Record,
+        target: &BTreeMap<RepoPath, TreeItem>,
+        current: &BTreeMap<RepoPath, TreeItem>,
+        selection: &Selection,
+    ) -> Result<Vec<RepoPath>, CkptError> {
+        if !selection.exact {
+            return Ok(Vec::new());
+        }
+        let lacking: Vec<RepoPath> = current
+            .iter()
+            .filter(|(path, item)| {
+                item.kind != EntryKind::Gitlink && !target.contains_key(*path) && selection.reaches(path)
+            })
+            .map(|(path, _)| path.clone())
+            .collect();
+        let tree = record.tree_id().map_err(CkptError::CorruptRecord)?;
+        let ignored = self.vault.ignored_in_tree(&tree, &lacking)?;
+        Ok(lacking
+            .into_iter()
+            .zip(ignored)
+            .filter_map(|(path, ignored)| ignored.then_some(path))
+            .collect())
+    }
+
+    /// What a restore leaves because the checkpoint's own ignore rules ignore it, as the
+    /// not-protected paths name it.
+    fn with_ignored_by_target(mut list: Vec<(RepoPath, String)>, plan: &plan::Plan) -> Vec<(RepoPath, String)> {
+        list.extend(
+            plan.ignored_by_target
+                .iter()
+                .map(|path| (path.clone(), IGNORED_BY_TARGET.to_owned())),
+        );
+        one_line_per_path(list)
+    }
+
     /// The target's files that are ignored on disk now (one by one, or inside a directory
     /// ignored as a whole) and hold the target's bytes already. Read-only; only ignored paths
     /// the target names are hashed.
@@ -372,6 +415,9 @@ impl Engine {
             .collect()
     }
 
+    /// A filter that names only files on disk ckpt could not protect (too large, unreadable, a
+    /// special file) names something that is there: the restore leaves it and says so, rather
+    /// than claiming it is nowhere.
     fn match_filters_naming_unprotected(plan: &mut plan::Plan, capture: &Capture) {
         plan.unmatched_filter
             .retain(|f| !capture.skipped.iter().any(|(p, _)| p.is_within(f) || f.is_within(p)));
@@ -404,15 +450,18 @@ impl Engine {
         capture: &Capture,
         selection: &Selection,
     ) -> Result<plan::Plan, CkptError> {
+        let current = capture.items();
+        let ignored_by_target = self.ignored_by_target(record, target, &current, selection)?;
         let mut plan = plan::plan(&PlanInput {
             target,
-            current: &capture.items(),
+            current: &current,
             unprotected: &capture.unprotected(),
             filter: &selection.paths,
-            untouchable: &Self::untouchable(record, capture),
+            untouchable: &[Self::untouchable(record, capture), ignored_by_target.clone()].concat(),
             same_on_disk: &self.ignored_but_same(target, capture),
             exact: selection.exact,
         });
+        plan.ignored_by_target = ignored_by_target;
         give_narrow_modes(&mut plan.ops, record);
         Self::match_filters_naming_unprotected(&mut plan, capture);
         match plan.unmatched_filter.first() {
@@ -512,7 +561,7 @@ impl Engine {
                 message: format!("{why}; this checkpoint cannot be restored (nothing was changed)"),
             }));
         }
-        let not_protected = Self::not_protected(record, &capture, selection);
+        let not_protected = Self::with_ignored_by_target(Self::not_protected(record, &capture, selection), &plan);
         Ok(Self::preview_from(record, &plan, not_protected, selection.exact))
     }
 

@@ -9,7 +9,7 @@ use gix::bstr::BStr;
 use super::listed::{PathScope, WorktreeListing};
 use super::Vault;
 use crate::verbs::types::RepoPath;
-use crate::verbs::VerbError;
+use crate::verbs::{EntryKind, ObjectId, VerbError};
 
 /// Where git reads ignore rules, looked at before anything opens them: an ignore file that is a
 /// FIFO, socket or device is refused with its path. gix, like git, opens an ignore file with a
@@ -702,6 +702,76 @@ impl Vault {
                 out.push(false);
                 continue;
             }
+            let mut ignored = false;
+            for dir in path.ancestors() {
+                if excluded(&dir, Mode::DIR)? {
+                    ignored = true;
+                    break;
+                }
+            }
+            out.push(ignored || excluded(path, Mode::FILE)?);
+        }
+        Ok(out)
+    }
+
+    /// Whether each of `paths` is ignored by the rules `tree` carries: its own `.gitignore`
+    /// files (regular files only, as git reads them from a checkout), with `info/exclude` and
+    /// the global exclude file as they are now. What a checkpoint's tree lacks there it could
+    /// never have held. Reads only the tree levels on the way to the paths. Read-only.
+    pub fn ignored_in_tree(&self, tree: &ObjectId, paths: &[RepoPath]) -> Result<Vec<bool>, VerbError> {
+        use gix::index::entry::{Flags, Mode, Stat};
+        if paths.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The outside files are opened by the stack: refuse a FIFO there first.
+        IgnoreFiles::new(&self.repo, &self.workdir)?;
+        let dirs: std::collections::BTreeSet<Option<RepoPath>> = paths
+            .iter()
+            .flat_map(|path| path.ancestors().into_iter().map(Some))
+            .chain([None])
+            .collect();
+        let mut subtrees: std::collections::HashMap<Option<RepoPath>, Option<ObjectId>> =
+            std::collections::HashMap::from([(None, Some(*tree))]);
+        let mut rules = gix::index::State::new(self.repo.object_hash());
+        // Parents sort before their children, so each level's tree is known when it is read.
+        for dir in &dirs {
+            let level = match dir {
+                None => Some(*tree),
+                Some(dir) => match (subtrees.get(&dir.parent()).copied().flatten(), dir.components().last()) {
+                    (Some(parent), Some(name)) => self
+                        .tree_level(&parent)?
+                        .into_iter()
+                        .find(|(entry, kind, _)| entry.as_slice() == name && kind.is_none())
+                        .map(|(_, _, id)| id),
+                    _ => None,
+                },
+            };
+            subtrees.insert(dir.clone(), level);
+            let Some(level) = level else { continue };
+            let rule_file = self.tree_level(&level)?.into_iter().find(|(name, kind, _)| {
+                name.as_slice() == b".gitignore" && matches!(kind, Some(EntryKind::File | EntryKind::Executable))
+            });
+            if let Some((_, _, id)) = rule_file {
+                let path: Vec<u8> = match dir {
+                    Some(dir) => [dir.as_bytes(), b"/.gitignore"].concat(),
+                    None => b".gitignore".to_vec(),
+                };
+                rules.dangerously_push_entry(Stat::default(), id.0, Flags::empty(), Mode::FILE, BStr::new(&path));
+            }
+        }
+        rules.sort_entries();
+        let mut excludes = self
+            .repo
+            .excludes(&rules, None, gix::worktree::stack::state::ignore::Source::IdMapping)
+            .map_err(|e| VerbError::git("reading the checkpoint's ignore rules", e))?;
+        let mut excluded = |path: &RepoPath, mode: Mode| -> Result<bool, VerbError> {
+            Ok(excludes
+                .at_entry(BStr::new(path.as_bytes()), Some(mode))
+                .map_err(|e| VerbError::git(format!("reading the ignore rules for {}", path.display()), e))?
+                .is_excluded())
+        };
+        let mut out = Vec::with_capacity(paths.len());
+        for path in paths {
             let mut ignored = false;
             for dir in path.ancestors() {
                 if excluded(&dir, Mode::DIR)? {
