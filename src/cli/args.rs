@@ -150,7 +150,7 @@ pub(super) enum WorkspaceCommand {
         #[arg(last = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
-    /// Remove checkpoints by retention policy: keep the newest per session, then a byte quota
+    /// Remove checkpoints by retention policy: the newest per session, an age, then a byte quota
     Prune {
         /// Only say what would be removed, and why
         #[arg(long)]
@@ -161,6 +161,9 @@ pub(super) enum WorkspaceCommand {
         /// Soft cap on the incremental bytes of all kept checkpoints
         #[arg(long)]
         quota_bytes: Option<u64>,
+        /// Remove checkpoints older than this (30d, 12h, 2w; 0 keeps every age)
+        #[arg(long, value_parser = crate::records::config::parse_age)]
+        max_age: Option<u64>,
     },
     /// Delete checkpoints: these targets, or every checkpoint of --session
     Delete {

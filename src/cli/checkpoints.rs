@@ -30,6 +30,12 @@ pub(super) fn snapshot(
     for warning in &outcome.warnings {
         sayln!("ckpt: warning: {warning}");
     }
+    if !pruned.is_empty() {
+        sayln!(
+            "{}",
+            super::retention_text::removal_note(&settled.pruned_by_rule, &super::retention_policy(config))
+        );
+    }
     out.record(&SnapshotRecord::new(outcome, pruned));
     let record = &outcome.record;
     if outcome.created {

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::args::*;
 use super::checkpoints::resolve;
 use super::output::{self, Output};
-use super::wire::{DiffFileRecord, DiffRecord, SessionCount, StatusRecord, WatchUse};
+use super::wire::{AutoRetention, DiffFileRecord, DiffRecord, RetentionStatus, SessionCount, StatusRecord, WatchUse};
 use super::*;
 use crate::provider::{self, CkptError, Provider};
 
@@ -69,10 +69,26 @@ pub(super) fn diff(
 pub(super) fn status(
     provider: &dyn Provider,
     max_file_size: u64,
-    watch_off: bool,
+    config: &Config,
     out: &Output,
 ) -> Result<Exit, CkptError> {
+    let watch_off = config.watch == Some(false);
     let report = provider.status(max_file_size)?;
+    let auto = auto_prune(config);
+    let policy = retention_policy(config);
+    let retention_log = provider.retention_file().load();
+    let retention = RetentionStatus {
+        auto: match &auto {
+            None => AutoRetention::Off,
+            Some(auto) if auto.every.is_none() => AutoRetention::EverySnapshot,
+            Some(_) => AutoRetention::Periodic,
+        },
+        interval_secs: auto.as_ref().and_then(|a| a.every).map(|every| every.as_secs()),
+        max_age_secs: policy.max_age_secs,
+        max_per_session: policy.max_per_session,
+        quota_bytes: policy.quota_bytes,
+        last_removal: retention_log.last_removal.as_ref(),
+    };
     let daemon = crate::provider::watch::status(&provider.watch_files()).ok().flatten();
     let watch = match (watch_off, &daemon) {
         (true, _) => WatchUse::TurnedOff,
@@ -104,6 +120,7 @@ pub(super) fn status(
         shared_bytes: report.shared_bytes,
         blobs: report.blobs,
         watch,
+        retention,
     });
     if !out.json {
         let mut text = format!("provider {} for {}\n", report.provider, provider.workdir().display());
@@ -158,6 +175,12 @@ pub(super) fn status(
             }
             _ => "watch daemon: not running; snapshots walk the worktree (`ckpt watch start` starts one)".to_owned(),
         });
+        text.push('\n');
+        text.push_str(&super::retention_text::status_text(
+            auto.as_ref(),
+            &policy,
+            retention_log.last_removal.as_ref(),
+        ));
         out.human(&text);
     }
     Ok(Exit::Ok)

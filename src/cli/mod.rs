@@ -33,6 +33,7 @@ mod output;
 mod pager;
 mod restore;
 mod retention;
+mod retention_text;
 mod trace;
 mod ui;
 mod watch;
@@ -184,15 +185,43 @@ fn retention_policy(config: &Config) -> provider::retention::Policy {
     if let Some(retention) = &config.retention {
         policy.max_per_session = retention.max_per_session.unwrap_or(policy.max_per_session);
         policy.quota_bytes = retention.quota_bytes.unwrap_or(policy.quota_bytes);
+        // The config was checked at load: an unreadable age never gets here.
+        if let Some(Ok(age)) = retention.max_age_secs() {
+            policy.max_age_secs = age;
+        }
     }
     policy
 }
 
+/// How often retention looks on its own when the config does not say: it is on by default,
+/// and a look reads every checkpoint, so not on every snapshot. `CKPT_RETENTION_INTERVAL`
+/// (seconds) overrides it.
+fn default_retention_interval() -> std::time::Duration {
+    let secs = std::env::var("CKPT_RETENTION_INTERVAL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600);
+    std::time::Duration::from_secs(secs)
+}
+
+/// Automatic retention as the config asks: after every snapshot (`auto_prune = true`), never
+/// (`false`), or at most every [`default_retention_interval`] (unset).
+fn auto_prune(config: &Config) -> Option<provider::settle::AutoPrune> {
+    let every = match config.retention.as_ref().and_then(|r| r.auto_prune) {
+        Some(false) => return None,
+        Some(true) => None,
+        None => Some(default_retention_interval()),
+    };
+    Some(provider::settle::AutoPrune {
+        policy: retention_policy(config),
+        every,
+    })
+}
+
 /// What the config adds to every snapshot: auto-prune, and how to start the watch daemon.
 fn followups<'a>(provider: &'a dyn provider::Provider, config: &Config) -> provider::settle::Followups<'a> {
-    let auto_prune = config.retention.as_ref().and_then(|r| r.auto_prune).unwrap_or(false);
     provider::settle::Followups {
-        auto_prune: auto_prune.then(|| retention_policy(config)),
+        auto_prune: auto_prune(config),
         start_daemon: Some(Box::new(move || {
             watch::start(provider.workdir(), &provider.watch_files())
                 .map(drop)
@@ -385,17 +414,17 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
             let open_another = || open_workspace(cli, &cwd, false).map(|(_, provider)| provider);
             ui::serve(provider, &open_another, &config, &options)
         }
-        WorkspaceCommand::Status { max_file_size } => {
-            status(provider, limit(max_file_size), config.watch == Some(false), out)
-        }
+        WorkspaceCommand::Status { max_file_size } => status(provider, limit(max_file_size), &config, out),
         WorkspaceCommand::Prune {
             dry_run,
             max_per_session,
             quota_bytes,
+            max_age,
         } => {
             let mut policy = retention_policy(&config);
             policy.max_per_session = max_per_session.unwrap_or(policy.max_per_session);
             policy.quota_bytes = quota_bytes.unwrap_or(policy.quota_bytes);
+            policy.max_age_secs = max_age.unwrap_or(policy.max_age_secs);
             prune(provider, &policy, *dry_run, out)
         }
         WorkspaceCommand::Delete { targets, session, yes } => delete(provider, targets, session.as_deref(), *yes, out),

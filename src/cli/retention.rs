@@ -18,7 +18,7 @@ pub(super) fn prune(
     out: &Output,
 ) -> Result<Exit, CkptError> {
     let records = provider.checkpoints(false)?;
-    let plan = provider::retention::plan(&records, policy);
+    let plan = provider::retention::plan(&records, policy, chrono::Utc::now().timestamp_millis());
     let ids: Vec<String> = plan.iter().map(|r| r.id.clone()).collect();
     let removed = if dry_run { Vec::new() } else { provider.remove(&ids)? };
     for removal in &plan {

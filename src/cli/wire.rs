@@ -376,8 +376,34 @@ pub struct StatusRecord<'a> {
     pub blobs: usize,
     /// Whether snapshots ask a watch daemon what changed.
     pub watch: WatchUse,
+    pub retention: RetentionStatus<'a>,
 }
 record_type!(StatusRecord, "status");
+
+/// `status.retention`: when retention runs on its own, its policy, and what it last removed.
+#[derive(Serialize)]
+pub struct RetentionStatus<'a> {
+    pub auto: AutoRetention,
+    /// With `auto: "periodic"`: at most this often.
+    pub interval_secs: Option<u64>,
+    /// 0: no age limit.
+    pub max_age_secs: u64,
+    pub max_per_session: usize,
+    pub quota_bytes: u64,
+    pub last_removal: Option<&'a crate::records::retention::AutoRemoval>,
+}
+
+/// `status.retention.auto`.
+#[derive(Serialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoRetention {
+    /// `retention.auto_prune = true`: after every snapshot that created a checkpoint.
+    EverySnapshot,
+    /// The default: after a snapshot that created a checkpoint, at most every `interval_secs`.
+    Periodic,
+    /// `retention.auto_prune = false`: only `ckpt prune`.
+    Off,
+}
 
 /// `status.watch`: whether a watch daemon runs for the workspace and whether snapshots ask it.
 #[derive(Serialize, Clone, Copy, PartialEq, Eq)]

@@ -222,6 +222,8 @@ pub trait Provider {
     fn watch_files(&self) -> crate::records::watch::WatchFiles;
     /// Where agents' hooks keep their sessions' turn and step in this workspace.
     fn hook_positions(&self) -> crate::records::hooks::HookPositions;
+    /// Where automatic retention notes when it last looked and what it removed.
+    fn retention_file(&self) -> crate::records::retention::RetentionFile;
     /// ckpt's own directories inside the worktree (a store kept there), absolute.
     fn own_dirs(&self) -> Vec<PathBuf>;
     /// A file that exists while this workspace's repository does (its `HEAD`): a watch daemon
@@ -441,6 +443,9 @@ impl Provider for CopyThenGit {
     }
     fn hook_positions(&self) -> crate::records::hooks::HookPositions {
         self.primary.hook_positions()
+    }
+    fn retention_file(&self) -> crate::records::retention::RetentionFile {
+        self.primary.retention_file()
     }
     fn repository_marker(&self) -> Option<PathBuf> {
         self.primary.repository_marker()

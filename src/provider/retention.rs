@@ -11,13 +11,19 @@ pub struct Policy {
     pub max_per_session: usize,
     /// Soft cap on the sum of incremental bytes of the kept checkpoints.
     pub quota_bytes: u64,
+    /// Checkpoints taken longer ago than this many seconds go; 0 keeps every age.
+    pub max_age_secs: u64,
 }
 
+/// The default policy is generous: retention is on by default, and must only ever bound a
+/// history no one will go back to (a month old, past a thousand steps of one session, or
+/// past 2 GiB of content ckpt alone keeps).
 impl Default for Policy {
     fn default() -> Self {
         Policy {
-            max_per_session: 50,
-            quota_bytes: 512 * 1024 * 1024,
+            max_per_session: 1000,
+            quota_bytes: 2 * 1024 * 1024 * 1024,
+            max_age_secs: 30 * 24 * 3600,
         }
     }
 }
@@ -28,12 +34,13 @@ pub struct Removal {
     pub rule: &'static str,
 }
 
-/// Records are oldest first. First each session keeps its newest `max_per_session`; then, while
-/// the kept checkpoints' incremental bytes exceed the quota, the oldest are removed — but never
-/// the newest checkpoint of a session. A turn whose first checkpoint goes loses the rest of its
-/// checkpoints too (rule `turn`), unless one of them is its session's newest: then the first
-/// stays.
-pub fn plan(records: &[Record], policy: &Policy) -> Vec<Removal> {
+/// Records are oldest first; `now_ms` is in milliseconds since the epoch. First each session keeps its
+/// newest `max_per_session`; then checkpoints older than `max_age_secs` go; then, while the kept
+/// checkpoints' incremental bytes exceed the quota, the oldest are removed. Never the newest
+/// checkpoint of a session by age or quota, and never one whose time cannot be read by age. A
+/// turn whose first checkpoint goes loses the rest of its checkpoints too (rule `turn`), unless
+/// one of them is its session's newest: then the first stays.
+pub fn plan(records: &[Record], policy: &Policy, now_ms: i64) -> Vec<Removal> {
     let mut by_session: BTreeMap<Option<&str>, Vec<usize>> = BTreeMap::new();
     for (index, record) in records.iter().enumerate() {
         by_session.entry(record.session.as_deref()).or_default().push(index);
@@ -49,6 +56,20 @@ pub fn plan(records: &[Record], policy: &Policy) -> Vec<Removal> {
         for &index in &indices[..keep_from] {
             removed[index] = true;
             out.push((index, "max_per_session"));
+        }
+    }
+    if policy.max_age_secs > 0 {
+        let age_ms = i64::try_from(policy.max_age_secs).map_or(i64::MAX, |secs| secs.saturating_mul(1000));
+        let cutoff = now_ms.saturating_sub(age_ms);
+        for (index, record) in records.iter().enumerate() {
+            if removed[index] || newest_of_session[index] {
+                continue;
+            }
+            let taken = chrono::DateTime::parse_from_rfc3339(&record.time).map(|t| t.timestamp_millis());
+            if taken.is_ok_and(|taken| taken < cutoff) {
+                removed[index] = true;
+                out.push((index, "max_age"));
+            }
         }
     }
     let mut total: u64 = records
@@ -132,6 +153,9 @@ mod tests {
         }
     }
 
+    /// A minute after the records' times (`2026-01-01T00:00:SS`).
+    const NOW: i64 = (1_767_225_600 + 60) * 1000;
+
     fn ids(removals: &[Removal]) -> Vec<(usize, &'static str)> {
         removals
             .iter()
@@ -147,9 +171,10 @@ mod tests {
         let policy = Policy {
             max_per_session: 1,
             quota_bytes: u64::MAX,
+            max_age_secs: 0,
         };
         assert_eq!(
-            ids(&plan(&records, &policy)),
+            ids(&plan(&records, &policy, NOW)),
             vec![(0, "max_per_session"), (1, "max_per_session"), (2, "max_per_session")]
         );
     }
@@ -165,14 +190,16 @@ mod tests {
         let policy = Policy {
             max_per_session: 50,
             quota_bytes: 150,
+            max_age_secs: 0,
         };
         // Over quota even after removing 0 and 1, but 2 and 3 are their sessions' newest.
-        assert_eq!(ids(&plan(&records, &policy)), vec![(0, "quota"), (1, "quota")]);
+        assert_eq!(ids(&plan(&records, &policy, NOW)), vec![(0, "quota"), (1, "quota")]);
         let generous = Policy {
             max_per_session: 50,
             quota_bytes: 1000,
+            max_age_secs: 0,
         };
-        assert!(plan(&records, &generous).is_empty());
+        assert!(plan(&records, &generous, NOW).is_empty());
     }
 
     #[test]
@@ -189,7 +216,9 @@ mod tests {
                 &Policy {
                     max_per_session: max,
                     quota_bytes: u64::MAX,
+                    max_age_secs: 0,
                 },
+                NOW,
             ))
         };
         // Keeping 4 would leave turn 1 without its start: its other checkpoint goes too.
@@ -201,12 +230,44 @@ mod tests {
     }
 
     #[test]
+    fn age_removes_older_checkpoints_but_never_a_sessions_newest_or_an_unreadable_time() {
+        let mut records: Vec<Record> = (0..5).map(|n| record(n, Some("a"), 1)).collect();
+        records.insert(
+            0,
+            Record {
+                time: "2026-01-01T00:00:00Z".into(),
+                ..record(10, Some("b"), 1)
+            },
+        );
+        records.insert(
+            0,
+            Record {
+                time: "not a time".into(),
+                ..record(11, Some("a"), 1)
+            },
+        );
+        let policy = Policy {
+            max_per_session: 50,
+            quota_bytes: u64::MAX,
+            max_age_secs: 58,
+        };
+        // Taken at :00 and :01, more than 58 s before NOW (:60); b's only one is its newest.
+        assert_eq!(ids(&plan(&records, &policy, NOW)), vec![(0, "max_age"), (1, "max_age")]);
+        let no_limit = Policy {
+            max_age_secs: 0,
+            ..policy
+        };
+        assert!(plan(&records, &no_limit, NOW).is_empty());
+    }
+
+    #[test]
     fn sessionless_records_form_one_group() {
         let records: Vec<Record> = (0..3).map(|n| record(n, None, 0)).collect();
         let policy = Policy {
             max_per_session: 2,
             quota_bytes: 0,
+            max_age_secs: 0,
         };
-        assert_eq!(ids(&plan(&records, &policy)), vec![(0, "max_per_session")]);
+        assert_eq!(ids(&plan(&records, &policy, NOW)), vec![(0, "max_per_session")]);
     }
 }

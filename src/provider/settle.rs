@@ -1,15 +1,27 @@
 //! A snapshot as every caller asks for it (the CLI, an agent's hook, the web view): the request's
 //! labels checked, the capture, then what the workspace's settings say follows it — the watch
 //! daemon started for next time when the snapshot wanted one and none answered, and retention
-//! applied when a checkpoint was created. Prints nothing; starting a process is the caller's
-//! (it knows how to run ckpt), deciding when is here.
+//! applied when a checkpoint was created (at most as often as asked, noted in the workspace's
+//! retention log). Prints nothing; starting a process is the caller's (it knows how to run
+//! ckpt), deciding when is here.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use super::{retention, CkptError, Provider, ScanMode, SnapshotOutcome, SnapshotRequest};
+use crate::records::retention::AutoRemoval;
+
+/// Retention applied after a snapshot that created a checkpoint.
+pub struct AutoPrune {
+    pub policy: retention::Policy,
+    /// At most this often (retention on by default costs a look at every checkpoint, so not on
+    /// every snapshot); `None`: after every such snapshot (config `retention.auto_prune = true`).
+    pub every: Option<Duration>,
+}
 
 /// What the workspace's settings add to a snapshot.
 pub struct Followups<'a> {
-    /// Applied after a snapshot that created a checkpoint (config `retention.auto_prune`).
-    pub auto_prune: Option<retention::Policy>,
+    pub auto_prune: Option<AutoPrune>,
     /// Starts the workspace's watch daemon in the background when a snapshot that asked for one
     /// found none; `None`: a daemon that runs is used, none is started.
     pub start_daemon: Option<Box<dyn Fn() -> Result<(), String> + 'a>>,
@@ -20,6 +32,8 @@ pub struct Settled {
     pub outcome: SnapshotOutcome,
     /// The checkpoints retention removed.
     pub pruned: Vec<String>,
+    /// How many of them each retention rule removed.
+    pub pruned_by_rule: BTreeMap<String, u64>,
     /// Why the daemon the snapshot wanted could not be started (it only costs speed).
     pub daemon_not_started: Option<String>,
 }
@@ -50,16 +64,51 @@ pub fn snapshot(
         }
         _ => None,
     };
-    let pruned = match &followups.auto_prune {
-        Some(policy) if outcome.created => {
-            let plan = retention::plan(&provider.checkpoints(false)?, policy);
-            provider.remove(&plan.into_iter().map(|r| r.id).collect::<Vec<_>>())?
-        }
-        _ => Vec::new(),
+    let (pruned, pruned_by_rule) = match &followups.auto_prune {
+        Some(auto) if outcome.created => auto_prune(provider, auto, &mut outcome.warnings)?,
+        _ => Default::default(),
     };
     Ok(Settled {
         outcome,
         pruned,
+        pruned_by_rule,
         daemon_not_started,
     })
+}
+
+/// Applies `auto` unless its interval has not passed since retention last looked; notes the
+/// look, and what it removed, in the workspace's retention log.
+fn auto_prune(
+    provider: &dyn Provider,
+    auto: &AutoPrune,
+    warnings: &mut Vec<String>,
+) -> Result<(Vec<String>, BTreeMap<String, u64>), CkptError> {
+    let file = provider.retention_file();
+    let mut log = file.load();
+    let now = chrono::Utc::now();
+    if let Some(every) = auto.every {
+        // A look noted in the future (the clock went back) does not hold retention off.
+        let since = now.timestamp().saturating_sub(log.checked);
+        if (0..i64::try_from(every.as_secs()).unwrap_or(i64::MAX)).contains(&since) {
+            return Ok(Default::default());
+        }
+    }
+    let plan = retention::plan(&provider.checkpoints(false)?, &auto.policy, now.timestamp_millis());
+    let removed = provider.remove(&plan.iter().map(|r| r.id.clone()).collect::<Vec<_>>())?;
+    let mut by_rule: BTreeMap<String, u64> = BTreeMap::new();
+    for removal in plan.iter().filter(|r| removed.contains(&r.id)) {
+        *by_rule.entry(removal.rule.to_owned()).or_default() += 1;
+    }
+    log.checked = now.timestamp();
+    if !removed.is_empty() {
+        log.last_removal = Some(AutoRemoval {
+            time: now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            removed: removed.len() as u64,
+            by_rule: by_rule.clone(),
+        });
+    }
+    if let Err(e) = file.save(&log) {
+        warnings.push(format!("could not note what retention did: {e}"));
+    }
+    Ok((removed, by_rule))
 }

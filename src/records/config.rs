@@ -25,8 +25,29 @@ pub struct Config {
 pub struct Retention {
     pub max_per_session: Option<usize>,
     pub quota_bytes: Option<u64>,
-    /// Apply the retention policy after every snapshot that created a checkpoint.
+    /// Checkpoints older than this go: a duration as people write one (`30d`, `12h`, `2w`);
+    /// `0` keeps every age.
+    pub max_age: Option<String>,
+    /// `true`: apply the policy after every snapshot that created a checkpoint; `false`: never
+    /// on its own; unset: at most every ten minutes.
     pub auto_prune: Option<bool>,
+}
+
+impl Retention {
+    /// `max_age` in seconds, if set and readable.
+    pub fn max_age_secs(&self) -> Option<Result<u64, String>> {
+        self.max_age.as_deref().map(parse_age)
+    }
+}
+
+/// A retention age as people write one: `30d`, `12h 30m`, `2weeks`; `0` is no limit.
+pub fn parse_age(text: &str) -> Result<u64, String> {
+    if text.trim() == "0" {
+        return Ok(0);
+    }
+    humantime::parse_duration(text.trim())
+        .map(|age| age.as_secs())
+        .map_err(|e| format!("{text:?} is not a duration like 30d, 12h or 0 ({e})"))
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -63,6 +84,9 @@ impl Config {
         if let Some(retention) = &config.retention {
             if retention.max_per_session == Some(0) {
                 return Err(fail("key `retention.max_per_session`: must be at least 1".into()));
+            }
+            if let Some(Err(why)) = retention.max_age_secs() {
+                return Err(fail(format!("key `retention.max_age`: {why}")));
             }
         }
         if let Some(excludes) = config.copy.as_ref().and_then(|c| c.excludes.as_ref()) {
@@ -115,11 +139,15 @@ mod tests {
     #[test]
     fn a_full_config_parses() {
         let config = parse(
-            "provider = \"copy\"\nmax_file_size = 1024\n[retention]\nmax_per_session = 5\nquota_bytes = 99\nauto_prune = true\n[copy]\nexcludes = [\"*.tmp\", \"cache/\"]\n",
+            "provider = \"copy\"\nmax_file_size = 1024\n[retention]\nmax_per_session = 5\nquota_bytes = 99\nmax_age = \"2w 3d\"\nauto_prune = true\n[copy]\nexcludes = [\"*.tmp\", \"cache/\"]\n",
         )
         .unwrap();
         assert_eq!(config.provider.as_deref(), Some("copy"));
-        assert_eq!(config.retention.unwrap().auto_prune, Some(true));
+        let retention = config.retention.unwrap();
+        assert_eq!(retention.auto_prune, Some(true));
+        assert_eq!(retention.max_age_secs(), Some(Ok(17 * 24 * 3600)));
+        assert_eq!(parse_age("0"), Ok(0));
+        assert_eq!(parse_age("30d"), Ok(30 * 24 * 3600));
         assert_eq!(parse("").unwrap(), Config::default());
     }
 
@@ -132,6 +160,8 @@ mod tests {
             ("max_file_size = \"big\"", "max_file_size"),
             ("max_file_size = 0", "max_file_size"),
             ("[retention]\nmax_per_session = 0", "retention.max_per_session"),
+            ("[retention]\nmax_age = \"a month\"", "retention.max_age"),
+            ("[retention]\nmax_age = 30", "max_age"),
             ("[copy]\nexcludes = [\"a\\nb\"]", "copy.excludes"),
         ] {
             let error = parse(text).unwrap_err();

@@ -10,6 +10,7 @@ pub mod hooks;
 mod journal;
 mod lock;
 mod record;
+pub mod retention;
 pub mod sessionlog;
 pub mod statcache;
 mod trailers;

@@ -239,3 +239,122 @@ fn config_file_sets_defaults_and_rejects_unknown_keys() {
     let run = repo.ckpt_json(&["--provider", "git", "snapshot"], 0);
     assert_eq!(run.one("snapshot")["provider"], "git", "the flag wins over the config");
 }
+
+/// `ckpt --json snapshot ARGS` with `CKPT_RETENTION_INTERVAL` set (seconds), when given.
+fn snapshot_paced(repo: &TestRepo, args: &[&str], interval: Option<&str>) -> Run {
+    let mut cmd = repo.ckpt_command();
+    cmd.args(["--json", "snapshot"]).args(args);
+    if let Some(secs) = interval {
+        cmd.env("CKPT_RETENTION_INTERVAL", secs);
+    }
+    let run = run_ckpt(cmd);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run
+}
+
+fn pruned(run: &Run) -> Vec<String> {
+    run.one("snapshot")["pruned"]
+        .as_array()
+        .expect("pruned")
+        .iter()
+        .map(|id| id.as_str().expect("id").to_owned())
+        .collect()
+}
+
+/// Retention runs with no config at all: on its own, at most every interval, by age too,
+/// never taking a session's newest; the snapshot that removed something says so on stderr,
+/// and `status` shows the policy and what it last removed. `auto_prune = true` looks after
+/// every snapshot, `false` never.
+#[test]
+fn retention_is_on_by_default_paced_by_age_and_says_what_it_removed() {
+    let repo = TestRepo::new();
+    repo.set_config("[retention]\nmax_age = \"2s\"\n");
+    let mut old_a = Vec::new();
+    for i in 0..3 {
+        repo.write("a.txt", format!("a {i}\n").as_bytes());
+        old_a.push(repo.snapshot(&["--session", "a"]));
+    }
+    repo.write("b.txt", b"b\n");
+    let only_b = repo.snapshot(&["--session", "b"]);
+    std::thread::sleep(std::time::Duration::from_millis(3100));
+
+    // The first snapshot looked at retention (nothing was old then): within the default
+    // interval, the next one does not look again.
+    repo.write("a.txt", b"a 3\n");
+    let run = snapshot_paced(&repo, &["--session", "a"], None);
+    assert!(
+        pruned(&run).is_empty(),
+        "looked again within the interval: {}",
+        run.stdout
+    );
+    let newest_a = run.one("snapshot")["id"].as_str().expect("id").to_owned();
+
+    // Due now: a's old ones go, b's only checkpoint is b's newest and stays.
+    repo.write("a.txt", b"a 4\n");
+    let run = snapshot_paced(&repo, &["--session", "a"], Some("0"));
+    let mut removed = pruned(&run);
+    removed.sort();
+    let mut want = old_a.clone();
+    want.sort();
+    assert_eq!(removed, want, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("retention removed 3 old checkpoint(s): 3 older than 2s"),
+        "said once, on stderr: {}",
+        run.stderr
+    );
+    let listed = ids(&repo.ckpt_json(&["list"], 0), "checkpoint", "id");
+    assert!(listed.contains(&only_b) && listed.contains(&newest_a), "{listed:?}");
+    assert!(old_a.iter().all(|id| !listed.contains(id)), "{listed:?}");
+    assert_eq!(repo.ckpt_refs().len(), listed.len(), "removed checkpoints are unpinned");
+
+    let status = repo.ckpt_json(&["status"], 0);
+    let retention = &status.one("status")["retention"];
+    assert_eq!(retention["auto"], "periodic");
+    assert_eq!(retention["interval_secs"], 600);
+    assert_eq!(retention["max_age_secs"], 2);
+    assert_eq!(retention["last_removal"]["removed"], 3);
+    assert_eq!(retention["last_removal"]["by_rule"]["max_age"], 3);
+    let human = repo.ckpt(&["status"]);
+    assert!(
+        human.stderr.contains("last removed 3 checkpoint(s)") || human.stdout.contains("last removed 3 checkpoint(s)"),
+        "{}{}",
+        human.stdout,
+        human.stderr
+    );
+
+    // Off: nothing goes, however old.
+    repo.set_config("[retention]\nmax_age = \"1s\"\nauto_prune = false\n");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    repo.write("a.txt", b"a 5\n");
+    assert!(pruned(&snapshot_paced(&repo, &["--session", "a"], Some("0"))).is_empty());
+    // Every snapshot: all but the one just made are older than a second.
+    repo.set_config("[retention]\nmax_age = \"1s\"\nauto_prune = true\n");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    repo.write("a.txt", b"a 6\n");
+    let run = snapshot_paced(&repo, &["--session", "a"], None);
+    assert_eq!(pruned(&run).len(), 3, "a 3, a 4 and a 5: {}", run.stdout);
+    assert_eq!(
+        repo.ckpt_json(&["status"], 0).one("status")["retention"]["auto"],
+        "every_snapshot"
+    );
+}
+
+#[test]
+fn prune_by_age_names_its_rule() {
+    let repo = TestRepo::new();
+    let sessions = three_sessions(&repo);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let run = repo.ckpt_json(&["prune", "--dry-run", "--max-age", "1s"], 0);
+    let rules: Vec<&str> = run
+        .json
+        .iter()
+        .filter(|v| v["type"] == "prune.remove")
+        .map(|v| v["rule"].as_str().unwrap_or_default())
+        .collect();
+    // Every session keeps its newest.
+    assert_eq!(rules.len(), sessions.len() - 3, "{rules:?}");
+    assert!(rules.iter().all(|r| *r == "max_age"), "{rules:?}");
+    let refused = repo.ckpt_json(&["prune", "--max-age", "a while"], 2);
+    assert!(refused.stderr.contains("a while") || refused.stdout.contains("a while"));
+}

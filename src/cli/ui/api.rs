@@ -152,8 +152,7 @@ impl Api<'_> {
                 })
             }
             "/api/status" => {
-                let watch_off = self.config.watch == Some(false);
-                let status = collect(|out| status(provider, self.max_file_size(), watch_off, out));
+                let status = collect(|out| status(provider, self.max_file_size(), self.config, out));
                 if status.status != 200 {
                     return status;
                 }

@@ -563,6 +563,10 @@ impl Provider for Engine {
         crate::records::hooks::HookPositions::new(&self.state_dir)
     }
 
+    fn retention_file(&self) -> crate::records::retention::RetentionFile {
+        crate::records::retention::RetentionFile::new(&self.state_dir)
+    }
+
     fn own_dirs(&self) -> Vec<PathBuf> {
         self.vault.reserved_dirs()
     }
