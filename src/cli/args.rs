@@ -156,12 +156,12 @@ pub(super) enum WorkspaceCommand {
         #[arg(long)]
         dry_run: bool,
         /// Newest checkpoints kept per session
-        #[arg(long)]
-        max_per_session: Option<usize>,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        max_per_session: Option<u64>,
         /// Soft cap on the incremental bytes of all kept checkpoints
         #[arg(long)]
         quota_bytes: Option<u64>,
-        /// Remove checkpoints older than this (30d, 12h, 2w; 0 keeps every age)
+        /// Remove checkpoints whose state was replaced longer ago than this (30d, 12h, 2w; 0 keeps every age)
         #[arg(long, value_parser = crate::records::config::parse_age)]
         max_age: Option<u64>,
     },

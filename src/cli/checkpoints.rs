@@ -30,12 +30,6 @@ pub(super) fn snapshot(
     for warning in &outcome.warnings {
         sayln!("ckpt: warning: {warning}");
     }
-    if !pruned.is_empty() {
-        sayln!(
-            "{}",
-            super::retention_text::removal_note(&settled.pruned_by_rule, &super::retention_policy(config))
-        );
-    }
     out.record(&SnapshotRecord::new(outcome, pruned));
     let record = &outcome.record;
     if outcome.created {
@@ -54,6 +48,12 @@ pub(super) fn snapshot(
     }
     for skipped in &outcome.not_protected {
         out.human(&not_protected_line(skipped));
+    }
+    if !pruned.is_empty() {
+        sayln!(
+            "{}",
+            super::retention_text::removal_note(&settled.pruned_by_rule, &super::retention_policy(config))
+        );
     }
     Ok(Exit::Ok)
 }

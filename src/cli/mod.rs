@@ -422,7 +422,7 @@ fn in_workspace(cli: &Cli, command: &WorkspaceCommand, out: &Output) -> Result<E
             max_age,
         } => {
             let mut policy = retention_policy(&config);
-            policy.max_per_session = max_per_session.unwrap_or(policy.max_per_session);
+            policy.max_per_session = max_per_session.map_or(policy.max_per_session, |max| max as usize);
             policy.quota_bytes = quota_bytes.unwrap_or(policy.quota_bytes);
             policy.max_age_secs = max_age.unwrap_or(policy.max_age_secs);
             prune(provider, &policy, *dry_run, out)

@@ -8,7 +8,7 @@ use crate::provider;
 /// A retention rule as a person reads it, with the policy's value.
 fn rule_text(rule: &str, policy: &provider::retention::Policy) -> String {
     match rule {
-        "max_age" => format!("older than {}", age_text(policy.max_age_secs)),
+        "max_age" => format!("replaced more than {} ago", age_text(policy.max_age_secs)),
         "max_per_session" => format!("past the newest {} of their session", policy.max_per_session),
         "quota" => format!("over the {} quota", output::human_bytes(policy.quota_bytes)),
         "turn" => "with their turn's start".to_owned(),
@@ -16,8 +16,19 @@ fn rule_text(rule: &str, policy: &provider::retention::Policy) -> String {
     }
 }
 
+/// An age in its largest whole unit ("30 days", "90 minutes"), else as humantime writes it.
 fn age_text(secs: u64) -> String {
-    humantime::format_duration(std::time::Duration::from_secs(secs)).to_string()
+    let units = [(86_400, "day"), (3_600, "hour"), (60, "minute"), (1, "second")];
+    match units
+        .iter()
+        .find(|(size, _)| secs.is_multiple_of(*size) && secs >= *size)
+    {
+        Some((size, name)) => {
+            let count = secs / size;
+            format!("{count} {name}{}", if count == 1 { "" } else { "s" })
+        }
+        None => humantime::format_duration(std::time::Duration::from_secs(secs)).to_string(),
+    }
 }
 
 fn by_rule_text(by_rule: &std::collections::BTreeMap<String, u64>, policy: &provider::retention::Policy) -> String {

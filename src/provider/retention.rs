@@ -11,7 +11,8 @@ pub struct Policy {
     pub max_per_session: usize,
     /// Soft cap on the sum of incremental bytes of the kept checkpoints.
     pub quota_bytes: u64,
-    /// Checkpoints taken longer ago than this many seconds go; 0 keeps every age.
+    /// Checkpoints whose state was replaced (by the next checkpoint) longer ago than this many
+    /// seconds go; 0 keeps every age.
     pub max_age_secs: u64,
 }
 
@@ -35,11 +36,14 @@ pub struct Removal {
 }
 
 /// Records are oldest first; `now_ms` is in milliseconds since the epoch. First each session keeps its
-/// newest `max_per_session`; then checkpoints older than `max_age_secs` go; then, while the kept
-/// checkpoints' incremental bytes exceed the quota, the oldest are removed. Never the newest
-/// checkpoint of a session by age or quota, and never one whose time cannot be read by age. A
-/// turn whose first checkpoint goes loses the rest of its checkpoints too (rule `turn`), unless
-/// one of them is its session's newest: then the first stays.
+/// newest `max_per_session`; then checkpoints whose state was replaced longer ago than
+/// `max_age_secs` go (the age counts from the next checkpoint's time, not the checkpoint's own:
+/// a restore that names an old checkpoint as its guard, nothing having changed since, must not
+/// lose it to the very next snapshot); then, while the kept checkpoints' incremental bytes
+/// exceed the quota, the oldest are removed. Never the newest checkpoint of a session by age or
+/// quota, and never by age when the time it was replaced cannot be read. A turn whose first
+/// checkpoint goes loses the rest of its checkpoints too (rule `turn`), unless one of them is
+/// its session's newest: then the whole turn stays.
 pub fn plan(records: &[Record], policy: &Policy, now_ms: i64) -> Vec<Removal> {
     let mut by_session: BTreeMap<Option<&str>, Vec<usize>> = BTreeMap::new();
     for (index, record) in records.iter().enumerate() {
@@ -61,12 +65,12 @@ pub fn plan(records: &[Record], policy: &Policy, now_ms: i64) -> Vec<Removal> {
     if policy.max_age_secs > 0 {
         let age_ms = i64::try_from(policy.max_age_secs).map_or(i64::MAX, |secs| secs.saturating_mul(1000));
         let cutoff = now_ms.saturating_sub(age_ms);
-        for (index, record) in records.iter().enumerate() {
+        for (index, next) in records.iter().skip(1).enumerate() {
             if removed[index] || newest_of_session[index] {
                 continue;
             }
-            let taken = chrono::DateTime::parse_from_rfc3339(&record.time).map(|t| t.timestamp_millis());
-            if taken.is_ok_and(|taken| taken < cutoff) {
+            let replaced = chrono::DateTime::parse_from_rfc3339(&next.time).map(|t| t.timestamp_millis());
+            if replaced.is_ok_and(|replaced| replaced < cutoff) {
                 removed[index] = true;
                 out.push((index, "max_age"));
             }
@@ -107,9 +111,12 @@ pub fn plan(records: &[Record], policy: &Policy, now_ms: i64) -> Vec<Removal> {
             continue;
         }
         if kept_later.iter().any(|&i| newest_of_session[i]) {
-            // The session's newest stays, so its turn's start stays too.
-            removed[start] = false;
-            out.retain(|(index, _)| *index != start);
+            // The session's newest stays, so its whole turn does: with a step's checkpoint
+            // gone, `turn:T.S` would name an earlier step's state.
+            for &index in indices {
+                removed[index] = false;
+            }
+            out.retain(|(index, _)| !indices.contains(index));
         } else {
             for index in kept_later {
                 removed[index] = true;
@@ -227,32 +234,38 @@ mod tests {
         // Keeping 2 would cut turn 2 after its start; its newest stays, and so does the start
         // (one more than asked for).
         assert_eq!(keep(2), vec![(0, "max_per_session"), (1, "max_per_session")]);
+        // Keeping 1 would leave turn 2 without its middle step, so that `turn:2.3` named step
+        // 2's state: a turn that keeps its newest keeps every step.
+        assert_eq!(keep(1), vec![(0, "max_per_session"), (1, "max_per_session")]);
     }
 
     #[test]
-    fn age_removes_older_checkpoints_but_never_a_sessions_newest_or_an_unreadable_time() {
-        let mut records: Vec<Record> = (0..5).map(|n| record(n, Some("a"), 1)).collect();
-        records.insert(
-            0,
-            Record {
-                time: "2026-01-01T00:00:00Z".into(),
-                ..record(10, Some("b"), 1)
-            },
-        );
-        records.insert(
-            0,
+    fn age_counts_from_when_a_state_was_replaced_never_taking_a_sessions_newest() {
+        let at = |n, session, second: u32| Record {
+            time: format!("2026-01-01T00:00:{second:02}Z"),
+            ..record(n, Some(session), 1)
+        };
+        let records = vec![
+            at(0, "a", 0),
+            at(1, "b", 0),
+            at(2, "a", 0),
             Record {
                 time: "not a time".into(),
-                ..record(11, Some("a"), 1)
+                ..record(3, Some("a"), 1)
             },
-        );
+            at(4, "a", 1),
+            at(5, "a", 30),
+            at(6, "a", 31),
+        ];
         let policy = Policy {
             max_per_session: 50,
             quota_bytes: u64::MAX,
             max_age_secs: 58,
         };
-        // Taken at :00 and :01, more than 58 s before NOW (:60); b's only one is its newest.
-        assert_eq!(ids(&plan(&records, &policy, NOW)), vec![(0, "max_age"), (1, "max_age")]);
+        // NOW is :60, so states replaced before :02 go: 0 (replaced at :00) and 3 (at :01).
+        // b's only one is its newest; 2 was replaced at a time that cannot be read; 4 was
+        // replaced at :30, however old it is itself.
+        assert_eq!(ids(&plan(&records, &policy, NOW)), vec![(0, "max_age"), (3, "max_age")]);
         let no_limit = Policy {
             max_age_secs: 0,
             ..policy

@@ -65,7 +65,7 @@ pub fn snapshot(
         _ => None,
     };
     let (pruned, pruned_by_rule) = match &followups.auto_prune {
-        Some(auto) if outcome.created => auto_prune(provider, auto, &mut outcome.warnings)?,
+        Some(auto) if outcome.created => auto_prune(provider, auto, &outcome.record.id, &mut outcome.warnings)?,
         _ => Default::default(),
     };
     Ok(Settled {
@@ -77,10 +77,13 @@ pub fn snapshot(
 }
 
 /// Applies `auto` unless its interval has not passed since retention last looked; notes the
-/// look, and what it removed, in the workspace's retention log.
+/// look, and what it removed, in the workspace's retention log. Never removes `just_taken`: a
+/// checkpoint dated in the future (a clock set wrong, then right) sorts after it, and would
+/// otherwise count as its session's newest.
 fn auto_prune(
     provider: &dyn Provider,
     auto: &AutoPrune,
+    just_taken: &str,
     warnings: &mut Vec<String>,
 ) -> Result<(Vec<String>, BTreeMap<String, u64>), CkptError> {
     let file = provider.retention_file();
@@ -93,7 +96,8 @@ fn auto_prune(
             return Ok(Default::default());
         }
     }
-    let plan = retention::plan(&provider.checkpoints(false)?, &auto.policy, now.timestamp_millis());
+    let mut plan = retention::plan(&provider.checkpoints(false)?, &auto.policy, now.timestamp_millis());
+    plan.retain(|removal| removal.id != just_taken);
     let removed = provider.remove(&plan.iter().map(|r| r.id.clone()).collect::<Vec<_>>())?;
     let mut by_rule: BTreeMap<String, u64> = BTreeMap::new();
     for removal in plan.iter().filter(|r| removed.contains(&r.id)) {

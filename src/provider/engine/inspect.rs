@@ -176,20 +176,23 @@ impl Engine {
         let wanted: HashSet<&String> = ids.iter().collect();
         let mut kept = Vec::with_capacity(records.len());
         let mut removed = Vec::new();
+        let mut unpin = Vec::new();
         for record in records {
             if !wanted.contains(&record.id) {
                 kept.push(record);
                 continue;
             }
-            // Unpin first: a crash before the registry is saved leaves a record without a ref,
-            // which audit reports, rather than a ref that silently brings the checkpoint back.
             let id = record.object_id().map_err(CkptError::CorruptRecord)?;
             let pin = PinRef::for_checkpoint(&self.workspace, &id);
             if self.vault.read_pin(&pin)? == Some(id) {
-                self.vault.unpin(&pin, &id)?;
+                unpin.push((pin, id));
             }
             removed.push(record.id);
         }
+        // Unpin first, all in one transaction: a crash before the registry is saved leaves
+        // records without a ref, which audit reports, rather than a ref that silently brings a
+        // checkpoint back.
+        self.vault.unpin_all(&unpin)?;
         registry.save(&kept, &lock)?;
         Ok(removed)
     }

@@ -86,6 +86,16 @@ fn now_rfc3339() -> (i64, String) {
     )
 }
 
+/// Loose pins a workspace keeps before they are moved into `packed-refs` (`CKPT_MAX_LOOSE_PINS`
+/// overrides it): few enough that the user's `for-each-ref` barely notices them, many enough
+/// that the rewrite of `packed-refs` is rare.
+pub(super) fn max_loose_pins() -> usize {
+    std::env::var("CKPT_MAX_LOOSE_PINS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128)
+}
+
 /// More packs of this workspace's own than this, and the watch daemon merges them when the
 /// worktree is quiet.
 pub const MAX_CKPT_PACKS: usize = 8;

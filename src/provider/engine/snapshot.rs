@@ -313,7 +313,23 @@ impl Engine {
         // Past the inline limit (no daemon kept up), packs are merged here, once the pin covers
         // the newest: until then its keep file holds it out of every merge.
         self.merge_ckpt_packs(registry, lock, None, super::MAX_CKPT_PACKS_INLINE, false);
+        self.pack_pins_past_limit();
         Ok(record)
+    }
+
+    /// Moves this workspace's loose pins into `packed-refs` once there are
+    /// [`super::max_loose_pins`] of them, so the user's git reads one file for them, not one
+    /// each. Only costs speed when it cannot be done (a `git pack-refs` holding the lock, say):
+    /// the next snapshot tries again, and the checkpoint is pinned either way.
+    fn pack_pins_past_limit(&self) {
+        let started = std::time::Instant::now();
+        match self.vault.pack_pins(&self.workspace, super::max_loose_pins()) {
+            Ok(0) => {}
+            Ok(packed) => self
+                .reporter
+                .timing(&format!("packed {packed} pins"), started, String::new),
+            Err(e) => self.reporter.timing("packing pins failed", started, || e.to_string()),
+        }
     }
 
     /// The stat cache, if it refers to a checkpoint that is still pinned (so every object it

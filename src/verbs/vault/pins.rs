@@ -107,6 +107,92 @@ impl Vault {
         )
     }
 
+    /// Deletes each of `pins` that still points at its id, in one transaction: a pin that moved
+    /// or went fails them all, so nothing is half done. Pins in `packed-refs` leave it in one
+    /// rewrite, not one per pin.
+    pub fn unpin_all(&self, pins: &[(PinRef, ObjectId)]) -> Result<(), VerbError> {
+        if pins.is_empty() {
+            return Ok(());
+        }
+        let mut edits = Vec::with_capacity(pins.len());
+        for (pin, expected) in pins {
+            edits.push(RefEdit {
+                change: Change::Delete {
+                    expected: PreviousValue::MustExistAndMatch(Target::Object(expected.0)),
+                    log: RefLog::AndReference,
+                },
+                name: pin_name(pin)?,
+                deref: false,
+            });
+        }
+        let what = format!("removing {} pin(s)", pins.len());
+        self.repo
+            .edit_references_as(edits, None)
+            .map(drop)
+            .map_err(|e| ref_failure(&what, e))
+    }
+
+    /// Moves `workspace`'s loose pins into `packed-refs` once there are at least `at_least`:
+    /// every loose ref is a file git reads for each `for-each-ref`, `log --all` or gc, so a
+    /// long history of them slows the user's git. Under git's own lock protocol (the one `git
+    /// pack-refs` uses): `packed-refs.lock`, each pin compared and swapped to the same value, no
+    /// reflog; every other ref in `packed-refs` is written back as it was. A lock held by git
+    /// makes this wait briefly, then give up (the next snapshot tries again). How many were
+    /// packed.
+    pub fn pack_pins(&self, workspace: &WorkspaceKey, at_least: usize) -> Result<usize, VerbError> {
+        use gix::lock::acquire::Fail;
+        use gix::refs::file::transaction::PackedRefs;
+        let dir = self.repo.common_dir().join(PIN_NAMESPACE_DIR).join(workspace.as_str());
+        let loose: Vec<PinRef> = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries
+                .flatten()
+                .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_file()))
+                .filter_map(|entry| {
+                    let name = entry.file_name();
+                    let id = ObjectId::from_hex(name.to_str()?).ok()?;
+                    Some(PinRef::for_checkpoint(workspace, &id))
+                })
+                .collect(),
+            Err(_) => return Ok(0),
+        };
+        if loose.len() < at_least.max(1) {
+            return Ok(0);
+        }
+        let mut edits = Vec::with_capacity(loose.len());
+        for pin in &loose {
+            let Some(id) = self.read_pin(pin)? else { continue };
+            edits.push(RefEdit {
+                change: Change::Update {
+                    log: LogChange {
+                        mode: RefLog::AndReference,
+                        force_create_reflog: false,
+                        message: "ckpt: pack pins".into(),
+                    },
+                    expected: PreviousValue::MustExistAndMatch(Target::Object(id.0)),
+                    new: Target::Object(id.0),
+                },
+                name: pin_name(pin)?,
+                deref: false,
+            });
+        }
+        let packed = edits.len();
+        let objects: Box<dyn gix::objs::Find> = Box::new(self.repo.objects.clone());
+        self.repo
+            .refs
+            .transaction()
+            .packed_refs(PackedRefs::DeletionsAndNonSymbolicUpdatesRemoveLooseSourceReference(
+                objects,
+            ))
+            .prepare(
+                edits,
+                Fail::Immediately,
+                Fail::AfterDurationWithBackoff(std::time::Duration::from_millis(200)),
+            )
+            .and_then(|prepared| prepared.commit(None))
+            .map_err(|e| ref_failure("packing the pins into packed-refs", e))?;
+        Ok(packed)
+    }
+
     /// Moves `pin` (which must point at `commit`) to its quarantine name: a new ref is made
     /// first, then the pin is removed, so the commit is referenced throughout. Returns the
     /// quarantine ref.
@@ -129,29 +215,15 @@ impl Vault {
     }
 
     fn edit_pin(&self, pin: &PinRef, change: Change) -> Result<(), VerbError> {
-        let name = pin
-            .as_str()
-            .try_into()
-            .map_err(|e| VerbError::git(format!("naming {}", pin.as_str()), e))?;
         let edit = RefEdit {
             change,
-            name,
+            name: pin_name(pin)?,
             deref: false,
         };
-        self.repo.edit_references_as(Some(edit), None).map(|_| ()).map_err(|e| {
-            // A failed write (full disk, no permission) is not a concurrent change.
-            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-            while let Some(error) = cause {
-                if error.downcast_ref::<std::io::Error>().is_some() {
-                    return VerbError::git(format!("writing {}", pin.as_str()), e);
-                }
-                cause = error.source();
-            }
-            VerbError::RefConflict {
-                name: pin.as_str().to_owned(),
-                message: crate::verbs::error_chain(&e),
-            }
-        })
+        self.repo
+            .edit_references_as(Some(edit), None)
+            .map(drop)
+            .map_err(|e| ref_failure(pin.as_str(), e))
     }
 
     /// The quarantined pins of `workspace` (`refs/ckpt/quarantine/<workspace>/<id>`), each as
@@ -217,7 +289,7 @@ impl Vault {
     /// read where a checkpoint is used ([`Self::read_pin`]). Only regular files count as loose
     /// refs, and names that are not UTF-8 are not pins (ckpt writes none).
     pub fn list_pin_names(&self) -> Result<PinNames, VerbError> {
-        const PREFIX: &str = "refs/ckpt";
+        const PREFIX: &str = PIN_NAMESPACE_DIR;
         let mut found: std::collections::BTreeMap<String, Option<ObjectId>> = std::collections::BTreeMap::new();
         let packed = self
             .repo
@@ -409,5 +481,30 @@ impl Vault {
             .try_find_reference(pin.as_str())
             .map_err(|e| VerbError::git(format!("reading {}", pin.as_str()), e))?;
         Ok(found.and_then(|r| r.target().try_id().map(|id| ObjectId(id.to_owned()))))
+    }
+}
+
+/// Where loose pins live, below the common git directory.
+const PIN_NAMESPACE_DIR: &str = "refs/ckpt";
+
+fn pin_name(pin: &PinRef) -> Result<gix::refs::FullName, VerbError> {
+    pin.as_str()
+        .try_into()
+        .map_err(|e| VerbError::git(format!("naming {}", pin.as_str()), e))
+}
+
+/// A failed ref edit of `what`: a failed write (full disk, no permission) is not a concurrent
+/// change.
+fn ref_failure(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> VerbError {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(error) = cause {
+        if error.downcast_ref::<std::io::Error>().is_some() {
+            return VerbError::git(format!("writing {what}"), e);
+        }
+        cause = error.source();
+    }
+    VerbError::RefConflict {
+        name: what.to_owned(),
+        message: crate::verbs::error_chain(&e),
     }
 }
