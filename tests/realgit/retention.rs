@@ -562,3 +562,77 @@ fn retention_never_takes_a_reused_guard_nor_the_checkpoint_just_made() {
         "{just_made} was removed by its own snapshot: {listed:?}"
     );
 }
+
+/// Found by a black-box round: every pin went through a gix transaction, which takes
+/// `packed-refs.lock` whenever `packed-refs` exists, so a lock git holds (or a killed process
+/// left) failed every snapshot after a second, and a snapshot killed while holding it broke
+/// the user's `git branch -d`, `gc` and `pack-refs`. Pins are written as git writes a new
+/// loose ref; the lock is never touched, and packing waits for a later snapshot.
+#[test]
+fn a_lock_on_packed_refs_never_stops_a_snapshot_and_is_never_touched() {
+    let repo = TestRepo::new();
+    repo.git(&["pack-refs", "--all"]);
+    let lock = repo.common_dir().join("packed-refs.lock");
+    std::fs::write(&lock, b"held by someone else\n").expect("lock");
+    let packed_before = std::fs::read(repo.common_dir().join("packed-refs")).expect("packed-refs");
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        repo.write("a.txt", format!("{i}\n").as_bytes());
+        let started = std::time::Instant::now();
+        let run = snapshot_packing(&repo, "2", &[]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        ids.push(run.one("snapshot")["id"].as_str().expect("id").to_owned());
+    }
+    assert_eq!(std::fs::read(&lock).expect("lock"), b"held by someone else\n");
+    assert_eq!(
+        std::fs::read(repo.common_dir().join("packed-refs")).expect("packed-refs"),
+        packed_before,
+        "packing waits while someone holds the lock"
+    );
+    assert_eq!(ids_of_list(&repo), ids);
+    assert_eq!(repo.ckpt_refs().len(), 5);
+    std::fs::remove_file(&lock).expect("unlock");
+    repo.write("a.txt", b"after\n");
+    assert_eq!(snapshot_packing(&repo, "2", &[]).code, 0);
+    assert!(loose_pins(&repo) < 2, "packed once the lock is gone");
+}
+
+/// `packed-refs` is rewritten only when every line of it survives as git reads it: not one
+/// whose header lacks `fully-peeled` (its annotated tags would lose their peeled values), not
+/// through a symlink (git writes through it; a rewrite would replace it with a file).
+#[test]
+fn packed_refs_ckpt_cannot_rewrite_faithfully_is_left_alone() {
+    for shape in ["no-header", "old-header", "symlink"] {
+        let repo = TestRepo::new();
+        repo.git(&["branch", "topic"]);
+        repo.git(&["pack-refs", "--all"]);
+        let packed = repo.common_dir().join("packed-refs");
+        let text = std::fs::read_to_string(&packed).expect("packed-refs");
+        let body: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
+        match shape {
+            "no-header" => std::fs::write(&packed, &body).expect("write"),
+            "old-header" => std::fs::write(&packed, format!("# pack-refs with: peeled \n{body}")).expect("write"),
+            _ => {
+                std::fs::rename(&packed, repo.common_dir().join("packed-refs.real")).expect("move");
+                std::os::unix::fs::symlink("packed-refs.real", &packed).expect("symlink");
+            }
+        }
+        let before = std::fs::read(&packed).expect("packed-refs");
+        let refs_before = user_refs(&repo);
+        for i in 0..4 {
+            repo.write("a.txt", format!("{i}\n").as_bytes());
+            assert_eq!(snapshot_packing(&repo, "2", &[]).code, 0, "{shape}");
+        }
+        assert_eq!(std::fs::read(&packed).expect("packed-refs"), before, "{shape}");
+        assert_eq!(
+            std::fs::symlink_metadata(&packed)
+                .expect("meta")
+                .file_type()
+                .is_symlink(),
+            shape == "symlink"
+        );
+        assert_eq!(loose_pins(&repo), 4, "{shape}: the pins stay loose");
+        assert_eq!(user_refs(&repo), refs_before, "{shape}");
+    }
+}

@@ -772,9 +772,10 @@ fn a_repack_between_the_pack_and_its_pin_leaves_the_checkpoint_whole() {
     stop(&repo);
 }
 
-/// A snapshot whose pin is refused after its pack was written (a `packed-refs.lock` left by a
-/// crashed git) fails, and leaves no keep file: the pack's objects are garbage git may collect
-/// (found by a review: the keep file stayed for good, and so did the pack).
+/// A snapshot whose pin is refused after its pack was written (the pins' directory cannot be
+/// made: a file stands at its name) fails, and leaves no keep file: the pack's objects are
+/// garbage git may collect (found by a review: the keep file stayed for good, and so did the
+/// pack).
 #[test]
 fn a_refused_pin_leaves_no_keep_file() {
     let repo = TestRepo::new();
@@ -782,11 +783,19 @@ fn a_refused_pin_leaves_no_keep_file() {
     repo.commit_all("sixty files");
     warm(&repo);
     write_spread(&repo, 60, 12, "edited");
-    let lock = repo.common_dir().join("packed-refs.lock");
-    std::fs::write(&lock, b"").unwrap();
+    let pins = repo.common_dir().join("refs/ckpt/main");
+    let aside = repo.common_dir().join("pins-aside");
+    std::fs::rename(&pins, &aside).unwrap();
+    std::fs::write(&pins, b"in the way\n").unwrap();
     let run = ckpt_json_within_30s(&repo, &["snapshot", "--watch"]);
-    std::fs::remove_file(&lock).unwrap();
+    std::fs::remove_file(&pins).unwrap();
+    std::fs::rename(&aside, &pins).unwrap();
     assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("writing refs/ckpt/main/"),
+        "refused at the pin: {}",
+        run.stderr
+    );
     assert!(
         !packs(&repo).iter().any(|name| name.ends_with(".keep")),
         "{:?}",
@@ -2239,5 +2248,11 @@ fn a_daemon_started_with_a_provider_flag_serves_that_provider() {
     let snap = repo.ckpt_json(&["--provider", "copy", "snapshot"], 0);
     assert_eq!(snap.one("snapshot")["scan"]["mode"], "watch", "{:?}", snap.json);
     repo.ckpt_json(&["--provider", "copy", "watch", "stop"], 0);
+    // The stop returns once the daemon has let go of its files; its process may take a moment
+    // more to end on a loaded machine.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !daemons_in(&repo.root).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     assert!(daemons_in(&repo.root).is_empty());
 }

@@ -33,22 +33,21 @@ impl Vault {
                 format!("{commit} is a {kind}, only commits may be pinned"),
             ));
         }
-        let expected = match expected_old {
-            Some(old) => PreviousValue::MustExistAndMatch(Target::Object(old.0)),
-            None => PreviousValue::MustNotExist,
-        };
-        self.edit_pin(
-            pin,
-            Change::Update {
-                log: LogChange {
-                    mode: RefLog::AndReference,
-                    force_create_reflog: false,
-                    message: "ckpt: pin".into(),
+        match expected_old {
+            Some(old) => self.edit_pin(
+                pin,
+                Change::Update {
+                    log: LogChange {
+                        mode: RefLog::AndReference,
+                        force_create_reflog: false,
+                        message: "ckpt: pin".into(),
+                    },
+                    expected: PreviousValue::MustExistAndMatch(Target::Object(old.0)),
+                    new: Target::Object(commit.0),
                 },
-                expected,
-                new: Target::Object(commit.0),
-            },
-        )?;
+            )?,
+            None => self.create_loose_pin(pin, commit)?,
+        }
         // The new packs' objects are reachable from a ref now: git's repack keeps them.
         self.release_pack_keeps();
         // So are the new loose objects, from now on. Until the ref existed a `git prune` (which
@@ -94,6 +93,54 @@ impl Vault {
             });
         }
         Ok(())
+    }
+
+    /// Creates `pin` as a loose ref holding `commit`, as git creates one: the content written
+    /// and synced under `<name>.lock`, then linked to the name only if nothing is there (so it
+    /// never replaces a ref), the lock removed. A gix transaction would also take
+    /// `packed-refs.lock` to look the name up in `packed-refs` whenever that file exists: every
+    /// snapshot would then wait on (and fail behind) a lock git holds or a killed process left,
+    /// and a snapshot killed while holding it would break the user's `git branch -d`, `gc`
+    /// and `pack-refs` until someone deleted it. `packed-refs` is read here without a lock:
+    /// the name is the commit's own id, so the only value it can hold is `commit`.
+    fn create_loose_pin(&self, pin: &PinRef, commit: &ObjectId) -> Result<(), VerbError> {
+        use std::io::Write as _;
+        let conflict = |message: String| VerbError::RefConflict {
+            name: pin.as_str().to_owned(),
+            message,
+        };
+        if let Some(existing) = self.read_pin(pin)? {
+            return Err(conflict(format!("it exists already, pointing at {existing}")));
+        }
+        let path = self.repo.common_dir().join(pin.as_str());
+        let failed = |e: std::io::Error| VerbError::git(format!("writing {}", pin.as_str()), e);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(failed)?;
+        }
+        let lock = path.with_file_name(format!("{}.lock", commit.to_hex()));
+        let mut file = match std::fs::OpenOptions::new().write(true).create_new(true).open(&lock) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(conflict(format!(
+                    "{} exists: another process is writing it",
+                    lock.display()
+                )))
+            }
+            Err(e) => return Err(failed(e)),
+        };
+        let written = file
+            .write_all(format!("{}\n", commit.to_hex()).as_bytes())
+            .and_then(|()| file.sync_all());
+        drop(file);
+        let linked = written.and_then(|()| std::fs::hard_link(&lock, &path));
+        std::fs::remove_file(&lock).ok();
+        match linked {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(conflict("another process created it meanwhile".into()))
+            }
+            Err(e) => Err(failed(e)),
+        }
     }
 
     /// Deletes `pin`, only if it still points at `expected`.
@@ -155,7 +202,7 @@ impl Vault {
                 .collect(),
             Err(_) => return Ok(0),
         };
-        if loose.len() < at_least.max(1) {
+        if loose.len() < at_least.max(1) || !self.packed_refs_rewritable() {
             return Ok(0);
         }
         let mut edits = Vec::with_capacity(loose.len());
@@ -190,7 +237,34 @@ impl Vault {
             )
             .and_then(|prepared| prepared.commit(None))
             .map_err(|e| ref_failure("packing the pins into packed-refs", e))?;
+        self.share(&[self.repo.common_dir().join("packed-refs")]);
         Ok(packed)
+    }
+
+    /// Whether `packed-refs` may be rewritten with every other line kept as git reads it: it is
+    /// absent, or a regular file (a symlink git writes through would become a file) whose
+    /// header says every ref that peels has its peeled line, which the rewrite claims for all
+    /// (one from old git or another tool without that trait would lose its tags' peeled
+    /// values), and whose lines end as git writes them.
+    fn packed_refs_rewritable(&self) -> bool {
+        use std::io::BufRead as _;
+        let path = self.repo.common_dir().join("packed-refs");
+        match std::fs::symlink_metadata(&path) {
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            Ok(meta) if !meta.is_file() => false,
+            Ok(_) => {
+                let mut header = String::new();
+                std::fs::File::open(&path)
+                    .map(std::io::BufReader::new)
+                    .and_then(|mut file| file.read_line(&mut header))
+                    .is_ok_and(|_| {
+                        header.starts_with("# pack-refs with:")
+                            && header.split_whitespace().any(|t| t == "fully-peeled")
+                            && header.split_whitespace().any(|t| t == "sorted")
+                            && !header.contains('\r')
+                    })
+            }
+        }
     }
 
     /// Moves `pin` (which must point at `commit`) to its quarantine name: a new ref is made
@@ -324,7 +398,8 @@ impl Vault {
                 let kind = entry.file_type().map_err(listing_failed)?;
                 if kind.is_dir() {
                     dirs.push((entry.path(), full));
-                } else if kind.is_file() {
+                } else if kind.is_file() && !file_name.ends_with(".lock") {
+                    // `<name>.lock` is a ref being written (or a write killed): git skips it too.
                     found.insert(full, None);
                 }
             }

@@ -698,18 +698,8 @@ impl Vault {
         };
         let mut out = Vec::with_capacity(paths.len());
         for path in paths {
-            if index.entry_by_path(BStr::new(path.as_bytes())).is_some() {
-                out.push(false);
-                continue;
-            }
-            let mut ignored = false;
-            for dir in path.ancestors() {
-                if excluded(&dir, Mode::DIR)? {
-                    ignored = true;
-                    break;
-                }
-            }
-            out.push(ignored || excluded(path, Mode::FILE)?);
+            let tracked = index.entry_by_path(BStr::new(path.as_bytes())).is_some();
+            out.push(!tracked && excluded_here_or_above(path, &mut excluded)?);
         }
         Ok(out)
     }
@@ -770,18 +760,10 @@ impl Vault {
                 .map_err(|e| VerbError::git(format!("reading the ignore rules for {}", path.display()), e))?
                 .is_excluded())
         };
-        let mut out = Vec::with_capacity(paths.len());
-        for path in paths {
-            let mut ignored = false;
-            for dir in path.ancestors() {
-                if excluded(&dir, Mode::DIR)? {
-                    ignored = true;
-                    break;
-                }
-            }
-            out.push(ignored || excluded(path, Mode::FILE)?);
-        }
-        Ok(out)
+        paths
+            .iter()
+            .map(|path| excluded_here_or_above(path, &mut excluded))
+            .collect()
     }
 
     /// The untracked repositories among the directories above `paths` (a directory on disk
@@ -811,6 +793,20 @@ impl Vault {
         }
         Ok(found)
     }
+}
+
+/// Whether `excluded` says `path` is ignored, itself or through a directory above it (git
+/// never looks inside an ignored directory, so a rule there cannot take it back).
+fn excluded_here_or_above(
+    path: &RepoPath,
+    excluded: &mut impl FnMut(&RepoPath, gix::index::entry::Mode) -> Result<bool, VerbError>,
+) -> Result<bool, VerbError> {
+    for dir in path.ancestors() {
+        if excluded(&dir, gix::index::entry::Mode::DIR)? {
+            return Ok(true);
+        }
+    }
+    excluded(path, gix::index::entry::Mode::FILE)
 }
 
 #[cfg(test)]
