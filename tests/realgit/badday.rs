@@ -1206,3 +1206,41 @@ fn an_exact_restore_never_deletes_what_the_checkpoints_own_ignore_rules_ignore()
         );
     }
 }
+
+/// A `packed-refs.lock` a killed process left makes the user's `git branch -d` and `gc` fail:
+/// `audit` and `doctor` name it once it is old, and never remove it (whose it is cannot be
+/// known); a young one (git at work) is not named.
+#[test]
+fn an_old_packed_refs_lock_is_named_never_removed() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let lock = repo.common_dir().join("packed-refs.lock");
+    std::fs::write(&lock, b"").expect("lock");
+    let codes = |run: &Run| -> Vec<String> {
+        run.json
+            .iter()
+            .filter(|line| line["type"] == "audit.problem")
+            .filter_map(|line| line["code"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let young = repo.ckpt(&["--json", "audit"]);
+    assert!(
+        !codes(&young).contains(&"stale_packed_refs_lock".to_owned()),
+        "{}",
+        young.stdout
+    );
+    plant_old(&lock, b"", std::time::Duration::from_secs(3600));
+    let audit = repo.ckpt(&["--json", "audit"]);
+    assert_eq!(audit.code, 1, "{}", audit.stdout);
+    assert!(
+        codes(&audit).contains(&"stale_packed_refs_lock".to_owned()),
+        "{}",
+        audit.stdout
+    );
+    let doctor = repo.ckpt(&["--json", "doctor", "--fix"]);
+    assert!(lock.exists(), "doctor never removes git's lock: {}", doctor.stdout);
+    assert!(doctor.stdout.contains("stale_packed_refs_lock"), "{}", doctor.stdout);
+    // Snapshots go on meanwhile.
+    repo.write("README.md", b"# changed\n");
+    repo.snapshot(&[]);
+}

@@ -18,6 +18,10 @@ use crate::verbs::{temp_file_owner, DiskItem, IdSet, ObjectId, PinRef, RepoPath}
 /// A write in progress keeps touching its temp file; none leaves it untouched for an hour.
 pub(super) const STALE_PACK_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 
+/// A `packed-refs.lock` older than this was left by a killed process (git holds it for
+/// milliseconds).
+const STALE_PACKED_REFS_LOCK: std::time::Duration = std::time::Duration::from_secs(600);
+
 fn problem(code: &'static str, message: String, id: Option<&str>) -> Problem {
     Problem {
         code,
@@ -335,6 +339,16 @@ impl Engine {
                 format!(
                     "keep file {keep} in the object database's pack directory, ckpt's own and older than {} min: left by a snapshot killed before its pin; while it stays, git's repack keeps that pack for good (doctor --fix removes it, and so does the next snapshot)",
                     super::STALE_PACK_KEEP.as_secs() / 60
+                ),
+                None,
+            ));
+        }
+        if let Some(age) = self.vault.stale_packed_refs_lock(STALE_PACKED_REFS_LOCK) {
+            problems.push(problem(
+                "stale_packed_refs_lock",
+                format!(
+                    "packed-refs.lock in the git directory is {} min old: a git (or ckpt) process that held it was killed. Until it goes, git cannot delete or pack refs (`git branch -d`, `git gc` fail) and ckpt cannot pack its pins; remove it yourself once no git command is running (ckpt never does: whose it is cannot be known)",
+                    age.as_secs() / 60
                 ),
                 None,
             ));

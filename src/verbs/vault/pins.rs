@@ -241,6 +241,16 @@ impl Vault {
         Ok(packed)
     }
 
+    /// How long `packed-refs.lock` has been there, when that is longer than `older_than`: git
+    /// holds it for milliseconds, so an old one was left by a killed process, and until it
+    /// goes git cannot delete or pack refs. Read-only: whose it is cannot be known, so it is
+    /// never removed here.
+    pub fn stale_packed_refs_lock(&self, older_than: std::time::Duration) -> Option<std::time::Duration> {
+        let lock = self.repo.common_dir().join("packed-refs.lock");
+        let age = std::fs::symlink_metadata(lock).ok()?.modified().ok()?.elapsed().ok()?;
+        (age > older_than).then_some(age)
+    }
+
     /// Whether `packed-refs` may be rewritten with every other line kept as git reads it: it is
     /// absent, or a regular file (a symlink git writes through would become a file) whose
     /// header says every ref that peels has its peeled line, which the rewrite claims for all
