@@ -65,7 +65,16 @@ pub fn snapshot(
         _ => None,
     };
     let (pruned, pruned_by_rule) = match &followups.auto_prune {
-        Some(auto) if outcome.created => auto_prune(provider, auto, &outcome.record.id, &mut outcome.warnings)?,
+        // The checkpoint is pinned and recorded by now: retention failing (a lock git holds,
+        // an interrupted restore's guard in the plan) costs nothing but the tidying, so it is
+        // said, not turned into a failed snapshot.
+        Some(auto) if outcome.created => {
+            let just_taken = outcome.record.id.clone();
+            auto_prune(provider, auto, &just_taken, &mut outcome.warnings).unwrap_or_else(|e| {
+                outcome.warnings.push(format!("retention could not run this time: {e}"));
+                Default::default()
+            })
+        }
         _ => Default::default(),
     };
     Ok(Settled {

@@ -636,3 +636,57 @@ fn packed_refs_ckpt_cannot_rewrite_faithfully_is_left_alone() {
         assert_eq!(user_refs(&repo), refs_before, "{shape}");
     }
 }
+
+/// Retention runs after the checkpoint is pinned and recorded: when it cannot run (here its
+/// removal of packed pins waits on a `packed-refs.lock` someone holds), the snapshot still
+/// succeeds and says why retention did not run.
+#[test]
+fn a_retention_that_cannot_run_never_fails_the_snapshot() {
+    let repo = TestRepo::new();
+    for i in 0..3 {
+        repo.write("a.txt", format!("{i}\n").as_bytes());
+        assert_eq!(snapshot_packing(&repo, "2", &["--session", "s"]).code, 0);
+    }
+    assert!(loose_pins(&repo) < 2, "the pins are packed");
+    let lock = repo.common_dir().join("packed-refs.lock");
+    std::fs::write(&lock, b"").expect("lock");
+    repo.set_config("[retention]\nmax_per_session = 1\nauto_prune = true\n");
+    repo.write("a.txt", b"new\n");
+    let run = snapshot_packing(&repo, "1000", &["--session", "s"]);
+    std::fs::remove_file(&lock).expect("unlock");
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("retention could not run this time"),
+        "{}",
+        run.stderr
+    );
+    let id = run.one("snapshot")["id"].as_str().expect("id").to_owned();
+    assert!(ids_of_list(&repo).contains(&id));
+    assert_eq!(ids_of_list(&repo).len(), 4, "nothing was half removed");
+}
+
+/// A pin is never written through a symlink: a `refs/ckpt/<workspace>` that leads outside the
+/// repository is refused by name, and nothing lands where it leads.
+#[test]
+fn a_pin_is_never_written_through_a_symlinked_refs_directory() {
+    let repo = TestRepo::new();
+    repo.snapshot(&[]);
+    let pins = repo.common_dir().join("refs/ckpt/main");
+    let outside = repo.root.parent().expect("parent").join("elsewhere");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    std::fs::rename(&pins, outside.join("moved")).expect("move");
+    std::os::unix::fs::symlink(&outside, &pins).expect("symlink");
+    repo.write("a.txt", b"changed\n");
+    let run = repo.ckpt_json(&["snapshot"], 1);
+    assert!(run.stderr.contains("is a symlink"), "{}", run.stderr);
+    let landed: Vec<_> = std::fs::read_dir(&outside)
+        .expect("read")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        landed,
+        vec![std::ffi::OsString::from("moved")],
+        "nothing written outside"
+    );
+}

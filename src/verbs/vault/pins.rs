@@ -114,6 +114,19 @@ impl Vault {
         }
         let path = self.repo.common_dir().join(pin.as_str());
         let failed = |e: std::io::Error| VerbError::git(format!("writing {}", pin.as_str()), e);
+        // Never through a link: a `refs/ckpt` that leads elsewhere would put the pin there.
+        let namespace = self.repo.common_dir().join(PIN_NAMESPACE_DIR);
+        for dir in [namespace.clone(), namespace.join(pin.workspace().as_str())] {
+            if std::fs::symlink_metadata(&dir).is_ok_and(|meta| meta.file_type().is_symlink()) {
+                return Err(VerbError::git_because(
+                    format!("writing {}", pin.as_str()),
+                    format!(
+                        "{} is a symlink, and ckpt never writes a ref through one; remove it",
+                        dir.display()
+                    ),
+                ));
+            }
+        }
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(failed)?;
         }
@@ -172,11 +185,11 @@ impl Vault {
                 deref: false,
             });
         }
-        let what = format!("removing {} pin(s)", pins.len());
+        let what = format!("removing {} pin(s) under refs/ckpt/", pins.len());
         self.repo
             .edit_references_as(edits, None)
             .map(drop)
-            .map_err(|e| ref_failure(&what, e))
+            .map_err(|e| ref_failure(what, "refs/ckpt/", e))
     }
 
     /// Moves `workspace`'s loose pins into `packed-refs` once there are at least `at_least`:
@@ -236,7 +249,7 @@ impl Vault {
                 Fail::AfterDurationWithBackoff(std::time::Duration::from_millis(200)),
             )
             .and_then(|prepared| prepared.commit(None))
-            .map_err(|e| ref_failure("packing the pins into packed-refs", e))?;
+            .map_err(|e| ref_failure("packing the pins into packed-refs".into(), "packed-refs", e))?;
         self.share(&[self.repo.common_dir().join("packed-refs")]);
         Ok(packed)
     }
@@ -307,7 +320,7 @@ impl Vault {
         self.repo
             .edit_references_as(Some(edit), None)
             .map(drop)
-            .map_err(|e| ref_failure(pin.as_str(), e))
+            .map_err(|e| ref_failure(format!("writing {}", pin.as_str()), pin.as_str(), e))
     }
 
     /// The quarantined pins of `workspace` (`refs/ckpt/quarantine/<workspace>/<id>`), each as
@@ -578,18 +591,18 @@ fn pin_name(pin: &PinRef) -> Result<gix::refs::FullName, VerbError> {
         .map_err(|e| VerbError::git(format!("naming {}", pin.as_str()), e))
 }
 
-/// A failed ref edit of `what`: a failed write (full disk, no permission) is not a concurrent
-/// change.
-fn ref_failure(what: &str, e: impl std::error::Error + Send + Sync + 'static) -> VerbError {
+/// A failed ref edit, `action` on `name`: a failed write (full disk, no permission, a lock held)
+/// is not a concurrent change.
+fn ref_failure(action: String, name: &str, e: impl std::error::Error + Send + Sync + 'static) -> VerbError {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
     while let Some(error) = cause {
         if error.downcast_ref::<std::io::Error>().is_some() {
-            return VerbError::git(format!("writing {what}"), e);
+            return VerbError::git(action, e);
         }
         cause = error.source();
     }
     VerbError::RefConflict {
-        name: what.to_owned(),
+        name: name.to_owned(),
         message: crate::verbs::error_chain(&e),
     }
 }
