@@ -10,6 +10,7 @@ pub mod hooks;
 mod journal;
 mod lock;
 mod record;
+mod registry_log;
 pub mod retention;
 pub mod sessionlog;
 pub mod statcache;
@@ -285,22 +286,47 @@ impl Registry {
         Ok(aside)
     }
 
-    /// Moves an unreadable registry aside (never deletes it) so it can be rebuilt from refs.
-    pub fn set_aside_corrupt(&self, _lock: &RegistryLock) -> Result<Option<PathBuf>, RecordsError> {
-        let path = self.records_path();
-        if fs::symlink_metadata(&path).is_err() {
-            return Ok(None);
+    /// Moves an unreadable registry (`records.json` and its append log) aside, never deleting
+    /// either, so it can be rebuilt from refs; returns where each went.
+    pub fn set_aside_corrupt(&self, _lock: &RegistryLock) -> Result<Vec<PathBuf>, RecordsError> {
+        let mut aside = Vec::new();
+        for path in [self.records_path(), self.dir.join(registry_log::LOG_FILE)] {
+            if fs::symlink_metadata(&path).is_ok() {
+                aside.push(set_aside(&path)?);
+            }
         }
-        Ok(Some(set_aside(&path)?))
+        Ok(aside)
     }
 
     fn records_path(&self) -> PathBuf {
         self.dir.join(RECORDS_FILE)
     }
 
-    /// Loads and validates every record, oldest first. A missing file is an empty registry; a
-    /// malformed one is an error, never silently reset.
+    /// Loads and validates every record, oldest first: `records.json`, then what its append
+    /// log adds. A missing file is an empty registry; a malformed one is an error, never
+    /// silently reset.
     pub fn load(&self) -> Result<Vec<Record>, RecordsError> {
+        let (mut records, base) = self.load_base()?;
+        let identity = registry_log::base_identity(base.as_deref());
+        let log_path = self.dir.join(registry_log::LOG_FILE);
+        let appended = registry_log::read_log(&log_path, &identity)?;
+        if !appended.is_empty() {
+            let mut seen: std::collections::HashSet<String> = records.iter().map(|r| r.id.clone()).collect();
+            for record in &appended {
+                if !seen.insert(record.id.clone()) {
+                    return Err(RecordsError::Corrupt {
+                        path: log_path,
+                        why: format!("record {} appears twice", record.id),
+                    });
+                }
+            }
+            records.extend(appended);
+        }
+        Ok(records)
+    }
+
+    /// The records of `records.json` alone, with its bytes (`None` when there is none).
+    fn load_base(&self) -> Result<(Vec<Record>, Option<Vec<u8>>), RecordsError> {
         let path = self.records_path();
         // Never through a link: one to another repository's registry would list its
         // checkpoints here, and the next snapshot would copy them in.
@@ -312,10 +338,10 @@ impl Registry {
         }
         let text = match crate::verbs::read_regular_file(&path) {
             Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), None)),
             Err(e) => return Err(io_error(&path)(e)),
         };
-        parse_records(&text).map_err(|failure| match failure {
+        let records = parse_records(&text).map_err(|failure| match failure {
             ParseFailure::Version(found) => RecordsError::UnsupportedVersion {
                 path: path.clone(),
                 found,
@@ -324,10 +350,13 @@ impl Registry {
                 path: path.clone(),
                 why,
             },
-        })
+        })?;
+        Ok((records, Some(text)))
     }
 
-    /// Replaces the registry with `records`. Requires the lock.
+    /// Replaces the registry with `records`: `records.json` written whole, then the append log
+    /// removed (a log left by a kill between the two names the old `records.json`, so it is
+    /// never read with the new one). Requires the lock.
     pub fn save(&self, records: &[Record], _lock: &RegistryLock) -> Result<(), RecordsError> {
         let file = RecordsFile {
             format: FORMAT.to_owned(),
@@ -339,7 +368,38 @@ impl Registry {
             why: e.to_string(),
         })?;
         text.push(b'\n');
-        write_atomically(&self.records_path(), &text)
+        write_atomically(&self.records_path(), &text)?;
+        registry_log::remove_log(&self.dir.join(registry_log::LOG_FILE))
+    }
+
+    /// Records `added`, the newest of `all` (every record, as [`Self::load`] gave them plus
+    /// `added`): one line appended to the log once `records.json` is large, so the cost of a
+    /// snapshot does not grow with the history; everything rewritten while it is small or the
+    /// log has grown to half its size. Requires the lock.
+    pub fn add(&self, all: &[Record], added: &[Record], lock: &RegistryLock) -> Result<(), RecordsError> {
+        self.add_appending_from(all, added, registry_log::append_from_bytes(), lock)
+    }
+
+    fn add_appending_from(
+        &self,
+        all: &[Record],
+        added: &[Record],
+        append_from: u64,
+        lock: &RegistryLock,
+    ) -> Result<(), RecordsError> {
+        let base_path = self.records_path();
+        let base = match fs::symlink_metadata(&base_path) {
+            Ok(meta) if meta.is_file() && meta.len() >= append_from => {
+                crate::verbs::read_regular_file(&base_path).map_err(io_error(&base_path))?
+            }
+            _ => return self.save(all, lock),
+        };
+        let identity = registry_log::base_identity(Some(&base));
+        let log_path = self.dir.join(registry_log::LOG_FILE);
+        match registry_log::append(&log_path, &identity, base.len() as u64, added)? {
+            registry_log::Appended::Done => Ok(()),
+            registry_log::Appended::Compact => self.save(all, lock),
+        }
     }
 
     fn journal_path(&self) -> PathBuf {
@@ -657,6 +717,136 @@ mod tests {
             validate_label("session", "evil\u{202E}txt").is_ok(),
             "stored labels still load"
         );
+    }
+
+    fn numbered(n: usize) -> Record {
+        let id = format!("{n:040x}");
+        let mut r = record(&id);
+        r.time = format!("2026-01-02T03:{:02}:{:02}.{:03}Z", n / 60 % 60, n % 60, n % 1000);
+        r
+    }
+
+    /// Once `records.json` is large, an added record is one line in the log: `records.json`
+    /// keeps its bytes, and the registry reads back every record in order. The log is folded
+    /// into `records.json` when it reaches half its size, and removed then.
+    #[test]
+    fn added_records_are_appended_then_folded_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::open(dir.path()).unwrap();
+        let lock = registry.lock(&|_| {}).unwrap();
+        let mut all: Vec<Record> = (0..20).map(numbered).collect();
+        registry.save(&all, &lock).unwrap();
+        let base_path = dir.path().join(RECORDS_FILE);
+        let log_path = dir.path().join(registry_log::LOG_FILE);
+        let base = fs::read(&base_path).unwrap();
+        let mut appended = 0;
+        for n in 20..200 {
+            let added = numbered(n);
+            all.push(added.clone());
+            registry.add_appending_from(&all, &[added], 0, &lock).unwrap();
+            assert_eq!(registry.load().unwrap(), all, "after {n}");
+            if fs::read(&base_path).unwrap() != base {
+                break;
+            }
+            appended += 1;
+            assert!(log_path.is_file());
+        }
+        assert!(appended >= 5, "{appended} appended before the fold");
+        assert!(!log_path.exists(), "the log goes once folded in");
+        assert_eq!(registry.load().unwrap(), all);
+        // Below the size to append from, records.json is written whole.
+        let added = numbered(500);
+        all.push(added.clone());
+        registry.add_appending_from(&all, &[added], u64::MAX, &lock).unwrap();
+        assert!(!log_path.exists());
+        assert_eq!(registry.load().unwrap(), all);
+    }
+
+    /// A killed append leaves a line without its newline: it is left out, and the next append
+    /// starts after the last whole line. A log left beside a records.json written since (a
+    /// kill between writing it and removing the log) is never read with it, and the next
+    /// append starts a new one.
+    #[test]
+    fn torn_and_stale_logs_are_never_read_as_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::open(dir.path()).unwrap();
+        let lock = registry.lock(&|_| {}).unwrap();
+        let mut all: Vec<Record> = (0..10).map(numbered).collect();
+        registry.save(&all, &lock).unwrap();
+        let log_path = dir.path().join(registry_log::LOG_FILE);
+        let added = numbered(10);
+        all.push(added.clone());
+        registry.add_appending_from(&all, &[added], 0, &lock).unwrap();
+        let whole = fs::read(&log_path).unwrap();
+        // Longer than the line appended next, so only cutting it off can make that line whole.
+        let mut long = numbered(11);
+        long.session = Some("s".repeat(MAX_LABEL_LEN));
+        let torn_line = serde_json::to_vec(&long).unwrap();
+        let mut torn = whole.clone();
+        torn.extend_from_slice(&torn_line[..torn_line.len() - 1]);
+        fs::write(&log_path, &torn).unwrap();
+        assert_eq!(registry.load().unwrap(), all, "the torn line is left out");
+        let added = numbered(12);
+        all.push(added.clone());
+        registry.add_appending_from(&all, &[added], 0, &lock).unwrap();
+        assert_eq!(registry.load().unwrap(), all);
+
+        // records.json rewritten (here: one record pruned), the log left behind.
+        let left = fs::read(&log_path).unwrap();
+        all.retain(|r| r.id != numbered(3).id);
+        registry.save(&all, &lock).unwrap();
+        fs::write(&log_path, &left).unwrap();
+        assert_eq!(registry.load().unwrap(), all, "a stale log adds nothing");
+        let added = numbered(13);
+        all.push(added.clone());
+        registry.add_appending_from(&all, &[added], 0, &lock).unwrap();
+        assert_eq!(registry.load().unwrap(), all);
+        let log = fs::read_to_string(&log_path).unwrap();
+        assert_eq!(log.lines().count(), 2, "a new log: its header and one line\n{log}");
+    }
+
+    /// A log line that is not a valid record, a record twice, a header of another format, or a
+    /// log that is a link or a FIFO is corrupt, named as the log; doctor's set-aside moves it
+    /// with records.json.
+    #[test]
+    fn a_damaged_log_is_refused_and_set_aside_with_the_registry() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::open(dir.path()).unwrap();
+        let lock = registry.lock(&|_| {}).unwrap();
+        let mut all: Vec<Record> = (0..10).map(numbered).collect();
+        registry.save(&all, &lock).unwrap();
+        let log_path = dir.path().join(registry_log::LOG_FILE);
+        let added = numbered(10);
+        all.push(added.clone());
+        registry.add_appending_from(&all, &[added], 0, &lock).unwrap();
+        let good = fs::read_to_string(&log_path).unwrap();
+        let (header, line) = good.split_once('\n').unwrap();
+        let mut bad_path = numbered(11);
+        bad_path.skipped[0].path = WirePath::from_bytes(b"../outside");
+        let twice = serde_json::to_string(&numbered(2)).unwrap();
+        for damaged in [
+            format!("{header}\n{}\n", line.trim_end().replacen('{', "[", 1)),
+            format!("{header}\n{line}{}\n", serde_json::to_string(&bad_path).unwrap()),
+            format!("{header}\n{twice}\n"),
+            format!("{header}\n{line}{line}"),
+            good.replacen("ckpt-records-log", "ckpt-other-log", 1),
+        ] {
+            fs::write(&log_path, &damaged).unwrap();
+            match registry.load() {
+                Err(RecordsError::Corrupt { path, .. }) => assert_eq!(path, log_path, "{damaged}"),
+                other => panic!("{damaged}: {other:?}"),
+            }
+        }
+        fs::remove_file(&log_path).unwrap();
+        std::os::unix::fs::symlink(dir.path().join(RECORDS_FILE), &log_path).unwrap();
+        assert!(
+            matches!(registry.load(), Err(RecordsError::Corrupt { .. })),
+            "a linked log"
+        );
+        let aside = registry.set_aside_corrupt(&lock).unwrap();
+        assert_eq!(aside.len(), 2, "{aside:?}");
+        assert!(!log_path.exists() && fs::symlink_metadata(&log_path).is_err());
+        assert_eq!(registry.load().unwrap(), Vec::<Record>::new());
     }
 
     /// The checked-tree list reads back what was saved, and anything else (another header, a

@@ -805,3 +805,100 @@ fn blocking_or_misplaced_state_is_refused_reported_and_repaired() {
     ckpt_json_within_30s(&repo, &["audit"]);
     repo.ckpt_json(&["list"], 0);
 }
+
+/// `ckpt --json ARGS` with the registry appending from its first byte (it appends only once
+/// `records.json` is large by default).
+fn ckpt_appending(repo: &TestRepo, args: &[&str]) -> Run {
+    let mut cmd = repo.ckpt_command();
+    cmd.env("CKPT_RECORDS_APPEND_FROM", "0").arg("--json").args(args);
+    run_ckpt(cmd)
+}
+
+/// A long registry takes a new record as one appended line, not a rewrite of every record,
+/// and stays exactly as safe: a line cut short by a kill is left out (its pin turns back into
+/// a record, stored with the next snapshot's), a tampered line is refused naming the log, and
+/// `doctor --fix` sets both files aside and rebuilds every record from the pins. A removal
+/// writes `records.json` whole and the log goes.
+#[test]
+fn an_appended_registry_survives_kills_tampering_and_removals() {
+    let repo = TestRepo::new();
+    let state = repo.common_dir().join("ckpt/main");
+    let log = state.join("records.log");
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        repo.write("a.txt", format!("version {n}\n").as_bytes());
+        let run = ckpt_appending(&repo, &["snapshot", "--session", "s"]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        ids.push(run.one("snapshot")["id"].as_str().unwrap().to_owned());
+    }
+    let base = std::fs::read(state.join("records.json")).unwrap();
+    let logged = std::fs::read_to_string(&log).expect("the log");
+    assert_eq!(logged.lines().count(), 5, "a header and four records:\n{logged}");
+    let listed = |repo: &TestRepo| -> Vec<String> { ids_of(&repo.ckpt_json(&["list"], 0)) };
+    let mut expected: Vec<String> = ids.clone();
+    assert_eq!(listed(&repo), expected);
+    repo.ckpt_json(&["audit"], 0);
+
+    // A kill mid-append: half a line. Listed without it; the pin it belonged to is turned
+    // back into a record and stored with the next snapshot.
+    repo.write("a.txt", b"version 5\n");
+    let run = ckpt_appending(&repo, &["snapshot", "--session", "s"]);
+    let sixth = run.one("snapshot")["id"].as_str().unwrap().to_owned();
+    let whole = std::fs::read(&log).unwrap();
+    let last_line_start = whole[..whole.len() - 1].iter().rposition(|&b| b == b'\n').unwrap() + 1;
+    std::fs::write(&log, &whole[..last_line_start + (whole.len() - last_line_start) / 2]).unwrap();
+    expected.push(sixth.clone());
+    assert_eq!(listed(&repo), expected, "rebuilt from its pin");
+    repo.write("a.txt", b"version 6\n");
+    let run = ckpt_appending(&repo, &["snapshot", "--session", "s"]);
+    expected.push(run.one("snapshot")["id"].as_str().unwrap().to_owned());
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        logged.lines().count(),
+        7,
+        "a header, the four, the rebuilt sixth and the seventh:\n{logged}"
+    );
+    assert!(logged.contains(&sixth), "the rebuilt record is stored:\n{logged}");
+    assert_eq!(listed(&repo), expected);
+    repo.ckpt_json(&["audit"], 0);
+    assert_eq!(
+        std::fs::read(state.join("records.json")).unwrap(),
+        base,
+        "never rewritten"
+    );
+
+    // A tampered line (a commit id that is no id) is refused, named; doctor rebuilds from
+    // the pins.
+    let tampered = logged.replacen("\"commit\":\"", "\"commit\":\"../", 1);
+    assert_ne!(tampered, logged);
+    std::fs::write(&log, &tampered).unwrap();
+    let refused = repo.ckpt_json(&["list"], 1);
+    assert!(
+        refused.stderr.contains("records.log") || refused.stdout.contains("records.log"),
+        "{}\n{}",
+        refused.stdout,
+        refused.stderr
+    );
+    let fixed = repo.ckpt_json(&["doctor", "--fix"], 0);
+    assert!(fixed.stdout.contains("records.log.corrupt-"), "{}", fixed.stdout);
+    assert_eq!(listed(&repo), expected, "every record rebuilt from its pin");
+    repo.ckpt_json(&["audit"], 0);
+
+    // A removal writes records.json whole; the log goes.
+    repo.write("a.txt", b"version 7\n");
+    let run = ckpt_appending(&repo, &["snapshot", "--session", "s"]);
+    expected.push(run.one("snapshot")["id"].as_str().unwrap().to_owned());
+    assert!(log.exists());
+    repo.ckpt_json(&["delete", &expected[2], "--yes"], 0);
+    expected.remove(2);
+    assert!(!log.exists(), "folded into records.json");
+    assert_eq!(listed(&repo), expected);
+    repo.ckpt_json(&["audit"], 0);
+}
+
+fn ids_of(run: &Run) -> Vec<String> {
+    run.json
+        .iter()
+        .filter_map(|v| v["id"].as_str().map(str::to_owned))
+        .collect()
+}

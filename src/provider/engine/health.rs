@@ -694,7 +694,7 @@ impl Engine {
         let stored = match registry.load() {
             Ok(records) => records,
             Err(_) => {
-                if let Some(aside) = registry.set_aside_corrupt(&lock)? {
+                for aside in registry.set_aside_corrupt(&lock)? {
                     actions.push(format!("moved the unreadable registry to {}", aside.display()));
                 }
                 Vec::new()

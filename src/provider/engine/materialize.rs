@@ -141,11 +141,11 @@ impl Engine {
             bytes,
         };
         let head = self.checkpoint_parent()?;
-        let mut records = self.reconcile(registry.load()?)?.records;
+        let mut reconciled = self.reconcile(registry.load()?)?;
         let record = self.publish(
             &registry,
             &lock,
-            &mut records,
+            &mut reconciled,
             request,
             (tree, head),
             counts,

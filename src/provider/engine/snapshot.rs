@@ -12,7 +12,7 @@ use crate::records::statcache::StatCache;
 use crate::records::{NarrowMode, Record, Registry, RegistryLock, Skipped, Trailers, WirePath, MAX_NARROW_MODES};
 use crate::verbs::{EntryKind, ObjectId, PackCompression, PathScope, PinRef, RepoPath, TreeItem, VerbError};
 
-use super::{now_rfc3339, Engine, StoreKind};
+use super::{now_rfc3339, Engine, Reconciled, StoreKind};
 
 /// What a new checkpoint's record counts.
 pub(super) struct Counts {
@@ -139,7 +139,7 @@ impl Engine {
         // The previous checkpoint is the newest one still pinned: an unpinned record's objects
         // may already be collected, so nothing may be built on it.
         let previous: Option<Record> = reconciled.newest_usable().cloned();
-        let mut records = reconciled.records;
+        let mut reconciled = reconciled;
         let head = self.checkpoint_parent()?;
         let started = std::time::Instant::now();
         let cache = self.trusted_stat_cache(registry);
@@ -227,7 +227,7 @@ impl Engine {
         let record = self.publish(
             registry,
             lock,
-            &mut records,
+            &mut reconciled,
             request,
             (tree, head),
             counts,
@@ -259,14 +259,14 @@ impl Engine {
     }
 
     /// Commits `tree` (with `head` as parent), pins the commit and appends its record to
-    /// `records` and the registry. The pin is the commit point; a failure to save the record
+    /// `reconciled.records` and the registry (with any record the reconciliation rebuilt). The pin is the commit point; a failure to save the record
     /// removes the pin again, so nothing is published half-way.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn publish(
         &self,
         registry: &Registry,
         lock: &RegistryLock,
-        records: &mut Vec<Record>,
+        reconciled: &mut Reconciled,
         request: &SnapshotRequest,
         (tree, head): (ObjectId, Option<ObjectId>),
         counts: Counts,
@@ -304,11 +304,23 @@ impl Engine {
         crate::fault::point("snapshot:after-pin");
 
         let record = trailers.into_record(self.name(), commit.to_hex(), tree.to_hex(), self.workspace_path());
-        records.push(record.clone());
-        if let Err(error) = registry.save(records, lock) {
+        // Records the reconciliation rebuilt from pins are not in the registry yet: they are
+        // added with this one.
+        let mut added: Vec<Record> = reconciled
+            .records
+            .iter()
+            .filter(|r| reconciled.rebuilt.contains(&r.id))
+            .cloned()
+            .collect();
+        added.push(record.clone());
+        reconciled.records.push(record.clone());
+        let saving = std::time::Instant::now();
+        if let Err(error) = registry.add(&reconciled.records, &added, lock) {
             self.vault.unpin(&pin, &commit).ok();
             return Err(error.into());
         }
+        reconciled.rebuilt.clear();
+        self.phase_time("record saved", saving);
         self.phase_time("commit, pin and record", started);
         // Past the inline limit (no daemon kept up), packs are merged here, once the pin covers
         // the newest: until then its keep file holds it out of every merge.

@@ -17,7 +17,7 @@ use crate::records::{Record, Registry, RegistryLock, WirePath};
 use crate::verbs::{ObjectId, PackCompression, PathScope, RepoPath, TreeItem, VerbError};
 
 use super::snapshot::{skipped_list, unnamable_list, Counts};
-use super::{Engine, StoreKind};
+use super::{Engine, Reconciled, StoreKind};
 
 /// What a snapshot looked at on disk, for a restore planned from it.
 pub(super) enum Looked {
@@ -140,7 +140,7 @@ impl Engine {
         let previous = &unchanged.record;
         let tree = previous.tree_id().map_err(CkptError::InvalidInput)?;
         let head = self.checkpoint_parent()?;
-        let mut records = self.reconcile(registry.load()?)?.records;
+        let mut reconciled = self.reconcile(registry.load()?)?;
         let counts = Counts {
             files: 0,
             total_files: previous.total_files,
@@ -149,7 +149,7 @@ impl Engine {
         let record = self.publish(
             registry,
             lock,
-            &mut records,
+            &mut reconciled,
             request,
             (tree, head),
             counts,
@@ -406,7 +406,7 @@ impl Engine {
         registry: &Registry,
         lock: &RegistryLock,
         request: &SnapshotRequest,
-        (previous, mut records): (Record, Vec<Record>),
+        (previous, mut reconciled): (Record, Reconciled),
         scope: &PathScope,
         hooks: &GuardHooks<'_>,
     ) -> Result<Result<(SnapshotOutcome, Capture), String>, CkptError> {
@@ -512,7 +512,7 @@ impl Engine {
         let record = self.publish(
             registry,
             lock,
-            &mut records,
+            &mut reconciled,
             request,
             (tree, head),
             counts,
@@ -537,9 +537,11 @@ impl Engine {
     /// The newest pinned checkpoint, if it is `id`: then a worktree unchanged since the capture
     /// that produced (or matched) `id` is still exactly that checkpoint. With it, every record
     /// as reconciled with the pins (what a checkpoint published under this same lock builds on).
-    fn unchanged_checkpoint(&self, registry: &Registry, id: &str) -> Result<Option<(Record, Vec<Record>)>, CkptError> {
+    fn unchanged_checkpoint(&self, registry: &Registry, id: &str) -> Result<Option<(Record, Reconciled)>, CkptError> {
+        let started = std::time::Instant::now();
         let reconciled = self.reconcile(registry.load()?)?;
+        self.phase_time("registry + refs", started);
         let newest = reconciled.newest_usable().filter(|r| r.id == id).cloned();
-        Ok(newest.map(|record| (record, reconciled.records)))
+        Ok(newest.map(|record| (record, reconciled)))
     }
 }

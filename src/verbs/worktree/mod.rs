@@ -166,6 +166,21 @@ pub fn open_lock_no_follow(path: &std::path::Path) -> std::io::Result<std::fs::F
     Ok(std::fs::File::from(fd))
 }
 
+/// Opens ckpt's own existing state file at `path` for reading and writing (never creating
+/// it), without following a symlink at its last component and without blocking on a FIFO;
+/// `InvalidData` unless it is a regular file.
+pub fn open_state_file_for_update(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let file = std::fs::File::from(rustix::fs::open(path, flags, Mode::empty())?);
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a regular file (a FIFO, socket, device or directory)",
+        ));
+    }
+    Ok(file)
+}
+
 /// The bytes, stat and hard-link count of the regular file at `path` below the worktree `root` now, read without
 /// following any symlink and only if it held still while read (read-only; the trace works
 /// backwards from it). `Ok(None)`: no such settled regular file of at most `max_bytes`.
