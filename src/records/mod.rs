@@ -354,6 +354,19 @@ impl Registry {
         Ok((records, Some(text)))
     }
 
+    /// The newest record added, when the append log holds it, with when the log was last
+    /// written: read without parsing the rest of the registry (what a snapshot of a long
+    /// history needs to build on). `None` when there is no log for the current `records.json`,
+    /// or its last record does not read; then [`Self::load`] is the way, and says what is wrong.
+    pub fn newest_appended(&self) -> Option<(Record, std::time::SystemTime)> {
+        let base = crate::verbs::read_regular_file(&self.records_path()).ok()?;
+        let identity = registry_log::base_identity(Some(&base));
+        let log_path = self.dir.join(registry_log::LOG_FILE);
+        let written = fs::symlink_metadata(&log_path).and_then(|meta| meta.modified()).ok()?;
+        let newest = registry_log::read_last(&log_path, &identity)?;
+        Some((newest, written))
+    }
+
     /// Replaces the registry with `records`: `records.json` written whole, then the append log
     /// removed (a log left by a kill between the two names the old `records.json`, so it is
     /// never read with the new one). Requires the lock.
@@ -373,9 +386,8 @@ impl Registry {
     }
 
     /// Records `added`, the newest of `all` (every record, as [`Self::load`] gave them plus
-    /// `added`): one line appended to the log once `records.json` is large, so the cost of a
-    /// snapshot does not grow with the history; everything rewritten while it is small or the
-    /// log has grown to half its size. Requires the lock.
+    /// `added`): appended ([`Self::append`]) when it can be, otherwise everything is written
+    /// into `records.json`. Requires the lock.
     pub fn add(&self, all: &[Record], added: &[Record], lock: &RegistryLock) -> Result<(), RecordsError> {
         self.add_appending_from(all, added, registry_log::append_from_bytes(), lock)
     }
@@ -387,19 +399,34 @@ impl Registry {
         append_from: u64,
         lock: &RegistryLock,
     ) -> Result<(), RecordsError> {
+        if self.append_from(added, append_from, lock)? {
+            return Ok(());
+        }
+        self.save(all, lock)
+    }
+
+    /// Appends `added` as lines of the log, so the cost of a snapshot does not grow with the
+    /// history; `false` (nothing written) while `records.json` is small or once the log has
+    /// grown to half its size: then the caller writes every record with [`Self::save`].
+    /// Requires the lock.
+    pub fn append(&self, added: &[Record], lock: &RegistryLock) -> Result<bool, RecordsError> {
+        self.append_from(added, registry_log::append_from_bytes(), lock)
+    }
+
+    fn append_from(&self, added: &[Record], append_from: u64, _lock: &RegistryLock) -> Result<bool, RecordsError> {
         let base_path = self.records_path();
         let base = match fs::symlink_metadata(&base_path) {
             Ok(meta) if meta.is_file() && meta.len() >= append_from => {
                 crate::verbs::read_regular_file(&base_path).map_err(io_error(&base_path))?
             }
-            _ => return self.save(all, lock),
+            _ => return Ok(false),
         };
         let identity = registry_log::base_identity(Some(&base));
         let log_path = self.dir.join(registry_log::LOG_FILE);
-        match registry_log::append(&log_path, &identity, base.len() as u64, added)? {
-            registry_log::Appended::Done => Ok(()),
-            registry_log::Appended::Compact => self.save(all, lock),
-        }
+        Ok(matches!(
+            registry_log::append(&log_path, &identity, base.len() as u64, added)?,
+            registry_log::Appended::Done
+        ))
     }
 
     fn journal_path(&self) -> PathBuf {

@@ -111,6 +111,25 @@ pub(super) fn read_log(path: &Path, base: &str) -> Result<Vec<Record>, RecordsEr
     Ok(records)
 }
 
+/// The last whole record of the log at `path`, if the log extends the `records.json` of
+/// identity `base` and holds one: the newest record added, read without the others. `None`
+/// otherwise, and for anything that does not read (the caller then loads the whole registry,
+/// which names what is wrong).
+pub(super) fn read_last(path: &Path, base: &str) -> Option<Record> {
+    let text = crate::verbs::read_regular_file(path).ok()?;
+    let header_end = text.iter().position(|&b| b == b'\n')?;
+    let header: LogHeader = serde_json::from_slice(&text[..header_end]).ok()?;
+    if header.format != LOG_FORMAT || header.version != LOG_VERSION || header.base != base {
+        return None;
+    }
+    let body = &text[header_end + 1..];
+    let end = body.iter().rposition(|&b| b == b'\n')?;
+    let start = body[..end].iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1);
+    let record: Record = serde_json::from_slice(&body[start..end]).ok()?;
+    record.validate().ok()?;
+    Some(record)
+}
+
 /// One line per record, each ending in a newline.
 fn record_lines(records: &[Record]) -> Result<Vec<u8>, serde_json::Error> {
     let mut lines = Vec::new();

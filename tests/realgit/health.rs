@@ -839,14 +839,34 @@ fn an_appended_registry_survives_kills_tampering_and_removals() {
     assert_eq!(listed(&repo), expected);
     repo.ckpt_json(&["audit"], 0);
 
-    // A kill mid-append: half a line. Listed without it; the pin it belonged to is turned
-    // back into a record and stored with the next snapshot.
+    // A kill after the pin, before the record; then a kill mid-append (half a line, the log's
+    // time left as the kill would leave it). The pin is listed, turned back into a record, and
+    // that record is stored with the next snapshot's.
     repo.write("a.txt", b"version 5\n");
-    let run = ckpt_appending(&repo, &["snapshot", "--session", "s"]);
-    let sixth = run.one("snapshot")["id"].as_str().unwrap().to_owned();
+    let mut killed = repo.ckpt_command();
+    killed
+        .env("CKPT_RECORDS_APPEND_FROM", "0")
+        .env("CKPT_FAULT", "snapshot:after-pin")
+        .args(["--json", "snapshot", "--session", "s"]);
+    assert_ne!(run_ckpt(killed).code, 0, "killed");
+    let sixth = repo
+        .ckpt_refs()
+        .into_iter()
+        .filter_map(|name| name.rsplit('/').next().map(str::to_owned))
+        .find(|id| !ids.contains(id))
+        .expect("the killed snapshot's pin");
     let whole = std::fs::read(&log).unwrap();
+    let written = std::fs::metadata(&log).unwrap().modified().unwrap();
     let last_line_start = whole[..whole.len() - 1].iter().rposition(|&b| b == b'\n').unwrap() + 1;
-    std::fs::write(&log, &whole[..last_line_start + (whole.len() - last_line_start) / 2]).unwrap();
+    let mut torn = whole.clone();
+    torn.extend_from_slice(&whole[last_line_start..whole.len() - 10]);
+    std::fs::write(&log, &torn).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_modified(written)
+        .unwrap();
     expected.push(sixth.clone());
     assert_eq!(listed(&repo), expected, "rebuilt from its pin");
     repo.write("a.txt", b"version 6\n");
@@ -901,4 +921,35 @@ fn ids_of(run: &Run) -> Vec<String> {
         .iter()
         .filter_map(|v| v["id"].as_str().map(str::to_owned))
         .collect()
+}
+
+/// A snapshot reads only the newest appended record when it stands: pinned at its commit, the
+/// commit holding its tree. A newest record whose pin was deleted, or whose tree was tampered
+/// with, is never built on or answered with: the snapshot then reads every record and pin.
+#[test]
+fn a_snapshot_never_stands_on_an_appended_record_that_does_not() {
+    let repo = TestRepo::new();
+    let snapshot = |content: &[u8]| -> (String, bool) {
+        repo.write("a.txt", content);
+        let run = ckpt_appending(&repo, &["snapshot"]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let line = run.one("snapshot");
+        (line["id"].as_str().unwrap().to_owned(), line["created"] == true)
+    };
+    let (a, _) = snapshot(b"state a\n");
+    let (b, _) = snapshot(b"state b\n");
+    repo.git(&["update-ref", "-d", &format!("refs/ckpt/main/{b}")]);
+    let (again, created) = snapshot(b"state b\n");
+    assert!(created && again != b, "the unpinned newest is not the unchanged state");
+
+    let (c, _) = snapshot(b"state c\n");
+    let log = repo.common_dir().join("ckpt/main/records.log");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let tree_of = |id: &str| repo.git(&["rev-parse", &format!("{id}^{{tree}}")]).trim().to_owned();
+    let tampered = text.replace(&tree_of(&c), &tree_of(&a));
+    assert_ne!(tampered, text);
+    std::fs::write(&log, tampered).unwrap();
+    let (answer, _) = snapshot(b"state a\n");
+    assert_ne!(answer, c, "a record whose commit holds another tree stands for nothing");
+    assert_eq!(tree_of(&answer), tree_of(&a));
 }

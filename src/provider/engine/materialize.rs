@@ -145,7 +145,7 @@ impl Engine {
         let record = self.publish(
             &registry,
             &lock,
-            &mut reconciled,
+            Some(&mut reconciled),
             request,
             (tree, head),
             counts,

@@ -372,6 +372,34 @@ impl Engine {
         self.reconcile_with(records, listing)
     }
 
+    /// What a snapshot builds on: the newest checkpoint it may stand on, and every record
+    /// reconciled with the pins when they had to be read for it. When the registry's append log
+    /// holds the newest record and it stands (its pin at exactly its commit, the commit holding
+    /// its tree: what [`Self::reconcile`] asks of the newest), that is all that is read, so a
+    /// snapshot's cost does not grow with the history. Otherwise (and when a loose pin was
+    /// written after the log, as a snapshot killed before its record leaves one) every record
+    /// and pin is read, and the record a killed snapshot never stored is stored with the next.
+    pub(super) fn footing(&self, registry: &Registry) -> Result<(Option<Record>, Option<Reconciled>), CkptError> {
+        if let Some((newest, written)) = registry.newest_appended() {
+            if !self.vault.loose_pin_written_after(&self.workspace, written) && self.stands(&newest) {
+                return Ok((Some(newest), None));
+            }
+        }
+        let reconciled = self.reconcile(registry.load()?)?;
+        Ok((reconciled.newest_usable().cloned(), Some(reconciled)))
+    }
+
+    /// Whether `record` is pinned at exactly its commit, and that commit holds its tree.
+    fn stands(&self, record: &Record) -> bool {
+        let Ok(id) = record.object_id() else { return false };
+        let pin = PinRef::for_checkpoint(&self.workspace, &id);
+        matches!(self.vault.read_pin(&pin), Ok(Some(target)) if target == id)
+            && self
+                .vault
+                .read_commit(&id)
+                .is_ok_and(|commit| commit.tree.to_hex() == record.tree)
+    }
+
     /// [`Self::reconcile`], with every pin's target read and checked.
     pub fn reconcile_every_pin(&self, records: Vec<Record>) -> Result<Reconciled, CkptError> {
         let (pins, foreign, unreadable) = self.vault.list_pins()?;

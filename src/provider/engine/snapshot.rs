@@ -134,12 +134,10 @@ impl Engine {
         let _keeps = self.vault.pack_keeps_released_on_return();
         let t0 = std::time::Instant::now();
         self.sweep_killed_writes();
-        let reconciled = self.reconcile(registry.load()?)?;
-        self.phase_time("registry + refs", t0);
         // The previous checkpoint is the newest one still pinned: an unpinned record's objects
         // may already be collected, so nothing may be built on it.
-        let previous: Option<Record> = reconciled.newest_usable().cloned();
-        let mut reconciled = reconciled;
+        let (previous, mut reconciled) = self.footing(registry)?;
+        self.phase_time("registry + refs", t0);
         let head = self.checkpoint_parent()?;
         let started = std::time::Instant::now();
         let cache = self.trusted_stat_cache(registry);
@@ -227,7 +225,7 @@ impl Engine {
         let record = self.publish(
             registry,
             lock,
-            &mut reconciled,
+            reconciled.as_mut(),
             request,
             (tree, head),
             counts,
@@ -259,14 +257,15 @@ impl Engine {
     }
 
     /// Commits `tree` (with `head` as parent), pins the commit and appends its record to
-    /// `reconciled.records` and the registry (with any record the reconciliation rebuilt). The pin is the commit point; a failure to save the record
+    /// `reconciled.records` and the registry (with any record the reconciliation rebuilt;
+    /// `None` when the snapshot stood on the newest record alone, see [`Engine::footing`]). The pin is the commit point; a failure to save the record
     /// removes the pin again, so nothing is published half-way.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn publish(
         &self,
         registry: &Registry,
         lock: &RegistryLock,
-        reconciled: &mut Reconciled,
+        reconciled: Option<&mut Reconciled>,
         request: &SnapshotRequest,
         (tree, head): (ObjectId, Option<ObjectId>),
         counts: Counts,
@@ -304,6 +303,46 @@ impl Engine {
         crate::fault::point("snapshot:after-pin");
 
         let record = trailers.into_record(self.name(), commit.to_hex(), tree.to_hex(), self.workspace_path());
+        let saving = std::time::Instant::now();
+        if let Err(error) = self.record_checkpoint(registry, lock, &record, reconciled) {
+            self.vault.unpin(&pin, &commit).ok();
+            return Err(error);
+        }
+        self.phase_time("record saved", saving);
+        self.phase_time("commit, pin and record", started);
+        // Past the inline limit (no daemon kept up), packs are merged here, once the pin covers
+        // the newest: until then its keep file holds it out of every merge.
+        self.merge_ckpt_packs(registry, lock, None, super::MAX_CKPT_PACKS_INLINE, false);
+        self.pack_pins_past_limit();
+        Ok(record)
+    }
+
+    /// Adds `record`, whose pin was just made, to the registry. With the records reconciled
+    /// before the pin (`reconciled`), the ones rebuilt from pins go in with it. Without them, it
+    /// is one appended line when the registry's log takes it; otherwise (a small registry, or a
+    /// log due to be folded in) every record is read and reconciled now, so a record a killed
+    /// snapshot never stored is stored at the latest then.
+    fn record_checkpoint(
+        &self,
+        registry: &Registry,
+        lock: &RegistryLock,
+        record: &Record,
+        reconciled: Option<&mut Reconciled>,
+    ) -> Result<(), CkptError> {
+        let mut read_now;
+        let reconciled = match reconciled {
+            Some(reconciled) => reconciled,
+            None => {
+                if registry.append(std::slice::from_ref(record), lock)? {
+                    return Ok(());
+                }
+                read_now = self.reconcile(registry.load()?)?;
+                // Its pin exists already: it is the record being added, not one to rebuild.
+                read_now.records.retain(|r| r.id != record.id);
+                read_now.rebuilt.retain(|id| *id != record.id);
+                &mut read_now
+            }
+        };
         // Records the reconciliation rebuilt from pins are not in the registry yet: they are
         // added with this one.
         let mut added: Vec<Record> = reconciled
@@ -314,19 +353,9 @@ impl Engine {
             .collect();
         added.push(record.clone());
         reconciled.records.push(record.clone());
-        let saving = std::time::Instant::now();
-        if let Err(error) = registry.add(&reconciled.records, &added, lock) {
-            self.vault.unpin(&pin, &commit).ok();
-            return Err(error.into());
-        }
+        registry.add(&reconciled.records, &added, lock)?;
         reconciled.rebuilt.clear();
-        self.phase_time("record saved", saving);
-        self.phase_time("commit, pin and record", started);
-        // Past the inline limit (no daemon kept up), packs are merged here, once the pin covers
-        // the newest: until then its keep file holds it out of every merge.
-        self.merge_ckpt_packs(registry, lock, None, super::MAX_CKPT_PACKS_INLINE, false);
-        self.pack_pins_past_limit();
-        Ok(record)
+        Ok(())
     }
 
     /// Moves this workspace's loose pins into `packed-refs` once there are

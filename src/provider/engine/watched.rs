@@ -149,7 +149,7 @@ impl Engine {
         let record = self.publish(
             registry,
             lock,
-            &mut reconciled,
+            Some(&mut reconciled),
             request,
             (tree, head),
             counts,
@@ -406,7 +406,7 @@ impl Engine {
         registry: &Registry,
         lock: &RegistryLock,
         request: &SnapshotRequest,
-        (previous, mut reconciled): (Record, Reconciled),
+        (previous, mut reconciled): (Record, Option<Reconciled>),
         scope: &PathScope,
         hooks: &GuardHooks<'_>,
     ) -> Result<Result<(SnapshotOutcome, Capture), String>, CkptError> {
@@ -512,7 +512,7 @@ impl Engine {
         let record = self.publish(
             registry,
             lock,
-            &mut reconciled,
+            reconciled.as_mut(),
             request,
             (tree, head),
             counts,
@@ -536,12 +536,15 @@ impl Engine {
 
     /// The newest pinned checkpoint, if it is `id`: then a worktree unchanged since the capture
     /// that produced (or matched) `id` is still exactly that checkpoint. With it, every record
-    /// as reconciled with the pins (what a checkpoint published under this same lock builds on).
-    fn unchanged_checkpoint(&self, registry: &Registry, id: &str) -> Result<Option<(Record, Reconciled)>, CkptError> {
+    /// as reconciled with the pins, when they were read for it ([`Engine::footing`]).
+    fn unchanged_checkpoint(
+        &self,
+        registry: &Registry,
+        id: &str,
+    ) -> Result<Option<(Record, Option<Reconciled>)>, CkptError> {
         let started = std::time::Instant::now();
-        let reconciled = self.reconcile(registry.load()?)?;
+        let (newest, reconciled) = self.footing(registry)?;
         self.phase_time("registry + refs", started);
-        let newest = reconciled.newest_usable().filter(|r| r.id == id).cloned();
-        Ok(newest.map(|record| (record, reconciled)))
+        Ok(newest.filter(|r| r.id == id).map(|record| (record, reconciled)))
     }
 }

@@ -192,6 +192,28 @@ impl Vault {
             .map_err(|e| ref_failure(what, "refs/ckpt/", e))
     }
 
+    /// Whether a loose pin of `workspace` was written after `since` (or the directory cannot
+    /// be read): a snapshot killed between its pin and its record leaves one, newer than the
+    /// registry's last write. Reads the directory and one stat per loose pin (at most the
+    /// packing limit of them), never a ref's content.
+    pub fn loose_pin_written_after(&self, workspace: &WorkspaceKey, since: std::time::SystemTime) -> bool {
+        let dir = self.repo.common_dir().join(PIN_NAMESPACE_DIR).join(workspace.as_str());
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
+        };
+        entries.into_iter().any(|entry| {
+            let Ok(entry) = entry else { return true };
+            if entry.file_name().to_str().is_some_and(|name| name.ends_with(".lock")) {
+                return false;
+            }
+            entry
+                .metadata()
+                .and_then(|meta| meta.modified())
+                .map_or(true, |modified| modified > since)
+        })
+    }
+
     /// Moves `workspace`'s loose pins into `packed-refs` once there are at least `at_least`:
     /// every loose ref is a file git reads for each `for-each-ref`, `log --all` or gc, so a
     /// long history of them slows the user's git. Under git's own lock protocol (the one `git
