@@ -174,6 +174,11 @@ def history(ckpt, shared, count, runs, work):
     shutil.rmtree(repo, ignore_errors=True)
     subprocess.run(["bash", os.path.join(shared, "gen-repo.sh"), repo, "2000"], check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["git", "config", "gc.auto", "0"], cwd=repo, check=True)
+    # The default retention keeps 1,000 checkpoints a session: the history must be allowed to
+    # grow past it to be measured.
+    os.makedirs(os.path.join(repo, ".git", "ckpt"), exist_ok=True)
+    with open(os.path.join(repo, ".git", "ckpt", "config.toml"), "w") as f:
+        f.write(f"[retention]\nmax_per_session = {max(count, 1000) * 2}\n")
 
     def objects():
         text = subprocess.run(["git", "count-objects", "-v"], cwd=repo, capture_output=True, text=True, check=True).stdout

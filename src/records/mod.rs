@@ -359,11 +359,9 @@ impl Registry {
     /// history needs to build on). `None` when there is no log for the current `records.json`,
     /// or its last record does not read; then [`Self::load`] is the way, and says what is wrong.
     pub fn newest_appended(&self) -> Option<(Record, std::time::SystemTime)> {
-        let base = crate::verbs::read_regular_file(&self.records_path()).ok()?;
-        let identity = registry_log::base_identity(Some(&base));
         let log_path = self.dir.join(registry_log::LOG_FILE);
         let written = fs::symlink_metadata(&log_path).and_then(|meta| meta.modified()).ok()?;
-        let newest = registry_log::read_last(&log_path, &identity)?;
+        let newest = registry_log::read_last(&log_path, &self.records_path())?;
         Some((newest, written))
     }
 
@@ -415,16 +413,12 @@ impl Registry {
 
     fn append_from(&self, added: &[Record], append_from: u64, _lock: &RegistryLock) -> Result<bool, RecordsError> {
         let base_path = self.records_path();
-        let base = match fs::symlink_metadata(&base_path) {
-            Ok(meta) if meta.is_file() && meta.len() >= append_from => {
-                crate::verbs::read_regular_file(&base_path).map_err(io_error(&base_path))?
-            }
-            _ => return Ok(false),
-        };
-        let identity = registry_log::base_identity(Some(&base));
+        if !fs::symlink_metadata(&base_path).is_ok_and(|meta| meta.is_file() && meta.len() >= append_from) {
+            return Ok(false);
+        }
         let log_path = self.dir.join(registry_log::LOG_FILE);
         Ok(matches!(
-            registry_log::append(&log_path, &identity, base.len() as u64, added)?,
+            registry_log::append(&log_path, &base_path, added)?,
             registry_log::Appended::Done
         ))
     }
@@ -830,6 +824,51 @@ mod tests {
         assert_eq!(registry.load().unwrap(), all);
         let log = fs::read_to_string(&log_path).unwrap();
         assert_eq!(log.lines().count(), 2, "a new log: its header and one line\n{log}");
+    }
+
+    /// The newest appended record is read from the log's end alone: the last whole line,
+    /// however long (here past the first piece read), never the header, never a torn line,
+    /// and nothing once the log is stale or folded in.
+    #[test]
+    fn the_newest_appended_record_is_read_from_the_end_of_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::open(dir.path()).unwrap();
+        let lock = registry.lock(&|_| {}).unwrap();
+        // Large enough that the long record below is appended, not folded in.
+        let mut all: Vec<Record> = (0..400).map(numbered).collect();
+        registry.save(&all, &lock).unwrap();
+        assert!(registry.newest_appended().is_none(), "no log");
+        let log_path = dir.path().join(registry_log::LOG_FILE);
+        for n in 400..403 {
+            let mut added = numbered(n);
+            if n == 401 {
+                added.skipped = (0..1000)
+                    .map(|i| Skipped {
+                        path: WirePath::from_bytes(format!("dir/{i:0>60}").as_bytes()),
+                        reason: "too_large".into(),
+                    })
+                    .collect();
+            }
+            all.push(added.clone());
+            assert!(fs::read(&log_path).map_or(true, |log| log.len() < 300_000));
+            registry.add_appending_from(&all, &[added.clone()], 0, &lock).unwrap();
+            let newest = registry.newest_appended().map(|(r, _)| r);
+            assert!(newest.as_ref() == Some(&added), "{n}: {:?}", newest.map(|r| r.id));
+        }
+        let whole = fs::read(&log_path).unwrap();
+        let mut torn = whole.clone();
+        torn.extend_from_slice(br#"{"id":"0123"#);
+        fs::write(&log_path, &torn).unwrap();
+        assert_eq!(registry.newest_appended().map(|(r, _)| r), Some(numbered(402)));
+        // Only the header left: nothing.
+        let header_end = whole.iter().position(|&b| b == b'\n').unwrap();
+        fs::write(&log_path, &whole[..=header_end]).unwrap();
+        assert!(registry.newest_appended().is_none(), "only a header");
+        fs::write(&log_path, &whole).unwrap();
+        // records.json written since: the log is stale.
+        registry.save(&all[..5], &lock).unwrap();
+        fs::write(&log_path, &whole).unwrap();
+        assert!(registry.newest_appended().is_none(), "a stale log");
     }
 
     /// A log line that is not a valid record, a record twice, a header of another format, or a

@@ -1,7 +1,8 @@
 //! The registry's append log: the records added since `records.json` was last written whole,
 //! one JSON line each, so a snapshot of a long history writes one line instead of rewriting
-//! every record. The log names the exact `records.json` it extends (its length and CRC-32), so
-//! a log left beside a newer `records.json` (a process killed between writing that file and
+//! every record. The log names the exact `records.json` it extends (its length and CRC-32, and
+//! its inode and modification time, which spare a snapshot reading it while they hold), so a
+//! log left beside a newer `records.json` (a process killed between writing that file and
 //! removing the log) is never applied to it. It owns only `records.log` in a workspace's state
 //! directory; it must never touch the worktree or any repository file.
 
@@ -35,6 +36,37 @@ struct LogHeader {
     version: u64,
     /// [`base_identity`] of the `records.json` this log extends.
     base: String,
+    /// [`stat_identity`] of that file when the log was started: while it still holds, the
+    /// file was not replaced, and need not be read to know the log extends it.
+    base_stat: String,
+}
+
+/// The length, inode and modification time (to the nanosecond) of a file: a `records.json`
+/// written since (always a new file, renamed into place) has another.
+fn stat_identity(meta: &fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!(
+        "{}:{}:{}.{:09}",
+        meta.len(),
+        meta.ino(),
+        meta.mtime(),
+        meta.mtime_nsec()
+    )
+}
+
+/// Whether a log with `header` extends the `records.json` at `base_path`: by its stat when
+/// that still holds, otherwise by its content.
+fn header_extends(header: &LogHeader, base_path: &Path) -> bool {
+    if header.format != LOG_FORMAT || header.version != LOG_VERSION {
+        return false;
+    }
+    match fs::symlink_metadata(base_path) {
+        Ok(meta) if meta.is_file() && stat_identity(&meta) == header.base_stat => true,
+        Ok(_) => {
+            crate::verbs::read_regular_file(base_path).is_ok_and(|bytes| base_identity(Some(&bytes)) == header.base)
+        }
+        Err(_) => header.base == base_identity(None),
+    }
 }
 
 /// Which `records.json` a log extends: its length and CRC-32, or `none` when there is none.
@@ -45,7 +77,8 @@ pub(super) fn base_identity(base: Option<&[u8]>) -> String {
     }
 }
 
-/// What the log at `path` adds to the `records.json` whose identity is `base`, in order.
+/// What the log at `path` adds to the `records.json` whose identity ([`base_identity`]) is
+/// `base`, in order.
 /// Missing, or written for another `records.json`: nothing. A last line without its newline
 /// was cut short by a killed append and is left out (its checkpoint's pin, if it got one, is
 /// turned back into a record from the commit). Anything else that does not read is corrupt.
@@ -111,23 +144,58 @@ pub(super) fn read_log(path: &Path, base: &str) -> Result<Vec<Record>, RecordsEr
     Ok(records)
 }
 
-/// The last whole record of the log at `path`, if the log extends the `records.json` of
-/// identity `base` and holds one: the newest record added, read without the others. `None`
-/// otherwise, and for anything that does not read (the caller then loads the whole registry,
-/// which names what is wrong).
-pub(super) fn read_last(path: &Path, base: &str) -> Option<Record> {
-    let text = crate::verbs::read_regular_file(path).ok()?;
-    let header_end = text.iter().position(|&b| b == b'\n')?;
-    let header: LogHeader = serde_json::from_slice(&text[..header_end]).ok()?;
-    if header.format != LOG_FORMAT || header.version != LOG_VERSION || header.base != base {
+/// The last whole record of the log at `path`, if the log extends the `records.json` at
+/// `base_path` and holds one: the newest record added, read from the end of the log without
+/// the others. `None` otherwise, and for anything that does not read (the caller then loads
+/// the whole registry, which names what is wrong).
+pub(super) fn read_last(path: &Path, base_path: &Path) -> Option<Record> {
+    let mut file = crate::verbs::open_regular_file(path).ok()?;
+    if !read_header(&file).is_some_and(|header| header_extends(&header, base_path)) {
         return None;
     }
-    let body = &text[header_end + 1..];
-    let end = body.iter().rposition(|&b| b == b'\n')?;
-    let start = body[..end].iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1);
-    let record: Record = serde_json::from_slice(&body[start..end]).ok()?;
-    record.validate().ok()?;
-    Some(record)
+    let len = file.metadata().ok()?.len();
+    let end = whole_lines_len(&mut file, len).ok()?;
+    // Only the header: no record yet.
+    if end <= header_len(&file)? {
+        return None;
+    }
+    // The last line: read backwards from its end, in growing pieces, to the newline before it.
+    let mut window = 64 * 1024u64;
+    loop {
+        let start = end.saturating_sub(window);
+        let mut tail = vec![0u8; (end - start) as usize];
+        file.seek(SeekFrom::Start(start)).ok()?;
+        file.read_exact(&mut tail).ok()?;
+        let line_end = tail.len().checked_sub(1)?;
+        match tail[..line_end].iter().rposition(|&b| b == b'\n') {
+            Some(at) => {
+                let record: Record = serde_json::from_slice(&tail[at + 1..line_end]).ok()?;
+                record.validate().ok()?;
+                return Some(record);
+            }
+            None if start == 0 => return None,
+            None => window *= 4,
+        }
+    }
+}
+
+/// The header of an open log (its first line, at most 4 KiB), read from its start.
+fn read_header(file: &File) -> Option<LogHeader> {
+    let mut start = Vec::new();
+    let mut reader = file;
+    reader.seek(SeekFrom::Start(0)).ok()?;
+    reader.take(4096).read_to_end(&mut start).ok()?;
+    let end = start.iter().position(|&b| b == b'\n')?;
+    serde_json::from_slice(&start[..end]).ok()
+}
+
+/// The length of an open log's header line, its newline included.
+fn header_len(file: &File) -> Option<u64> {
+    let mut start = Vec::new();
+    let mut reader = file;
+    reader.seek(SeekFrom::Start(0)).ok()?;
+    reader.take(4096).read_to_end(&mut start).ok()?;
+    Some(start.iter().position(|&b| b == b'\n')? as u64 + 1)
 }
 
 /// One line per record, each ending in a newline.
@@ -149,19 +217,24 @@ pub(super) enum Appended {
     Compact,
 }
 
-pub(super) fn append(path: &Path, base: &str, base_len: u64, added: &[Record]) -> Result<Appended, RecordsError> {
+pub(super) fn append(path: &Path, base_path: &Path, added: &[Record]) -> Result<Appended, RecordsError> {
     let lines = record_lines(added).map_err(|e| RecordsError::Corrupt {
         path: path.to_path_buf(),
         why: e.to_string(),
     })?;
+    let base_meta = fs::symlink_metadata(base_path).map_err(io_error(base_path))?;
     let existing = open_existing_log(path)?;
-    let Some(mut file) = existing.filter(|file| log_extends(file, base)) else {
+    let Some(mut file) =
+        existing.filter(|file| read_header(file).is_some_and(|header| header_extends(&header, base_path)))
+    else {
         // No log for this `records.json` yet (or a stale one): a new log, header and lines
         // in one atomic write.
+        let base = crate::verbs::read_regular_file(base_path).map_err(io_error(base_path))?;
         let header = serde_json::to_vec(&LogHeader {
             format: LOG_FORMAT.to_owned(),
             version: LOG_VERSION,
-            base: base.to_owned(),
+            base: base_identity(Some(&base)),
+            base_stat: stat_identity(&base_meta),
         })
         .map_err(|e| RecordsError::Corrupt {
             path: path.to_path_buf(),
@@ -174,7 +247,7 @@ pub(super) fn append(path: &Path, base: &str, base_len: u64, added: &[Record]) -
         return Ok(Appended::Done);
     };
     let len = file.metadata().map_err(io_error(path))?.len();
-    if len + lines.len() as u64 > (base_len / 2).max(APPEND_FROM_BYTES / 2) {
+    if len + lines.len() as u64 > (base_meta.len() / 2).max(APPEND_FROM_BYTES / 2) {
         return Ok(Appended::Compact);
     }
     // A killed append may have left a line without its newline: the new lines start after the
@@ -195,19 +268,6 @@ fn open_existing_log(path: &Path) -> Result<Option<File>, RecordsError> {
     // Missing, a symlink (ELOOP), no regular file or anything else ckpt cannot open: a new log
     // replaces it.
     Ok(crate::verbs::open_state_file_for_update(path).ok())
-}
-
-/// Whether the open log's header names `base`.
-fn log_extends(file: &File, base: &str) -> bool {
-    let mut start = Vec::new();
-    if file.take(4096).read_to_end(&mut start).is_err() {
-        return false;
-    }
-    let Some(end) = start.iter().position(|&b| b == b'\n') else {
-        return false;
-    };
-    serde_json::from_slice::<LogHeader>(&start[..end])
-        .is_ok_and(|h| h.format == LOG_FORMAT && h.version == LOG_VERSION && h.base == base)
 }
 
 /// The length of the file's content up to and including its last newline.
