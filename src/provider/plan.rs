@@ -43,8 +43,9 @@ pub struct Plan {
     pub unmatched_filter: Vec<RepoPath>,
     pub ops: Vec<RestoreOp>,
     /// Set by the engine, not the planner: paths on disk the target lacks because its own
-    /// ignore rules ignore them. Passed in as untouchable, so even `--exact` leaves them.
-    pub ignored_by_target: Vec<RepoPath>,
+    /// ignore rules ignore them (passed in as untouchable, so even `--exact` leaves them), as
+    /// reported: a directory of them all once, with how many files it holds.
+    pub ignored_by_target: Vec<(RepoPath, u64)>,
 }
 
 fn in_scope(path: &RepoPath, filter: &[RepoPath]) -> bool {

@@ -155,6 +155,59 @@ fn give_narrow_modes(ops: &mut [RestoreOp], record: &Record) {
 /// Why an `--exact` restore leaves a file the checkpoint lacks.
 const IGNORED_BY_TARGET: &str = "ignored by the checkpoint's own ignore rules, so it never held this; left as it is";
 
+/// Why an `--exact` restore leaves a whole directory the checkpoint lacks.
+fn ignored_directory_by_target(files: u64) -> String {
+    format!(
+        "its {files} files are ignored by the checkpoint's own ignore rules, so it never held them; left as they are"
+    )
+}
+
+/// `files` (sorted, each a path `current` holds), with the topmost directory whose every entry
+/// in `current` is among them named once instead, with how many files it holds: a build tree
+/// of thousands of ignored files is one line, not thousands. A file whose directory holds
+/// anything else, or nothing else, is named itself (count 1).
+fn by_directory(files: &[RepoPath], current: &BTreeMap<RepoPath, TreeItem>) -> Vec<(RepoPath, u64)> {
+    // The directories above a path, topmost first.
+    fn directories(path: &RepoPath) -> impl Iterator<Item = &[u8]> {
+        let bytes = path.as_bytes();
+        bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'/')
+            .map(move |(at, _)| &bytes[..at])
+    }
+    let mut among_files: HashMap<&[u8], u64> = HashMap::new();
+    for file in files {
+        for dir in directories(file) {
+            *among_files.entry(dir).or_default() += 1;
+        }
+    }
+    let mut in_current: HashMap<&[u8], u64> = HashMap::new();
+    if !among_files.is_empty() {
+        for path in current.keys() {
+            for dir in directories(path) {
+                if let Some((&dir, _)) = among_files.get_key_value(dir) {
+                    *in_current.entry(dir).or_default() += 1;
+                }
+            }
+        }
+    }
+    let mut out: Vec<(RepoPath, u64)> = Vec::new();
+    for file in files {
+        let whole = directories(file).find(|dir| {
+            let count = among_files.get(dir).copied().unwrap_or_default();
+            count >= 2 && in_current.get(dir) == Some(&count)
+        });
+        let named = whole.and_then(|dir| Some((RepoPath::new(dir.to_vec()).ok()?, among_files[dir])));
+        match named {
+            Some(named) if out.last() == Some(&named) => {}
+            Some(named) => out.push(named),
+            None => out.push((file.clone(), 1)),
+        }
+    }
+    out
+}
+
 /// Not-protected paths sorted, each once: a path not protected now and not held by the
 /// checkpoint either (a submodule, say) was listed twice; its reasons now share one line.
 fn one_line_per_path(mut list: Vec<(RepoPath, String)>) -> Vec<(RepoPath, String)> {
@@ -211,7 +264,7 @@ impl Engine {
             same_on_disk: &self.ignored_but_same(&target, capture),
             exact: selection.exact,
         });
-        plan.ignored_by_target = ignored_by_target;
+        plan.ignored_by_target = by_directory(&ignored_by_target, &current);
         give_narrow_modes(&mut plan.ops, record);
         let in_scope = |p: &RepoPath| selection.paths.is_empty() || selection.paths.iter().any(|f| p.is_within(f));
         // Paths equal on both sides are exactly the target's paths the diff did not name. A
@@ -378,11 +431,13 @@ impl Engine {
     /// What a restore leaves because the checkpoint's own ignore rules ignore it, as the
     /// not-protected paths name it.
     fn with_ignored_by_target(mut list: Vec<(RepoPath, String)>, plan: &plan::Plan) -> Vec<(RepoPath, String)> {
-        list.extend(
-            plan.ignored_by_target
-                .iter()
-                .map(|path| (path.clone(), IGNORED_BY_TARGET.to_owned())),
-        );
+        list.extend(plan.ignored_by_target.iter().map(|(path, files)| {
+            let why = match files {
+                1 => IGNORED_BY_TARGET.to_owned(),
+                files => ignored_directory_by_target(*files),
+            };
+            (path.clone(), why)
+        }));
         one_line_per_path(list)
     }
 
@@ -461,7 +516,7 @@ impl Engine {
             same_on_disk: &self.ignored_but_same(target, capture),
             exact: selection.exact,
         });
-        plan.ignored_by_target = ignored_by_target;
+        plan.ignored_by_target = by_directory(&ignored_by_target, &current);
         give_narrow_modes(&mut plan.ops, record);
         Self::match_filters_naming_unprotected(&mut plan, capture);
         match plan.unmatched_filter.first() {
@@ -903,6 +958,59 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory whose every entry is an ignored file the checkpoint lacks is named once,
+    /// with its file count (the topmost such); a file beside anything else is named itself.
+    #[test]
+    fn ignored_files_are_named_by_their_wholly_ignored_directory() {
+        let path = |p: &str| RepoPath::new(p.as_bytes().to_vec()).unwrap();
+        let item = TreeItem {
+            kind: EntryKind::File,
+            id: ObjectId::from_hex("4b825dc642cb6eb9a060e54bf8d69288fbee4904").unwrap(),
+        };
+        let current: BTreeMap<RepoPath, TreeItem> = [
+            "build/a.o",
+            "build/deep/b.o",
+            "build/deep/c.o",
+            "lone/only.o",
+            "run.log",
+            "src/lib.rs",
+            "src/x.tmp",
+            "src/y.tmp",
+            "mixed/keep.rs",
+            "mixed/out/1.o",
+            "mixed/out/2.o",
+        ]
+        .into_iter()
+        .map(|p| (path(p), item))
+        .collect();
+        let ignored: Vec<RepoPath> = [
+            "build/a.o",
+            "build/deep/b.o",
+            "build/deep/c.o",
+            "lone/only.o",
+            "mixed/out/1.o",
+            "mixed/out/2.o",
+            "run.log",
+            "src/x.tmp",
+            "src/y.tmp",
+        ]
+        .into_iter()
+        .map(path)
+        .collect();
+        assert_eq!(
+            by_directory(&ignored, &current),
+            vec![
+                (path("build"), 3),
+                (path("lone/only.o"), 1),
+                (path("mixed/out"), 2),
+                (path("run.log"), 1),
+                (path("src/x.tmp"), 1),
+                (path("src/y.tmp"), 1),
+            ]
+        );
+        assert_eq!(by_directory(&[], &current), vec![]);
+    }
 
     #[test]
     fn each_not_protected_path_is_one_line() {
