@@ -89,12 +89,14 @@ pub(super) fn status(
         quota_bytes: policy.quota_bytes,
         last_removal: retention_log.last_removal.as_ref(),
     };
-    let daemon = crate::provider::watch::status(&provider.watch_files()).ok().flatten();
-    let watch = match (watch_off, &daemon) {
+    let asked = crate::provider::watch::status(&provider.watch_files());
+    let watch = match (watch_off, &asked) {
         (true, _) => WatchUse::TurnedOff,
-        (false, Some(_)) => WatchUse::Used,
-        (false, None) => WatchUse::NotRunning,
+        (false, Ok(Some(_))) => WatchUse::Used,
+        (false, Ok(None)) => WatchUse::NotRunning,
+        (false, Err(_)) => WatchUse::NotAnswering,
     };
+    let daemon = asked.as_ref().ok().and_then(Option::as_ref);
     let mut sessions: std::collections::BTreeMap<Option<String>, usize> = std::collections::BTreeMap::new();
     for record in &report.checkpoints {
         *sessions.entry(record.session.clone()).or_default() += 1;
@@ -173,6 +175,10 @@ pub(super) fn status(
             (WatchUse::TurnedOff, _) => {
                 "watch daemon: not used (config watch = false); snapshots walk the worktree".to_owned()
             }
+            (WatchUse::NotAnswering, _) => format!(
+                "watch daemon: not answering ({}); snapshots wait for it, then walk the worktree",
+                asked.as_ref().err().map(String::as_str).unwrap_or_default()
+            ),
             _ => "watch daemon: not running; snapshots walk the worktree (`ckpt watch start` starts one)".to_owned(),
         });
         text.push('\n');

@@ -415,6 +415,8 @@ pub enum WatchUse {
     NotRunning,
     /// The config says `watch = false`: snapshots walk, whether a daemon runs or not.
     TurnedOff,
+    /// One runs but did not answer (stopped, or wedged): snapshots wait for it, then walk.
+    NotAnswering,
 }
 
 impl<'a> StatusRecord<'a> {

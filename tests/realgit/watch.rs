@@ -483,6 +483,11 @@ fn what_the_review_found_agrees_with_a_walk() {
     assert!(frozen.fallback.contains("did not answer"), "{}", frozen.fallback);
     assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
     assert_walk_agrees(&repo, &frozen.id, "frozen daemon");
+    // `status` says so within seconds (it waited 9 s and called the daemon not running).
+    let asked = std::time::Instant::now();
+    let status = repo.ckpt_json(&["status"], 0);
+    assert_eq!(status.one("status")["watch"], "not_answering", "{}", status.stdout);
+    assert!(asked.elapsed() < Duration::from_secs(6), "{:?}", asked.elapsed());
     repo.ckpt_json(&["watch", "stop"], 0);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while !gone(pid) && std::time::Instant::now() < deadline {

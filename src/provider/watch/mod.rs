@@ -28,6 +28,10 @@ const VERSION: u8 = 1;
 const MAX_REQUEST: usize = 4096;
 /// How long a snapshot waits for the daemon's answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(8);
+/// How long `status` and `stop` wait: the daemon answers them from what it holds, without
+/// syncing on the worktree, so a daemon silent this long is frozen (stopped, or wedged), and a
+/// user asking how things stand should not wait seconds to be told.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What a client asks.
 #[derive(Debug, Serialize, Deserialize)]
@@ -94,30 +98,35 @@ pub enum Changes {
 /// The longest answer read (a change list of 20,000 paths is a few MB).
 const MAX_ANSWER: u64 = 32 << 20;
 
-/// One request and its answer, within [`ANSWER_TIMEOUT`] in all: a frozen daemon (stopped, or
-/// with a full backlog that blocks `connect`) costs a snapshot seconds, never a hang.
+/// One request and its answer, within `timeout` in all: a frozen daemon (stopped, or with a
+/// full backlog that blocks `connect`) costs a snapshot seconds, never a hang.
 fn exchange<T: for<'de> Deserialize<'de> + Send + 'static>(
     files: &WatchFiles,
     request: &Request,
+    timeout: Duration,
 ) -> Result<Option<T>, String> {
     let socket = files.socket();
     let line = serde_json::to_string(request).map_err(|e| e.to_string())?;
     let (sender, answer) = std::sync::mpsc::channel();
     // The thread is left behind if the daemon never answers; the process ends soon after.
     std::thread::spawn(move || {
-        sender.send(exchange_now::<T>(&socket, line)).ok();
+        sender.send(exchange_now::<T>(&socket, line, timeout)).ok();
     });
     answer
-        .recv_timeout(ANSWER_TIMEOUT + Duration::from_secs(1))
+        .recv_timeout(timeout + Duration::from_millis(500))
         .unwrap_or_else(|_| {
             Err(format!(
                 "the watch daemon did not answer within {} s (frozen? `ckpt watch stop` ends it)",
-                ANSWER_TIMEOUT.as_secs()
+                timeout.as_secs()
             ))
         })
 }
 
-fn exchange_now<T: for<'de> Deserialize<'de>>(socket: &std::path::Path, mut line: String) -> Result<Option<T>, String> {
+fn exchange_now<T: for<'de> Deserialize<'de>>(
+    socket: &std::path::Path,
+    mut line: String,
+    timeout: Duration,
+) -> Result<Option<T>, String> {
     let mut stream = match UnixStream::connect(socket) {
         Ok(stream) => stream,
         Err(e)
@@ -130,8 +139,8 @@ fn exchange_now<T: for<'de> Deserialize<'de>>(socket: &std::path::Path, mut line
         }
         Err(e) => return Err(format!("cannot reach the watch daemon: {e}")),
     };
-    stream.set_read_timeout(Some(ANSWER_TIMEOUT)).ok();
-    stream.set_write_timeout(Some(ANSWER_TIMEOUT)).ok();
+    stream.set_read_timeout(Some(timeout)).ok();
+    stream.set_write_timeout(Some(timeout)).ok();
     line.push('\n');
     stream
         .write_all(line.as_bytes())
@@ -160,7 +169,7 @@ pub fn changes_since(files: &WatchFiles, token: Option<&str>) -> Changes {
         token: token.map(str::to_owned),
         cookie: name,
     };
-    let answer = exchange::<SinceAnswer>(files, &request);
+    let answer = exchange::<SinceAnswer>(files, &request, ANSWER_TIMEOUT);
     files.remove_cookie(&cookie);
     match answer {
         Ok(None) => Changes::NoDaemon,
@@ -175,13 +184,13 @@ pub fn changes_since(files: &WatchFiles, token: Option<&str>) -> Changes {
 
 /// The daemon's status, `None` when none runs for this workspace.
 pub fn status(files: &WatchFiles) -> Result<Option<StatusAnswer>, String> {
-    exchange(files, &Request::Status { v: VERSION })
+    exchange(files, &Request::Status { v: VERSION }, CONTROL_TIMEOUT)
 }
 
 /// Asks the daemon to stop and waits (up to 5 s) until its socket is gone; false when none was
 /// running.
 pub fn stop(files: &WatchFiles) -> Result<bool, String> {
-    let was_running = match exchange::<serde_json::Value>(files, &Request::Stop { v: VERSION }) {
+    let was_running = match exchange::<serde_json::Value>(files, &Request::Stop { v: VERSION }, CONTROL_TIMEOUT) {
         Ok(answer) => answer.is_some(),
         // Frozen or wedged: end it by the pid its lock file names (only if that is a daemon).
         Err(why) => match files.daemon_pid() {
