@@ -871,6 +871,50 @@ mod tests {
         assert!(registry.newest_appended().is_none(), "a stale log");
     }
 
+    /// A log that is a link is never written through nor replaced (that would drop the
+    /// records it holds without a word): the append fails, naming it. A log with another name
+    /// (a repository copied with `cp -al`) is never appended to: it is folded into
+    /// records.json, which breaks the link, and the other name keeps its bytes.
+    #[test]
+    fn a_linked_log_is_never_appended_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::open(dir.path()).unwrap();
+        let lock = registry.lock(&|_| {}).unwrap();
+        let mut all: Vec<Record> = (0..10).map(numbered).collect();
+        registry.save(&all, &lock).unwrap();
+        let log_path = dir.path().join(registry_log::LOG_FILE);
+        let added = numbered(10);
+        all.push(added.clone());
+        registry.add_appending_from(&all, &[added], 0, &lock).unwrap();
+        let bytes = fs::read(&log_path).unwrap();
+
+        let elsewhere = dir.path().join("elsewhere.log");
+        fs::rename(&log_path, &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &log_path).unwrap();
+        let added = numbered(11);
+        let mut with = all.clone();
+        with.push(added.clone());
+        match registry.add_appending_from(&with, &[added], 0, &lock) {
+            Err(RecordsError::Corrupt { path, .. }) => assert_eq!(path, log_path),
+            other => panic!("{other:?}"),
+        }
+        assert!(fs::symlink_metadata(&log_path).unwrap().file_type().is_symlink());
+        assert_eq!(fs::read(&elsewhere).unwrap(), bytes);
+        assert!(registry.newest_appended().is_none(), "never read through the link");
+
+        fs::remove_file(&log_path).unwrap();
+        fs::rename(&elsewhere, &log_path).unwrap();
+        let copy = dir.path().join("copy.log");
+        fs::hard_link(&log_path, &copy).unwrap();
+        assert!(registry.newest_appended().is_none(), "a shared log is not read alone");
+        let added = numbered(12);
+        all.push(added.clone());
+        registry.add_appending_from(&all, &[added], 0, &lock).unwrap();
+        assert_eq!(fs::read(&copy).unwrap(), bytes, "the other name keeps its bytes");
+        assert!(!log_path.exists(), "folded into records.json");
+        assert_eq!(registry.load().unwrap(), all);
+    }
+
     /// A log line that is not a valid record, a record twice, a header of another format, or a
     /// log that is a link or a FIFO is corrupt, named as the log; doctor's set-aside moves it
     /// with records.json.

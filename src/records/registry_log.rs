@@ -149,7 +149,12 @@ pub(super) fn read_log(path: &Path, base: &str) -> Result<Vec<Record>, RecordsEr
 /// the others. `None` otherwise, and for anything that does not read (the caller then loads
 /// the whole registry, which names what is wrong).
 pub(super) fn read_last(path: &Path, base_path: &Path) -> Option<Record> {
-    let mut file = crate::verbs::open_regular_file(path).ok()?;
+    let mut file = crate::verbs::open_regular_file_no_follow(path).ok()?;
+    // Shared with another copy of the repository: the whole registry is read, and the next
+    // record folds it in, which breaks the link.
+    if std::os::unix::fs::MetadataExt::nlink(&file.metadata().ok()?) > 1 {
+        return None;
+    }
     if !read_header(&file).is_some_and(|header| header_extends(&header, base_path)) {
         return None;
     }
@@ -223,6 +228,20 @@ pub(super) fn append(path: &Path, base_path: &Path, added: &[Record]) -> Result<
         why: e.to_string(),
     })?;
     let base_meta = fs::symlink_metadata(base_path).map_err(io_error(base_path))?;
+    match fs::symlink_metadata(path) {
+        // Replacing it would drop the records it holds from the registry without a word.
+        Ok(meta) if !meta.is_file() => {
+            return Err(RecordsError::Corrupt {
+                path: path.to_path_buf(),
+                why: "it is a symlink or not a regular file, and ckpt never writes its registry through one (`ckpt doctor --fix` sets it aside and rebuilds the registry from this workspace's pins)".to_owned(),
+            })
+        }
+        // Another name for the same file (a copy of the repository made with `cp -al`): an
+        // append would land in the other copy's registry too. Folding it into records.json
+        // (renamed into place) and removing this name breaks the link.
+        Ok(meta) if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 => return Ok(Appended::Compact),
+        _ => {}
+    }
     let existing = open_existing_log(path)?;
     let Some(mut file) =
         existing.filter(|file| read_header(file).is_some_and(|header| header_extends(&header, base_path)))

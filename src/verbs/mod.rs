@@ -24,9 +24,9 @@ pub use vault::{
 };
 pub use worktree::{
     any_staged_files, dead_staged_files, directory_identity, end_watch_daemon, open_lock_no_follow, open_no_follow,
-    open_regular_file, open_state_file_for_update, process_is_alive, read_regular_file, read_settled_file,
-    read_small_state_file, remove_staged_files, symlink_on_path, temp_file_owner, DiskItem, Prestaged, RestoreOp,
-    SeenFile, SeenStats, WorktreeProbe,
+    open_regular_file, open_regular_file_no_follow, open_state_file_for_update, process_is_alive, read_regular_file,
+    read_settled_file, read_small_state_file, remove_staged_files, symlink_on_path, temp_file_owner, DiskItem,
+    Prestaged, RestoreOp, SeenFile, SeenStats, WorktreeProbe,
 };
 
 /// A value that failed validation before reaching a verb.

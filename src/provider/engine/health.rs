@@ -343,6 +343,19 @@ impl Engine {
                 None,
             ));
         }
+        let stale_pin_locks = self.vault.stale_pin_locks(&self.workspace, super::STALE_PIN_LOCK);
+        if let Some(first) = stale_pin_locks.first() {
+            problems.push(problem(
+                "stale_pin_lock",
+                format!(
+                    "{} lock file(s) on this workspace's pins, such as {}, older than {} s: left by a ckpt update of its refs (a prune, delete or snapshot) that was killed. Until they go, those checkpoints cannot be pruned and the user's `git gc` fails on them (doctor --fix removes them, and so does the next walking snapshot)",
+                    stale_pin_locks.len(),
+                    first.display(),
+                    super::STALE_PIN_LOCK.as_secs()
+                ),
+                None,
+            ));
+        }
         if let Some(age) = self.vault.stale_packed_refs_lock(STALE_PACKED_REFS_LOCK) {
             problems.push(problem(
                 "stale_packed_refs_lock",
@@ -591,6 +604,16 @@ impl Engine {
                 ));
             }
         }
+        if has("stale_pin_lock") {
+            let registry = self.registry()?;
+            let _lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
+            for removed in self
+                .vault
+                .remove_stale_pin_locks(&self.workspace, super::STALE_PIN_LOCK)
+            {
+                actions.push(format!("removed the stale pin lock {}", removed.display()));
+            }
+        }
         if has("state_temp_file") {
             let registry = self.registry()?;
             let lock = registry.lock(&|lock| self.reporter.waiting_for_lock(lock))?;
@@ -757,6 +780,7 @@ fn planned_action(p: &Problem) -> String {
                     "temp_file" => format!("remove the {}", p.message),
                     "pack_temp_file" => "remove the killed write's leftover temp file".into(),
                     "stale_keep_file" => "remove the killed snapshot's keep file".into(),
+                    "stale_pin_lock" => "remove the killed update's lock files on this workspace's pins".into(),
                     "state_temp_file" => "remove the state write's leftover temp file".into(),
                     "staged_temp_file" => "remove the restore's leftover staged file".into(),
                     "unusable_state_file" => "set the state file that is not a regular file aside".into(),

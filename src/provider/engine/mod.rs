@@ -104,6 +104,9 @@ const MAX_CKPT_PACKS_INLINE: usize = 24;
 /// A keep file ckpt wrote that is older than this was left by a ckpt that was killed before its
 /// pin ([`crate::verbs::Vault::remove_stale_pack_keeps`]).
 const STALE_PACK_KEEP: std::time::Duration = std::time::Duration::from_secs(600);
+/// A lock file of one of this workspace's pins older than this was left by a killed update
+/// (git and ckpt hold one for milliseconds); found under the workspace lock, it is removed.
+const STALE_PIN_LOCK: std::time::Duration = std::time::Duration::from_secs(60);
 /// How many of the largest packs a merge leaves as they are.
 const KEPT_LARGEST_PACKS: usize = 3;
 
@@ -216,13 +219,15 @@ impl Engine {
 
     /// Removes what killed snapshots left in the object database: their keep files (past
     /// [`STALE_PACK_KEEP`]: under the workspace lock, no snapshot of this workspace is between
-    /// its pack and its pin, and another one's holds its keep file for moments, not minutes)
-    /// and the temp files of their pack writes. Called under the workspace lock, once per
+    /// its pack and its pin, and another one's holds its keep file for moments, not minutes),
+    /// the temp files of their pack writes, and the lock files a killed pin update (a prune's
+    /// removals, say) left on this workspace's pins. Called under the workspace lock, once per
     /// walking snapshot before it writes anything (so one that then fails still cleans up),
     /// and by the watch daemon when the worktree is quiet (watched snapshots, the hot path,
     /// leave it to the daemon).
     pub(super) fn sweep_killed_writes(&self) {
         self.vault.remove_stale_pack_keeps(STALE_PACK_KEEP);
+        self.vault.remove_stale_pin_locks(&self.workspace, STALE_PIN_LOCK);
         for temp in self.vault.stale_pack_temps(health::STALE_PACK_TEMP_AGE) {
             self.vault
                 .remove_stale_pack_temp(&temp.name, health::STALE_PACK_TEMP_AGE)

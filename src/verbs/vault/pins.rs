@@ -276,6 +276,55 @@ impl Vault {
         Ok(packed)
     }
 
+    /// The lock files of `workspace`'s pins (`refs/ckpt/<workspace>/<id>.lock`, regular files)
+    /// older than `older_than`: a ref update killed mid-way (a prune's removals, a pin being
+    /// written) leaves one, and until it goes every later update of that ref fails, ckpt's
+    /// prune and the user's `git gc` alike. git holds such a lock for milliseconds.
+    pub fn stale_pin_locks(
+        &self,
+        workspace: &WorkspaceKey,
+        older_than: std::time::Duration,
+    ) -> Vec<std::path::PathBuf> {
+        let dir = self.repo.common_dir().join(PIN_NAMESPACE_DIR).join(workspace.as_str());
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        let mut stale: Vec<std::path::PathBuf> = entries
+            .flatten()
+            .filter(|entry| {
+                let name = entry.file_name();
+                let is_pin_lock = name
+                    .to_str()
+                    .and_then(|name| name.strip_suffix(".lock"))
+                    .is_some_and(|id| ObjectId::from_hex(id).is_ok());
+                is_pin_lock
+                    && entry.file_type().is_ok_and(|kind| kind.is_file())
+                    && entry
+                        .metadata()
+                        .and_then(|meta| meta.modified())
+                        .ok()
+                        .and_then(|modified| modified.elapsed().ok())
+                        .is_some_and(|age| age > older_than)
+            })
+            .map(|entry| entry.path())
+            .collect();
+        stale.sort();
+        stale
+    }
+
+    /// Removes [`Self::stale_pin_locks`] (the caller holds the workspace's lock, so no ckpt
+    /// process of this workspace is updating a pin) and returns what went.
+    pub fn remove_stale_pin_locks(
+        &self,
+        workspace: &WorkspaceKey,
+        older_than: std::time::Duration,
+    ) -> Vec<std::path::PathBuf> {
+        self.stale_pin_locks(workspace, older_than)
+            .into_iter()
+            .filter(|lock| std::fs::remove_file(lock).is_ok())
+            .collect()
+    }
+
     /// How long `packed-refs.lock` has been there, when that is longer than `older_than`: git
     /// holds it for milliseconds, so an old one was left by a killed process, and until it
     /// goes git cannot delete or pack refs. Read-only: whose it is cannot be known, so it is

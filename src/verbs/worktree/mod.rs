@@ -83,6 +83,11 @@ pub fn open_regular_file(path: &std::path::Path) -> std::io::Result<std::fs::Fil
     open_regular(path, OFlags::empty())
 }
 
+/// [`open_regular_file`], refusing a symlink at the last component instead of following it.
+pub fn open_regular_file_no_follow(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    open_regular(path, OFlags::NOFOLLOW)
+}
+
 fn open_regular(path: &std::path::Path, extra: OFlags) -> std::io::Result<std::fs::File> {
     let not_regular = || {
         std::io::Error::new(
