@@ -740,6 +740,19 @@ mod tests {
         );
     }
 
+    /// A registry of ten records in records.json and an eleventh in its log.
+    fn with_one_appended() -> (tempfile::TempDir, Registry, RegistryLock, Vec<Record>) {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::open(dir.path()).unwrap();
+        let lock = registry.lock(&|_| {}).unwrap();
+        let mut all: Vec<Record> = (0..10).map(numbered).collect();
+        registry.save(&all, &lock).unwrap();
+        let added = numbered(10);
+        all.push(added.clone());
+        registry.add_appending_from(&all, &[added], 0, &lock).unwrap();
+        (dir, registry, lock, all)
+    }
+
     fn numbered(n: usize) -> Record {
         let id = format!("{n:040x}");
         let mut r = record(&id);
@@ -789,15 +802,8 @@ mod tests {
     /// append starts a new one.
     #[test]
     fn torn_and_stale_logs_are_never_read_as_records() {
-        let dir = tempfile::tempdir().unwrap();
-        let registry = Registry::open(dir.path()).unwrap();
-        let lock = registry.lock(&|_| {}).unwrap();
-        let mut all: Vec<Record> = (0..10).map(numbered).collect();
-        registry.save(&all, &lock).unwrap();
+        let (dir, registry, lock, mut all) = with_one_appended();
         let log_path = dir.path().join(registry_log::LOG_FILE);
-        let added = numbered(10);
-        all.push(added.clone());
-        registry.add_appending_from(&all, &[added], 0, &lock).unwrap();
         let whole = fs::read(&log_path).unwrap();
         // Longer than the line appended next, so only cutting it off can make that line whole.
         let mut long = numbered(11);
@@ -877,15 +883,8 @@ mod tests {
     /// records.json, which breaks the link, and the other name keeps its bytes.
     #[test]
     fn a_linked_log_is_never_appended_to() {
-        let dir = tempfile::tempdir().unwrap();
-        let registry = Registry::open(dir.path()).unwrap();
-        let lock = registry.lock(&|_| {}).unwrap();
-        let mut all: Vec<Record> = (0..10).map(numbered).collect();
-        registry.save(&all, &lock).unwrap();
+        let (dir, registry, lock, mut all) = with_one_appended();
         let log_path = dir.path().join(registry_log::LOG_FILE);
-        let added = numbered(10);
-        all.push(added.clone());
-        registry.add_appending_from(&all, &[added], 0, &lock).unwrap();
         let bytes = fs::read(&log_path).unwrap();
 
         let elsewhere = dir.path().join("elsewhere.log");
@@ -920,15 +919,8 @@ mod tests {
     /// with records.json.
     #[test]
     fn a_damaged_log_is_refused_and_set_aside_with_the_registry() {
-        let dir = tempfile::tempdir().unwrap();
-        let registry = Registry::open(dir.path()).unwrap();
-        let lock = registry.lock(&|_| {}).unwrap();
-        let mut all: Vec<Record> = (0..10).map(numbered).collect();
-        registry.save(&all, &lock).unwrap();
+        let (dir, registry, lock, _) = with_one_appended();
         let log_path = dir.path().join(registry_log::LOG_FILE);
-        let added = numbered(10);
-        all.push(added.clone());
-        registry.add_appending_from(&all, &[added], 0, &lock).unwrap();
         let good = fs::read_to_string(&log_path).unwrap();
         let (header, line) = good.split_once('\n').unwrap();
         let mut bad_path = numbered(11);
