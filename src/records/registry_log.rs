@@ -100,8 +100,9 @@ pub(super) fn read_log(path: &Path, base: &str) -> Result<Vec<Record>, RecordsEr
         }
         _ => {}
     }
-    let text = match crate::verbs::read_regular_file(path) {
-        Ok(text) => text,
+    let mut text = Vec::new();
+    match crate::verbs::open_regular_file_no_follow(path) {
+        Ok(mut file) => file.read_to_end(&mut text).map_err(io_error(path))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(io_error(path)(e)),
     };
@@ -155,13 +156,14 @@ pub(super) fn read_last(path: &Path, base_path: &Path) -> Option<Record> {
     if std::os::unix::fs::MetadataExt::nlink(&file.metadata().ok()?) > 1 {
         return None;
     }
-    if !read_header(&file).is_some_and(|header| header_extends(&header, base_path)) {
+    let (header, header_len) = read_header(&file)?;
+    if !header_extends(&header, base_path) {
         return None;
     }
     let len = file.metadata().ok()?.len();
     let end = whole_lines_len(&mut file, len).ok()?;
     // Only the header: no record yet.
-    if end <= header_len(&file)? {
+    if end <= header_len {
         return None;
     }
     // The last line: read backwards from its end, in growing pieces, to the newline before it.
@@ -184,23 +186,15 @@ pub(super) fn read_last(path: &Path, base_path: &Path) -> Option<Record> {
     }
 }
 
-/// The header of an open log (its first line, at most 4 KiB), read from its start.
-fn read_header(file: &File) -> Option<LogHeader> {
+/// The header of an open log (its first line, at most 4 KiB), read from its start, with the
+/// length of that line (its newline included).
+fn read_header(file: &File) -> Option<(LogHeader, u64)> {
     let mut start = Vec::new();
     let mut reader = file;
     reader.seek(SeekFrom::Start(0)).ok()?;
     reader.take(4096).read_to_end(&mut start).ok()?;
     let end = start.iter().position(|&b| b == b'\n')?;
-    serde_json::from_slice(&start[..end]).ok()
-}
-
-/// The length of an open log's header line, its newline included.
-fn header_len(file: &File) -> Option<u64> {
-    let mut start = Vec::new();
-    let mut reader = file;
-    reader.seek(SeekFrom::Start(0)).ok()?;
-    reader.take(4096).read_to_end(&mut start).ok()?;
-    Some(start.iter().position(|&b| b == b'\n')? as u64 + 1)
+    Some((serde_json::from_slice(&start[..end]).ok()?, end as u64 + 1))
 }
 
 /// One line per record, each ending in a newline.
@@ -213,15 +207,17 @@ fn record_lines(records: &[Record]) -> Result<Vec<u8>, serde_json::Error> {
     Ok(lines)
 }
 
-/// How appending `added` to the log at `path` (for the `records.json` of identity `base`, of
-/// `base_len` bytes) went: done, or the log has grown to half the size of `records.json` (and
-/// past half [`APPEND_FROM_BYTES`]) and the caller writes everything into `records.json` instead (so loading stays one parse of
-/// about the registry's size, and each record is rewritten a bounded number of times).
+/// How appending to the log went: done, or the log has grown to half the size of
+/// `records.json` (and past half [`APPEND_FROM_BYTES`]), or has another name too, and the
+/// caller writes everything into `records.json` instead (so loading stays one parse of about
+/// the registry's size, and each record is rewritten a bounded number of times).
 pub(super) enum Appended {
     Done,
     Compact,
 }
 
+/// Appends `added` to the log at `path`, which extends the `records.json` at `base_path` (a
+/// new log when there is none for it); a log that is a link or no regular file is refused.
 pub(super) fn append(path: &Path, base_path: &Path, added: &[Record]) -> Result<Appended, RecordsError> {
     let lines = record_lines(added).map_err(|e| RecordsError::Corrupt {
         path: path.to_path_buf(),
@@ -242,9 +238,9 @@ pub(super) fn append(path: &Path, base_path: &Path, added: &[Record]) -> Result<
         Ok(meta) if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 => return Ok(Appended::Compact),
         _ => {}
     }
-    let existing = open_existing_log(path)?;
+    let existing = open_existing_log(path);
     let Some(mut file) =
-        existing.filter(|file| read_header(file).is_some_and(|header| header_extends(&header, base_path)))
+        existing.filter(|file| read_header(file).is_some_and(|(header, _)| header_extends(&header, base_path)))
     else {
         // No log for this `records.json` yet (or a stale one): a new log, header and lines
         // in one atomic write.
@@ -282,11 +278,10 @@ pub(super) fn append(path: &Path, base_path: &Path, added: &[Record]) -> Result<
 }
 
 /// The log at `path` opened for reading and writing, never through a link nor blocking on a
-/// FIFO; `None` when missing or not a regular file (a new log replaces it).
-fn open_existing_log(path: &Path) -> Result<Option<File>, RecordsError> {
-    // Missing, a symlink (ELOOP), no regular file or anything else ckpt cannot open: a new log
-    // replaces it.
-    Ok(crate::verbs::open_state_file_for_update(path).ok())
+/// FIFO; `None` when missing or it cannot be opened so (a new log then replaces the name; a
+/// link or other file there was refused before).
+fn open_existing_log(path: &Path) -> Option<File> {
+    crate::verbs::open_state_file_for_update(path).ok()
 }
 
 /// The length of the file's content up to and including its last newline.

@@ -1002,4 +1002,21 @@ fn a_killed_updates_pin_locks_are_named_and_removed() {
     repo.ckpt_json(&["prune", "--max-per-session", "1"], 0);
     repo.git(&["gc", "--prune=now", "--quiet"]);
     repo.ckpt_json(&["audit"], 0);
+
+    // Never through a link: a pin directory that leads elsewhere keeps that place's files.
+    let pins = repo.common_dir().join("refs/ckpt/main");
+    let elsewhere = repo.home.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    // git gc packed the pins, so the directory may be gone already.
+    let _ = std::fs::remove_dir_all(&pins);
+    std::fs::create_dir_all(pins.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &pins).unwrap();
+    plant(&ids[2], 300);
+    repo.write("a.txt", b"through a link\n");
+    repo.ckpt(&["snapshot", "--no-watch"]);
+    repo.ckpt(&["doctor", "--fix"]);
+    assert!(
+        elsewhere.join(format!("{}.lock", ids[2])).exists(),
+        "nothing removed through the link"
+    );
 }

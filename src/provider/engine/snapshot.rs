@@ -258,7 +258,8 @@ impl Engine {
 
     /// Commits `tree` (with `head` as parent), pins the commit and appends its record to
     /// `reconciled.records` and the registry (with any record the reconciliation rebuilt;
-    /// `None` when the snapshot stood on the newest record alone, see [`Engine::footing`]). The pin is the commit point; a failure to save the record
+    /// `None` when the snapshot stood on the newest record alone, see [`Engine::footing`]).
+    /// The pin is the commit point; a failure to save the record
     /// removes the pin again, so nothing is published half-way.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn publish(
@@ -330,6 +331,8 @@ impl Engine {
         reconciled: Option<&mut Reconciled>,
     ) -> Result<(), CkptError> {
         let mut read_now;
+        // Read here because the log could not take it: everything goes into records.json.
+        let appendable = reconciled.is_some();
         let reconciled = match reconciled {
             Some(reconciled) => reconciled,
             None => {
@@ -353,7 +356,11 @@ impl Engine {
             .collect();
         added.push(record.clone());
         reconciled.records.push(record.clone());
-        registry.add(&reconciled.records, &added, lock)?;
+        if appendable {
+            registry.add(&reconciled.records, &added, lock)?;
+        } else {
+            registry.save(&reconciled.records, lock)?;
+        }
         reconciled.rebuilt.clear();
         Ok(())
     }

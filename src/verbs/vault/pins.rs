@@ -198,6 +198,9 @@ impl Vault {
     /// packing limit of them), never a ref's content.
     pub fn loose_pin_written_after(&self, workspace: &WorkspaceKey, since: std::time::SystemTime) -> bool {
         let dir = self.repo.common_dir().join(PIN_NAMESPACE_DIR).join(workspace.as_str());
+        if std::fs::symlink_metadata(&dir).is_ok() && self.own_pin_dir(workspace).is_none() {
+            return true;
+        }
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
@@ -285,7 +288,11 @@ impl Vault {
         workspace: &WorkspaceKey,
         older_than: std::time::Duration,
     ) -> Vec<std::path::PathBuf> {
-        let dir = self.repo.common_dir().join(PIN_NAMESPACE_DIR).join(workspace.as_str());
+        // Never listed (nor removed from) through a link: `refs/ckpt` or the workspace's
+        // directory leading elsewhere would make another directory's files these.
+        let Some(dir) = self.own_pin_dir(workspace) else {
+            return Vec::new();
+        };
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return Vec::new();
         };
@@ -310,6 +317,17 @@ impl Vault {
             .collect();
         stale.sort();
         stale
+    }
+
+    /// `refs/ckpt/<workspace>/`, when it and `refs/ckpt/` are directories of their own (not
+    /// links, which lead elsewhere); `None` otherwise, or when missing.
+    fn own_pin_dir(&self, workspace: &WorkspaceKey) -> Option<std::path::PathBuf> {
+        let namespace = self.repo.common_dir().join(PIN_NAMESPACE_DIR);
+        let dir = namespace.join(workspace.as_str());
+        [&namespace, &dir]
+            .iter()
+            .all(|at| std::fs::symlink_metadata(at).is_ok_and(|meta| meta.is_dir()))
+            .then_some(dir)
     }
 
     /// Removes [`Self::stale_pin_locks`] (the caller holds the workspace's lock, so no ckpt
